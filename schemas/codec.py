@@ -1,0 +1,68 @@
+"""Bytes <-> events, with errors a person can act on."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import TypeAdapter, ValidationError
+
+from schemas.events import NEWEST_SCHEMA_VERSION, Event
+
+_EVENT: TypeAdapter[Event] = TypeAdapter(Event)
+
+
+class EventDecodeError(ValueError):
+    """A record that is not a valid event; ``reason`` says why in one line."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def _summary(error: ValidationError) -> str:
+    parts = []
+    errors = error.errors(include_url=False)
+    deeper = {item["loc"][:-1] for item in errors if item["loc"]}
+    for item in errors:
+        if item["type"] == "too_short" and any(
+            loc[: len(item["loc"])] == item["loc"] for loc in deeper
+        ):
+            continue  # pydantic's echo of an item that failed; the item's error says it
+
+        where = ".".join(str(p) for p in item["loc"]) or "event"
+        if item["loc"] and item["loc"][-1] == "schema_version":
+            parts.append(
+                f"{where}: version {item['input']!r} is not one this build understands "
+                f"(newest is {NEWEST_SCHEMA_VERSION}); upgrade Berth before producing it"
+            )
+            continue
+        parts.append(f"{where}: {item['msg']}")
+    return "; ".join(parts)
+
+
+def decode_event(raw: bytes | str) -> Event:
+    """Parse and validate one event from JSON; :class:`EventDecodeError` if invalid."""
+    try:
+        return _EVENT.validate_json(raw)
+    except ValidationError as error:
+        return _raise(error)
+
+
+def validate_event(data: dict[str, Any]) -> Event:
+    """Validate an event given as a Python mapping (as a client builds it)."""
+    try:
+        return _EVENT.validate_python(data, strict=False)
+    except ValidationError as error:
+        return _raise(error)
+
+
+def _raise(error: ValidationError) -> Event:
+    raise EventDecodeError(_summary(error)) from None
+
+
+def encode_event(event: Event) -> bytes:
+    """Canonical JSON of an event (defaults omitted to keep the log compact)."""
+    data = event.model_dump(mode="json", exclude_defaults=True)
+    data["type"] = event.type
+    return json.dumps(data, separators=(",", ":"), sort_keys=True).encode()

@@ -1,0 +1,183 @@
+"""Event models: one envelope, a discriminated union of event types.
+
+Events are frozen and strictly validated. Unknown event types and schema
+versions newer than this build understands are refused, never guessed at.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, Self
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+MAX_AMOUNT = 2**31 - 1
+"""Largest amount or inventory total (Placement's MAX_INT)."""
+
+MAX_LEASE_MS = 7 * 24 * 3600 * 1000
+DEFAULT_LEASE_MS = 5 * 60 * 1000
+
+Identifier = Annotated[str, Field(min_length=1, max_length=255)]
+ResourceClass = Annotated[str, Field(min_length=1, max_length=255, pattern=r"^[A-Z0-9_]+$")]
+Tag = Annotated[str, Field(min_length=1, max_length=255)]
+Amount = Annotated[int, Field(ge=1, le=MAX_AMOUNT)]
+Count = Annotated[int, Field(ge=0, le=MAX_AMOUNT)]
+
+ProviderStateName = Literal["enabled", "disabled", "offline", "evacuating"]
+
+
+class Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+
+class EventBase(Model):
+    """The envelope every event carries."""
+
+    event_id: Identifier
+    schema_version: Literal[1] = 1
+    ts_ms: int = Field(ge=0, description="producer timestamp, ms since the epoch")
+    partition_key: Identifier
+    correlation_id: Identifier | None = None
+    causation_id: Identifier | None = None
+    idempotency_key: Identifier | None = None
+
+
+class ProviderEvent(EventBase):
+    provider_id: Identifier
+
+    @model_validator(mode="after")
+    def _keyed_by_provider(self) -> Self:
+        if self.partition_key != self.provider_id:
+            raise ValueError("partition_key must equal provider_id")
+        return self
+
+
+class ProviderRegistered(ProviderEvent):
+    type: Literal["provider_registered"] = "provider_registered"
+    name: Annotated[str, Field(min_length=1, max_length=255)]
+
+
+class ProviderRetired(ProviderEvent):
+    type: Literal["provider_retired"] = "provider_retired"
+
+
+class Inventory(Model):
+    """One resource class of a provider, with OpenStack Placement's semantics."""
+
+    total: Count
+    reserved: Count = 0
+    min_unit: Amount = 1
+    max_unit: Amount = MAX_AMOUNT
+    step_size: Amount = 1
+    allocation_ratio: float = Field(default=1.0, gt=0.0, le=1_000_000.0)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        if self.reserved > self.total:
+            raise ValueError(f"reserved ({self.reserved}) exceeds total ({self.total})")
+        if self.min_unit > self.max_unit:
+            raise ValueError(f"min_unit ({self.min_unit}) exceeds max_unit ({self.max_unit})")
+        return self
+
+    @property
+    def capacity(self) -> int:
+        """What allocations may add up to: (total - reserved) x allocation_ratio."""
+        return int((self.total - self.reserved) * self.allocation_ratio)
+
+
+class InventorySet(ProviderEvent):
+    """Replaces the provider's whole inventory (like Placement's PUT)."""
+
+    type: Literal["inventory_set"] = "inventory_set"
+    inventories: dict[ResourceClass, Inventory] = Field(max_length=64)
+
+
+class ProviderStateSet(ProviderEvent):
+    type: Literal["provider_state_set"] = "provider_state_set"
+    state: ProviderStateName
+
+
+class TraitsSet(ProviderEvent):
+    type: Literal["traits_set"] = "traits_set"
+    traits: frozenset[Annotated[str, Field(min_length=1, max_length=255)]] = Field(
+        max_length=1024
+    )
+
+
+class AggregatesSet(ProviderEvent):
+    type: Literal["aggregates_set"] = "aggregates_set"
+    aggregates: frozenset[Identifier] = Field(max_length=1024)
+
+
+class ClaimItem(Model):
+    provider_id: Identifier
+    resources: dict[ResourceClass, Amount] = Field(min_length=1, max_length=64)
+
+
+class Claim(EventBase):
+    """A conditional claim: held only if every item still fits, in log order.
+
+    Items on several providers (all in the partition of ``partition_key``) are
+    all or nothing. ``anti_affinity_group`` and the tag requirements are hard
+    rules the partition checks against what is already placed there.
+    """
+
+    type: Literal["claim"] = "claim"
+    reservation_id: Identifier
+    consumer_id: Identifier
+    project_id: Identifier
+    items: tuple[ClaimItem, ...] = Field(min_length=1, max_length=64)
+    lease_ms: int = Field(default=DEFAULT_LEASE_MS, ge=1, le=MAX_LEASE_MS)
+    anti_affinity_group: Identifier | None = None
+    tags: frozenset[Tag] = Field(default=frozenset(), max_length=64)
+    require_with_tags: frozenset[Tag] = Field(default=frozenset(), max_length=64)
+    require_without_tags: frozenset[Tag] = Field(default=frozenset(), max_length=64)
+
+    @field_validator("items")
+    @classmethod
+    def _distinct_providers(cls, items: tuple[ClaimItem, ...]) -> tuple[ClaimItem, ...]:
+        if len(items) > 1 and len({item.provider_id for item in items}) != len(items):
+            raise ValueError("items must name each provider at most once")
+        return items
+
+
+class ReservationEvent(EventBase):
+    reservation_id: Identifier
+
+
+class Consume(ReservationEvent):
+    type: Literal["consume"] = "consume"
+
+
+class Release(ReservationEvent):
+    type: Literal["release"] = "release"
+
+
+class Renew(ReservationEvent):
+    type: Literal["renew"] = "renew"
+    lease_ms: int = Field(ge=1, le=MAX_LEASE_MS)
+
+
+class Tick(EventBase):
+    """Advances a quiet partition's clock so its expired holds are released."""
+
+    type: Literal["tick"] = "tick"
+
+
+Event = Annotated[
+    ProviderRegistered
+    | ProviderRetired
+    | InventorySet
+    | ProviderStateSet
+    | TraitsSet
+    | AggregatesSet
+    | Claim
+    | Consume
+    | Release
+    | Renew
+    | Tick,
+    Field(discriminator="type"),
+]
+
+NEWEST_SCHEMA_VERSION = 1
+"""Every event type is at version 1; an upgrade of an older version will be an
+explicit function here, applied before validation."""

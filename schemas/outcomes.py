@@ -1,0 +1,151 @@
+"""Outcomes: what the projector decided about each record.
+
+Outcomes are produced on the hot path, so they are named tuples, not pydantic
+models; ``to_json``/``from_json`` give their wire form on the outcomes
+topic and in the view.
+"""
+
+from __future__ import annotations
+
+import json
+from enum import IntEnum
+from typing import Any, NamedTuple
+
+
+class Kind:
+    ACCEPTED = "accepted"
+    REJECTED = "rejected"
+    CONSUMED = "consumed"
+    RELEASED = "released"
+    EXPIRED = "expired"
+    RENEWED = "renewed"
+    NOOP = "noop"
+    APPLIED = "applied"
+
+
+class Code(IntEnum):
+    """Why a record did not take effect, in order of precedence: the ladder
+    checks them top to bottom and reports, per resource class, the first that
+    fails."""
+
+    RESERVATION_ID_CONFLICT = 1
+    PROVIDER_NOT_FOUND = 10
+    PROVIDER_NOT_ENABLED = 11
+    PROVIDER_IN_USE = 12
+    PROVIDER_WRONG_PARTITION = 13
+    RESOURCE_CLASS_NOT_PROVIDED = 20
+    BELOW_MIN_UNIT = 21
+    ABOVE_MAX_UNIT = 22
+    NOT_A_STEP_MULTIPLE = 23
+    INSUFFICIENT_CAPACITY = 24
+    INVENTORY_IN_USE = 25
+    ANTI_AFFINITY_CONFLICT = 30
+    REQUIRED_TAG_ABSENT = 31
+    FORBIDDEN_TAG_PRESENT = 32
+    # no-op reasons: the record was valid but changed nothing
+    DUPLICATE = 50
+    UNKNOWN_RESERVATION = 51
+    ALREADY_CONSUMED = 52
+    ALREADY_FINAL = 53
+    NOT_HELD = 54
+    ALREADY_REGISTERED = 55
+
+
+class Reason(NamedTuple):
+    code: Code
+    provider_id: str | None = None
+    resource_class: str | None = None
+    requested: int | None = None
+    available: int | None = None
+    detail: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"code": self.code.name}
+        if self.provider_id is not None:
+            data["provider_id"] = self.provider_id
+        if self.resource_class is not None:
+            data["resource_class"] = self.resource_class
+        if self.requested is not None:
+            data["requested"] = self.requested
+        if self.available is not None:
+            data["available"] = self.available
+        if self.detail:
+            data["detail"] = self.detail
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Reason:
+        return cls(
+            code=Code[data["code"]],
+            provider_id=data.get("provider_id"),
+            resource_class=data.get("resource_class"),
+            requested=data.get("requested"),
+            available=data.get("available"),
+            detail=data.get("detail", ""),
+        )
+
+    def __str__(self) -> str:
+        where = f"{self.provider_id}: " if self.provider_id else ""
+        what = f"{self.resource_class} " if self.resource_class else ""
+        numbers = ""
+        if self.requested is not None:
+            numbers = f" wanted {self.requested}"
+            if self.available is not None:
+                numbers += f", free {self.available}"
+        detail = f" ({self.detail})" if self.detail else ""
+        return f"{where}{what}{self.code.name}{numbers}{detail}"
+
+
+NO_REASONS: tuple[Reason, ...] = ()
+
+
+class Outcome(NamedTuple):
+    """One decision. ``(partition, offset, seq)`` identifies it: a record may
+    produce several (expiries released by its clock, then its own decision)."""
+
+    partition: int
+    offset: int
+    seq: int
+    kind: str
+    event_id: str
+    subject: str
+    clock_ms: int
+    reasons: tuple[Reason, ...] = NO_REASONS
+    expires_at_ms: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "partition": self.partition,
+            "offset": self.offset,
+            "seq": self.seq,
+            "kind": self.kind,
+            "event_id": self.event_id,
+            "subject": self.subject,
+            "clock_ms": self.clock_ms,
+        }
+        if self.reasons:
+            data["reasons"] = [reason.to_dict() for reason in self.reasons]
+        if self.expires_at_ms is not None:
+            data["expires_at_ms"] = self.expires_at_ms
+        return data
+
+    def to_json(self) -> bytes:
+        return json.dumps(self.to_dict(), separators=(",", ":")).encode()
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Outcome:
+        return cls(
+            partition=data["partition"],
+            offset=data["offset"],
+            seq=data["seq"],
+            kind=data["kind"],
+            event_id=data["event_id"],
+            subject=data["subject"],
+            clock_ms=data["clock_ms"],
+            reasons=tuple(Reason.from_dict(r) for r in data.get("reasons", ())),
+            expires_at_ms=data.get("expires_at_ms"),
+        )
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> Outcome:
+        return cls.from_dict(json.loads(raw))
