@@ -1,0 +1,81 @@
+"""The log port: partitioned, append-only topics.
+
+Every backend (embedded files, Kafka) implements :class:`Log`. The edge decides
+the partition (see :mod:`ledger.partitioner`) so that every backend places the
+same key in the same partition; backends only store and return records.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One stored record: its position, its key and its value bytes."""
+
+    partition: int
+    offset: int
+    key: bytes
+    value: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Append:
+    """One record to append to an explicit partition."""
+
+    partition: int
+    key: bytes
+    value: bytes
+
+
+class LogError(Exception):
+    """A backend failure, translated at the adapter (no driver exception escapes)."""
+
+
+class UnknownTopic(LogError):
+    """The topic does not exist."""
+
+
+class Log(ABC):
+    """A set of topics, each with a fixed number of partitions.
+
+    Offsets are dense per partition and start at 0. ``append`` returns only once
+    the records are durable (fsynced, or acknowledged by all in-sync replicas),
+    and returns their offsets in the order given. Records appended to one
+    partition are read back in append order.
+    """
+
+    @abstractmethod
+    def create_topic(self, topic: str, partitions: int) -> None:
+        """Create ``topic`` with ``partitions`` partitions; a no-op if it exists with
+        that many partitions, :class:`LogError` if it exists with another count."""
+
+    @abstractmethod
+    def partition_count(self, topic: str) -> int:
+        """Number of partitions of ``topic``; :class:`UnknownTopic` if absent."""
+
+    @abstractmethod
+    def append(self, topic: str, records: Sequence[Append]) -> list[int]:
+        """Append ``records`` durably; return their offsets, in the order given."""
+
+    @abstractmethod
+    def read(self, topic: str, partition: int, offset: int, max_records: int) -> list[Record]:
+        """Up to ``max_records`` records of one partition starting at ``offset``
+        (fewer, or none, at the end of the partition). Never blocks waiting."""
+
+    @abstractmethod
+    def end_offset(self, topic: str, partition: int) -> int:
+        """The offset the next appended record of this partition will get."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release files, sockets and threads. The log is unusable afterwards."""
+
+    def __enter__(self) -> Log:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
