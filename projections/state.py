@@ -1,0 +1,137 @@
+"""The projector's decision state for one partition, kept in memory.
+
+Providers share interned inventory layouts and request shapes (a cluster has a
+handful of node types and flavours), which keeps the state near 0.5 KiB per
+provider and per active reservation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from schemas.events import Inventory
+
+HELD = 0
+CONSUMED = 1
+
+Amounts = tuple[tuple[str, int], ...]
+"""A request shape on one provider: (resource class, amount) pairs, sorted."""
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """One resource class's inventory on a provider, with its capacity derived."""
+
+    total: int
+    reserved: int
+    min_unit: int
+    max_unit: int
+    step_size: int
+    allocation_ratio: float
+    capacity: int
+
+    @classmethod
+    def of(cls, inventory: Inventory) -> Limits:
+        return cls(
+            total=inventory.total,
+            reserved=inventory.reserved,
+            min_unit=inventory.min_unit,
+            max_unit=inventory.max_unit,
+            step_size=inventory.step_size,
+            allocation_ratio=inventory.allocation_ratio,
+            capacity=inventory.capacity,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """The resource classes of a provider (sorted) and their limits; shared by
+    every provider with the same inventory."""
+
+    index: dict[str, int]
+    classes: tuple[str, ...]
+    limits: tuple[Limits, ...]
+
+
+EMPTY_LAYOUT = Layout(index={}, classes=(), limits=())
+
+
+@dataclass(slots=True, eq=False)
+class ProviderState:
+    provider_id: str
+    name: str
+    state: str = "enabled"
+    layout: Layout = EMPTY_LAYOUT
+    held: list[int] = field(default_factory=list)
+    consumed: list[int] = field(default_factory=list)
+    traits: frozenset[str] = frozenset()
+    aggregates: frozenset[str] = frozenset()
+    active: int = 0
+    tag_counts: dict[str, int] | None = None
+    group_counts: dict[str, int] | None = None
+
+    def free(self, resource_class: str) -> int:
+        """Capacity left for new claims of one class (0 if not provided)."""
+        i = self.layout.index.get(resource_class)
+        if i is None:
+            return 0
+        return self.layout.limits[i].capacity - self.held[i] - self.consumed[i]
+
+
+@dataclass(slots=True, eq=False)
+class Reservation:
+    """An active (held or consumed) reservation."""
+
+    reservation_id: str
+    items: tuple[tuple[ProviderState, Amounts], ...]
+    status: int
+    expires_at_ms: int
+    fingerprint: int
+    group: str | None = None
+    tags: frozenset[str] = frozenset()
+
+
+@dataclass(slots=True, eq=False)
+class PartitionState:
+    """Everything one partition's writer needs to decide, and nothing else."""
+
+    partition: int
+    partitions: int
+    clock_ms: int = 0
+    providers: dict[str, ProviderState] = field(default_factory=dict)
+    reservations: dict[str, Reservation] = field(default_factory=dict)
+    finished: dict[str, int] = field(default_factory=dict)
+    """Reservation id -> fingerprint of reservations that are released or
+    expired, so a late duplicate of their claim is recognised, not re-held."""
+    expiry: list[tuple[int, str]] = field(default_factory=list)
+    """Heap of (expires_at_ms, reservation_id); stale entries are skipped."""
+    touched: set[str] = field(default_factory=set)
+    """Providers whose usage changed since the view last drained this set."""
+    reshaped: set[str] = field(default_factory=set)
+    """Providers registered, retired or otherwise changed beyond usage."""
+    _layouts: dict[tuple[tuple[str, Limits], ...], Layout] = field(default_factory=dict)
+    _shapes: dict[Amounts, Amounts] = field(default_factory=dict)
+
+    def layout_for(self, inventories: dict[str, Inventory]) -> Layout:
+        key = tuple(sorted((rc, Limits.of(inv)) for rc, inv in inventories.items()))
+        layout = self._layouts.get(key)
+        if layout is None:
+            classes = tuple(rc for rc, _ in key)
+            layout = Layout(
+                index={rc: i for i, rc in enumerate(classes)},
+                classes=classes,
+                limits=tuple(limits for _, limits in key),
+            )
+            self._layouts[key] = layout
+        return layout
+
+    def shape(self, resources: dict[str, int]) -> Amounts:
+        """The interned, sorted form of a request's amounts on one provider."""
+        given = tuple(resources.items())
+        amounts = self._shapes.get(given)
+        if amounts is None:
+            # sorted so that the same amounts in another key order share one tuple
+            amounts = tuple(sorted(given))
+            amounts = self._shapes.setdefault(amounts, amounts)
+            self._shapes[given] = amounts
+        return amounts
