@@ -1,0 +1,1 @@
+"""The SQL read model: effective capacity, reservations and their history."""
