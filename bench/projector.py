@@ -1,0 +1,235 @@
+"""Projector benchmarks: in-memory apply, durable end to end, replay, memory.
+
+    python -m bench.projector [--replay-records N] [--kafka auto|HOST:PORT]
+
+Progress goes to stderr; the figures are one JSON object on the last line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import random
+import shutil
+import tempfile
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+from bench.common import claim, lifecycle, note, provider_events, timed
+from berth.app import App, Settings
+from berth.replay import replay
+from ledger.log import Append
+from ledger.partitioner import partition_for
+from projections.projector import apply
+from projections.state import PartitionState
+from schemas.codec import decode_event
+from schemas.events import Event
+
+
+def _cluster(providers: int, partitions: int = 1) -> dict[int, list[str]]:
+    by_partition: dict[int, list[str]] = {p: [] for p in range(partitions)}
+    for n in range(providers):
+        pid = f"node-{n:06d}"
+        by_partition[partition_for(pid.encode(), partitions)].append(pid)
+    return by_partition
+
+
+def _state_with(pids: list[str]) -> PartitionState:
+    state = PartitionState(0, 1)
+    for offset, raw in enumerate(r for pid in pids for r in provider_events(pid, 1)):
+        apply(state, offset, decode_event(raw))
+    return state
+
+
+def bench_apply(claims: int = 200_000, providers: int = 1_000) -> dict[str, Any]:
+    """Claims decided per second by ``apply`` alone, on decoded events; then a
+    steady mix where claims are consumed and released (records per second)."""
+    pids = _cluster(providers)[0]
+    state = _state_with(pids)
+    events = [decode_event(claim(f"r{k}", pids[k % providers], 1_000 + k)) for k in range(claims)]
+    gc.collect()
+    gc.freeze()
+    with timed() as t:
+        accepted = sum(apply(state, k, e)[-1].kind == "accepted" for k, e in enumerate(events))
+    mix: list[Event] = []
+    ts = 10_000_000
+    for k in range(claims):
+        rid, pid = f"m{k}", pids[k % providers]
+        mix.append(decode_event(claim(rid, pid, ts + k)))
+        if k >= 1000:
+            old = f"m{k - 1000}"
+            kind = "consume" if k % 2 else "release"
+            mix.append(decode_event(lifecycle(kind, old, pids[(k - 1000) % providers], ts + k)))
+    state = _state_with(pids)
+    gc.collect()
+    gc.freeze()
+    with timed() as m:
+        for k, e in enumerate(mix):
+            apply(state, k, e)
+    gc.unfreeze()
+    return {
+        "apply_claims_per_s": round(claims / t[0]),
+        "apply_claims_accepted": accepted,
+        "apply_mixed_records_per_s": round(len(mix) / m[0]),
+        "apply_claims": claims,
+    }
+
+
+def bench_decode(records: int = 100_000) -> dict[str, Any]:
+    raws = [claim(f"r{k}", "node-1", k) for k in range(records)]
+    with timed() as t:
+        for raw in raws:
+            decode_event(raw)
+    return {"decode_claims_per_s": round(records / t[0])}
+
+
+def _populate(app: App, providers: int) -> list[str]:
+    by_partition = _cluster(providers, app.settings.partitions)
+    appends = [
+        Append(p, pid.encode(), raw)
+        for p, pids in by_partition.items()
+        for pid in pids
+        for raw in provider_events(pid, 1)
+    ]
+    app.log.append(app.settings.topics.events, appends)
+    return [pid for pids in by_partition.values() for pid in pids]
+
+
+def bench_durable(
+    directory: Path, claims: int = 100_000, providers: int = 1_000, partitions: int = 4
+) -> dict[str, Any]:
+    """Claims/s through append (fsync, group commit) + apply + view commit."""
+    settings = Settings(data_dir=directory, partitions=partitions)
+    with App(settings) as app:
+        pids = _populate(app, providers)
+        writers = app.writers()
+        for writer in writers:
+            writer.catch_up()
+        events = app.settings.topics.events
+        batch = 2_000
+        with timed() as t:
+            for start in range(0, claims, batch):
+                appends = []
+                for k in range(start, min(start + batch, claims)):
+                    pid = pids[k % len(pids)]
+                    appends.append(
+                        Append(
+                            partition_for(pid.encode(), partitions),
+                            pid.encode(),
+                            claim(f"d{k}", pid, 2_000 + k),
+                        )
+                    )
+                app.log.append(events, appends)
+                for writer in writers:
+                    writer.catch_up()
+    return {"durable_claims_per_s": round(claims / t[0]), "durable_claims": claims}
+
+
+def _write_log(directory: Path, records: int, providers: int, partitions: int) -> int:
+    """A log of ``records`` events: registrations, then claims of which some are
+    consumed, some released and the rest left to expire."""
+    settings = Settings(data_dir=directory, partitions=partitions)
+    rng = random.Random(11)
+    with App(settings) as app:
+        pids = _populate(app, providers)
+        written = 2 * providers
+        events = app.settings.topics.events
+        k = 0
+        open_: list[tuple[str, str]] = []
+        while written < records:
+            appends = []
+            for _ in range(min(10_000, records - written)):
+                ts = 5_000 + k
+                if open_ and rng.random() < 0.45:
+                    rid, pid = open_.pop(rng.randrange(len(open_)))
+                    kind = "consume" if rng.random() < 0.6 else "release"
+                    raw = lifecycle(kind, rid, pid, ts)
+                else:
+                    pid = pids[rng.randrange(len(pids))]
+                    rid = f"x{k}"
+                    raw = claim(rid, pid, ts, lease_ms=rng.choice((2_000, 600_000)))
+                    open_.append((rid, pid))
+                k += 1
+                appends.append(Append(partition_for(pid.encode(), partitions), pid.encode(), raw))
+            app.log.append(events, appends)
+            written += len(appends)
+    return written
+
+
+def bench_replay(directory: Path, records: int, providers: int = 10_000) -> dict[str, Any]:
+    note(f"writing a {records}-record log ...")
+    written = _write_log(directory, records, providers, partitions=8)
+    note("replaying it into a fresh SQLite view ...")
+    with timed() as t:
+        result = replay(Settings(data_dir=directory), verify=False)
+    return {
+        "replay_records": written,
+        "replay_s": round(t[0], 2),
+        "replay_records_per_s": round(written / t[0]),
+        "replay_outcomes": result.outcomes,
+    }
+
+
+def bench_memory(providers: int = 100_000, reservations: int = 1_000_000) -> dict[str, Any]:
+    """Bytes of projector state per provider and per active reservation."""
+    pids = [f"node-{n:06d}" for n in range(providers)]
+    registrations = [decode_event(r) for pid in pids for r in provider_events(pid, 1)]
+    tracemalloc.start()
+    state = PartitionState(0, 1)
+    base = tracemalloc.get_traced_memory()[0]
+    for offset, event in enumerate(registrations):
+        apply(state, offset, event)
+    del registrations
+    after_providers = tracemalloc.get_traced_memory()[0]
+    per_provider = (after_providers - base) / providers
+    tracemalloc.stop()
+    claims_per_chunk = 50_000
+    total = 0
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    for start in range(0, reservations, claims_per_chunk):
+        chunk = [
+            decode_event(claim(f"res-{k:08d}", pids[k % providers], 10 + k, lease_ms=10**8))
+            for k in range(start, start + claims_per_chunk)
+        ]
+        for k, event in enumerate(chunk, start):
+            apply(state, k, event)
+        total += len(chunk)
+        del chunk
+    after = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    assert len(state.reservations) == reservations, "every claim should fit"
+    return {
+        "memory_bytes_per_provider": round(per_provider),
+        "memory_bytes_per_reservation": round((after - before) / total),
+        "memory_providers": providers,
+        "memory_reservations": total,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--replay-records", type=int, default=1_000_000)
+    parser.add_argument("--skip-memory", action="store_true")
+    args = parser.parse_args()
+    figures: dict[str, Any] = {}
+    note("apply in memory ...")
+    figures.update(bench_apply())
+    figures.update(bench_decode())
+    work = Path(tempfile.mkdtemp(prefix="berth-bench-"))
+    try:
+        note("durable end to end ...")
+        figures.update(bench_durable(work / "durable"))
+        figures.update(bench_replay(work / "replay", args.replay_records))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    if not args.skip_memory:
+        note("memory ...")
+        figures.update(bench_memory())
+    print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,126 @@
+"""The composition root: turns settings into a log, a view and writers.
+
+Nothing connects at import time; entry points call :func:`open_app`.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from consumers.partition_writer import PartitionWriter
+from consumers.topics import DEFAULT_TOPICS, Topics
+from ledger.log import Log, UnknownTopic
+from projections.view.engine import make_engine, sqlite_url
+from projections.view.migrate import upgrade
+from projections.view.writer import ViewWriter
+
+DEFAULT_DATA_DIR = "berth-data"
+DEFAULT_PARTITIONS = 8
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Where the log and the view live. Empty means the embedded default."""
+
+    data_dir: Path = Path(DEFAULT_DATA_DIR)
+    log_url: str = ""
+    db_url: str = ""
+    partitions: int = DEFAULT_PARTITIONS
+    topics: Topics = field(default_factory=lambda: DEFAULT_TOPICS)
+
+    @classmethod
+    def from_env(cls, **overrides: object) -> Settings:
+        values: dict[str, object] = {
+            "data_dir": Path(os.environ.get("BERTH_DATA_DIR", DEFAULT_DATA_DIR)),
+            "log_url": os.environ.get("BERTH_LOG", ""),
+            "db_url": os.environ.get("BERTH_DB", ""),
+            "partitions": int(os.environ.get("BERTH_PARTITIONS", DEFAULT_PARTITIONS)),
+        }
+        values.update({k: v for k, v in overrides.items() if v not in (None, "")})
+        return cls(**values)  # type: ignore[arg-type]
+
+    @property
+    def view_url(self) -> str:
+        return self.db_url or sqlite_url(str(self.data_dir / "view.db"))
+
+
+def open_log(settings: Settings) -> Log:
+    """``kafka://host:port[,host:port]`` or, by default, the embedded log."""
+    url = settings.log_url
+    if url.startswith("kafka://"):
+        from ledger.kafka import KafkaLog
+
+        return KafkaLog(url.removeprefix("kafka://"))
+    if url and not url.startswith("embedded:"):
+        raise ValueError(f"unknown log URL {url!r}: use kafka://HOST:PORT or embedded:DIR")
+    from ledger.embedded import EmbeddedLog
+
+    directory = url.removeprefix("embedded:") or str(settings.data_dir)
+    return EmbeddedLog(directory)
+
+
+def create_topics(log: Log, settings: Settings) -> None:
+    topics = settings.topics
+    log.create_topic(topics.events, settings.partitions)
+    log.create_topic(topics.outcomes, settings.partitions)
+    log.create_topic(topics.dead_letters, 1)
+
+
+def tune_gc() -> None:
+    """The writer keeps millions of long-lived objects; freezing them and raising
+    the young-generation threshold stops the collector rescanning them."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(100_000, 50, 100)
+
+
+class App:
+    """A log, a view and the writers of the partitions this process owns."""
+
+    def __init__(self, settings: Settings, migrate: bool = True) -> None:
+        self.settings = settings
+        if not settings.log_url and not settings.db_url:
+            settings.data_dir.mkdir(parents=True, exist_ok=True)
+        self.log = open_log(settings)
+        try:
+            existing = self.log.partition_count(settings.topics.events)
+        except UnknownTopic:
+            existing = None
+        if existing is not None and existing != settings.partitions:
+            # an existing log fixes the partition count: keys are routed by it
+            settings = replace(settings, partitions=existing)
+            self.settings = settings
+        create_topics(self.log, settings)
+        self.engine = make_engine(settings.view_url)
+        if migrate:
+            upgrade(self.engine)
+        self.view = ViewWriter(self.engine)
+
+    def writers(
+        self, partitions: list[int] | None = None, publish: bool = True
+    ) -> list[PartitionWriter]:
+        owned = range(self.settings.partitions) if partitions is None else partitions
+        return [
+            PartitionWriter(
+                self.log,
+                self.view,
+                p,
+                self.settings.partitions,
+                self.settings.topics,
+                publish=publish,
+            )
+            for p in owned
+        ]
+
+    def close(self) -> None:
+        self.log.close()
+        self.engine.dispose()
+
+    def __enter__(self) -> App:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,218 @@
+"""The ``berth`` command: decode arguments, call the core, print results."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import shutil
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Never
+
+from tqdm import tqdm
+
+from berth.app import DEFAULT_DATA_DIR, DEFAULT_PARTITIONS, App, Settings, tune_gc
+
+DEMO_MARKER = ".berth-demo"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="berth", description="Event-sourced reservation ledger and placement scheduler."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def backend_options(p: argparse.ArgumentParser, data_dir: str = DEFAULT_DATA_DIR) -> None:
+        p.add_argument("--data-dir", default=data_dir, help="embedded log and SQLite view")
+        p.add_argument("--log", default="", help="kafka://HOST:PORT (default: embedded)")
+        p.add_argument("--db", default="", help="SQLAlchemy URL (default: SQLite in data dir)")
+        p.add_argument("--partitions", type=int, default=None, help="partitions of a new log")
+
+    demo = sub.add_parser("demo", help="simulate a cluster end to end on the embedded default")
+    backend_options(demo, data_dir="berth-demo-data")
+    demo.add_argument("--providers", type=int, default=200)
+    demo.add_argument("--requests", type=int, default=20_000)
+    demo.add_argument("--seed", type=int, default=7)
+    demo.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+
+    replay = sub.add_parser("replay", help="rebuild the view from offset 0")
+    backend_options(replay)
+    replay.add_argument("--verify", action="store_true", help="compare every decision")
+
+    projector = sub.add_parser("projector", help="run partition writers until interrupted")
+    backend_options(projector)
+    projector.add_argument("--owned", default="", help="comma-separated partitions (all)")
+    projector.add_argument("--idle-wait-s", type=float, default=0.05)
+
+    migrate = sub.add_parser("migrate", help="create or upgrade the view's schema")
+    backend_options(migrate)
+
+    publish = sub.add_parser("publish", help="publish JSON events, one per line")
+    backend_options(publish)
+    publish.add_argument("file", nargs="?", default="-", help="JSON lines (default: stdin)")
+
+    tick = sub.add_parser("tick", help="advance every partition's clock to now")
+    backend_options(tick)
+    return parser
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    return Settings.from_env(
+        data_dir=Path(args.data_dir) if args.data_dir else None,
+        log_url=args.log,
+        db_url=args.db,
+        partitions=args.partitions,
+    )
+
+
+def _progress(total: int | None, desc: str, enabled: bool = True) -> tqdm[Never]:
+    return tqdm(total=total, desc=desc, unit="rec", disable=not enabled, file=sys.stderr)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from berth.demo import Demo, DemoConfig, render, to_json
+
+    data_dir = Path(args.data_dir)
+    if data_dir.exists() and any(data_dir.iterdir()):
+        if not (data_dir / DEMO_MARKER).exists():
+            print(
+                f"berth: {data_dir} is not empty and not a demo's; choose another --data-dir",
+                file=sys.stderr,
+            )
+            return 2
+        shutil.rmtree(data_dir)
+    data_dir.mkdir(parents=True)
+    (data_dir / DEMO_MARKER).touch()
+    settings = _settings(args)
+    if args.partitions is None:
+        settings = Settings(
+            data_dir=settings.data_dir,
+            log_url=settings.log_url,
+            db_url=settings.db_url,
+            partitions=DEFAULT_PARTITIONS,
+        )
+    cfg = DemoConfig(
+        providers=args.providers,
+        requests=args.requests,
+        partitions=settings.partitions,
+        seed=args.seed,
+    )
+    tune_gc()
+    with App(settings) as app, _progress(cfg.requests, "requests") as bar:
+        summary = Demo(app, cfg, progress=bar.update).run()
+    print(to_json(summary) if args.json else render(summary))
+    return 0 if summary["overcommitted_providers"] == 0 else 1
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from berth.replay import replay, total_records
+
+    settings = _settings(args)
+    tune_gc()
+    with _progress(total_records(settings), "replay") as bar:
+        started = time.perf_counter()
+        result = replay(settings, verify=args.verify, progress=bar.update)
+        elapsed = time.perf_counter() - started
+    print(
+        json.dumps(
+            {
+                "records": result.records,
+                "outcomes": result.outcomes,
+                "elapsed_s": round(elapsed, 3),
+                "view": result.view_url,
+                "verified": args.verify and result.divergence is None,
+            }
+        )
+    )
+    if result.divergence is not None:
+        print(f"berth: first divergence: {result.divergence}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_projector(args: argparse.Namespace) -> int:
+    settings = _settings(args)
+    owned = [int(p) for p in args.owned.split(",")] if args.owned else None
+    with App(settings) as app:
+        writers = app.writers(owned)
+        tune_gc()
+        logging.info("projector: %d partitions owned", len(writers))
+        try:
+            while True:
+                busy = False
+                for writer in writers:
+                    busy = writer.step() is not None or busy
+                if not busy:
+                    time.sleep(args.idle_wait_s)
+        except KeyboardInterrupt:
+            return 0
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    from projections.view.engine import make_engine
+    from projections.view.migrate import upgrade
+
+    settings = _settings(args)
+    if not settings.db_url:
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+    engine = make_engine(settings.view_url)
+    upgrade(engine)
+    engine.dispose()
+    print(f"view schema is current: {settings.view_url}")
+    return 0
+
+
+def cmd_publish(args: argparse.Namespace) -> int:
+    from berth.client import Publisher, PublishError
+    from schemas.codec import EventDecodeError
+
+    settings = _settings(args)
+    stream = sys.stdin if args.file == "-" else open(args.file, encoding="utf-8")  # noqa: SIM115
+    with App(settings) as app, stream:
+        publisher = Publisher(app.log, settings.topics)
+        failures = 0
+        for number, line in enumerate(stream, 1):
+            if not line.strip():
+                continue
+            try:
+                placed = publisher.publish([json.loads(line)])
+            except (json.JSONDecodeError, EventDecodeError, PublishError) as error:
+                print(f"line {number}: {error}", file=sys.stderr)
+                failures += 1
+                continue
+            partition, offset = placed[0]
+            print(json.dumps({"line": number, "partition": partition, "offset": offset}))
+    return 1 if failures else 0
+
+
+def cmd_tick(args: argparse.Namespace) -> int:
+    from berth.client import Publisher
+
+    settings = _settings(args)
+    with App(settings) as app:
+        Publisher(app.log, settings.topics).tick()
+    return 0
+
+
+COMMANDS = {
+    "demo": cmd_demo,
+    "replay": cmd_replay,
+    "projector": cmd_projector,
+    "migrate": cmd_migrate,
+    "publish": cmd_publish,
+    "tick": cmd_tick,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+    args = build_parser().parse_args(argv)
+    return COMMANDS[args.command](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

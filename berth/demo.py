@@ -1,0 +1,342 @@
+"""The main job: a simulated cluster on the embedded default, end to end.
+
+Requests go through the whole path: a least-loaded choice on the SQL view
+(refreshed once per wave, by two schedulers that race), claims appended to the
+log, the partition writers deciding them, outcomes read back from the outcomes
+topic, then consumes, releases and abandoned holds that the clock expires.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from sqlalchemy import func, select
+
+from berth.app import App
+from berth.client import Publisher
+from projections.view.tables import inventories
+from schemas.events import (
+    Claim,
+    ClaimItem,
+    Consume,
+    Event,
+    Inventory,
+    InventorySet,
+    ProviderRegistered,
+    Release,
+)
+from schemas.outcomes import Kind, Outcome
+
+CLASSES = ("VCPU", "MEMORY_MB", "DISK_GB")
+NODE_SIZES = (  # (weight, vcpus, memory_mb, disk_gb)
+    (5, 16, 65_536, 500),
+    (3, 32, 131_072, 1_000),
+    (2, 64, 262_144, 2_000),
+)
+FLAVORS = (  # (weight, name, vcpus, memory_mb, disk_gb)
+    (30, "m1.small", 1, 2_048, 20),
+    (35, "m1.medium", 2, 4_096, 40),
+    (25, "m1.large", 4, 8_192, 80),
+    (9, "m1.xlarge", 8, 16_384, 160),
+    (1, "m1.huge", 32, 524_288, 1_000),  # fits nowhere: shows "no valid host"
+)
+RATIOS = {"VCPU": 4.0, "MEMORY_MB": 1.0, "DISK_GB": 1.0}
+LEASE_MS = 60_000
+STEP_MS = 2  # simulated time between two requests
+DELETE_SHARE = 0.15  # of running instances deleted per wave
+
+
+@dataclass
+class DemoConfig:
+    providers: int = 200
+    requests: int = 20_000
+    partitions: int = 8
+    wave: int = 500
+    seed: int = 7
+
+
+@dataclass
+class Tally:
+    requested: int = 0
+    no_valid_host: int = 0
+    placed: int = 0
+    rejected: Counter[str] = field(default_factory=Counter)
+    consumed: int = 0
+    released: int = 0
+    expired: int = 0
+    decisions: int = 0
+
+
+class SimClock:
+    """The producers' clock in the simulation: it moves as requests arrive."""
+
+    def __init__(self, start_ms: int) -> None:
+        self.now_ms = start_ms
+
+    def __call__(self) -> int:
+        return self.now_ms
+
+
+class Cluster:
+    """The scheduler's picture of free capacity, reloaded from the view."""
+
+    def __init__(self, app: App, provider_ids: list[str]) -> None:
+        self.app = app
+        self.ids = provider_ids
+        self.row = {pid: i for i, pid in enumerate(provider_ids)}
+        self.free = np.zeros((len(provider_ids), len(CLASSES)), dtype=np.int64)
+
+    def refresh(self) -> None:
+        self.free[:] = 0
+        column = {rc: j for j, rc in enumerate(CLASSES)}
+        query = select(inventories.c.provider_id, inventories.c.resource_class, inventories.c.free)
+        with self.app.engine.connect() as conn:
+            for pid, rc, free in conn.execute(query):
+                self.free[self.row[pid], column[rc]] = free
+
+    def pick(self, wanted: np.ndarray) -> int | None:
+        """Least loaded: the provider that fits with the most memory left."""
+        fits = (self.free >= wanted).all(axis=1)
+        if not fits.any():
+            return None
+        memory = np.where(fits, self.free[:, 1], -1)
+        best = int(memory.argmax())
+        self.free[best] -= wanted  # virtual consumption until the next refresh
+        return best
+
+
+def _build_cluster(cfg: DemoConfig, rng: random.Random, clock: SimClock) -> list[Event]:
+    events: list[Event] = []
+    weights = [size[0] for size in NODE_SIZES]
+    for n in range(cfg.providers):
+        pid = f"node-{n:05d}"
+        _, vcpus, memory_mb, disk_gb = rng.choices(NODE_SIZES, weights)[0]
+        totals = {"VCPU": vcpus, "MEMORY_MB": memory_mb, "DISK_GB": disk_gb}
+        events.append(
+            ProviderRegistered(
+                event_id=f"reg-{pid}", ts_ms=clock(), partition_key=pid, provider_id=pid, name=pid
+            )
+        )
+        inventory = {
+            rc: Inventory(
+                total=total,
+                reserved=512 if rc == "MEMORY_MB" else 0,
+                allocation_ratio=RATIOS[rc],
+            )
+            for rc, total in totals.items()
+        }
+        events.append(
+            InventorySet(
+                event_id=f"inv-{pid}",
+                ts_ms=clock(),
+                partition_key=pid,
+                provider_id=pid,
+                inventories=inventory,
+            )
+        )
+    return events
+
+
+class Demo:
+    def __init__(
+        self, app: App, cfg: DemoConfig, progress: Callable[[int], object] | None = None
+    ) -> None:
+        self.app = app
+        self.cfg = cfg
+        self.rng = random.Random(cfg.seed)
+        self.clock = SimClock(1_700_000_000_000)
+        self.publisher = Publisher(app.log, app.settings.topics, clock_ms=self.clock)
+        self.writers = app.writers()
+        self.outcome_offsets = [0] * app.settings.partitions
+        self.tally = Tally()
+        self.pending: list[tuple[str, str]] = []  # (reservation id, its provider)
+        self.consumed: list[tuple[str, str]] = []
+        self.claimed: dict[str, str] = {}  # reservation id -> provider, until decided
+        self.progress = progress or (lambda n: None)
+
+    def run(self) -> dict[str, Any]:
+        cfg = self.cfg
+        self.publisher.publish(_build_cluster(cfg, self.rng, self.clock))
+        self._drive()
+        ids = [f"node-{n:05d}" for n in range(cfg.providers)]
+        # two schedulers that do not see each other's picks, like two API
+        # workers: on a tight cluster their claims race, and the writer decides
+        schedulers = (Cluster(self.app, ids), Cluster(self.app, ids))
+        flavors = [np.array(f[2:], dtype=np.int64) for f in FLAVORS]
+        weights = [f[0] for f in FLAVORS]
+        started = time.perf_counter()
+        done = 0
+        while done < cfg.requests:
+            for cluster in schedulers:
+                cluster.refresh()
+            wave = min(cfg.wave, cfg.requests - done)
+            events: list[Event] = self._lifecycle_events()
+            for k in range(done, done + wave):
+                self.clock.now_ms += STEP_MS
+                wanted = self.rng.choices(flavors, weights)[0]
+                cluster = schedulers[k % 2]
+                best = cluster.pick(wanted)
+                if best is None:
+                    self.tally.no_valid_host += 1
+                    continue
+                pid = ids[best]
+                self.claimed[f"res-{k:08d}"] = pid
+                resources = dict(zip(CLASSES, (int(x) for x in wanted), strict=True))
+                events.append(
+                    Claim(
+                        event_id=f"claim-{k}",
+                        ts_ms=self.clock.now_ms,
+                        partition_key=pid,
+                        reservation_id=f"res-{k:08d}",
+                        consumer_id=f"vm-{k:08d}",
+                        project_id=f"project-{k % 17}",
+                        items=(ClaimItem(provider_id=pid, resources=resources),),
+                        lease_ms=LEASE_MS,
+                    )
+                )
+            self.tally.requested += wave
+            self.publisher.publish(events)
+            self._drive()
+            done += wave
+            self.progress(wave)
+        elapsed = time.perf_counter() - started
+        # let every abandoned hold run out, then tick the quiet partitions
+        self.clock.now_ms += LEASE_MS + 1
+        self.publisher.tick()
+        self._drive()
+        return self._summary(elapsed)
+
+    def _lifecycle_events(self) -> list[Event]:
+        """Builds start for most held reservations, some fail, some are abandoned;
+        some running instances are deleted."""
+        events: list[Event] = []
+        now = self.clock.now_ms
+        for rid, pid in self.pending:
+            roll = self.rng.random()
+            if roll < 0.6:
+                events.append(
+                    Consume(event_id=f"c-{rid}", ts_ms=now, partition_key=pid, reservation_id=rid)
+                )
+                self.consumed.append((rid, pid))
+            elif roll < 0.8:
+                events.append(
+                    Release(event_id=f"r-{rid}", ts_ms=now, partition_key=pid, reservation_id=rid)
+                )
+        self.pending.clear()
+        keep = []
+        for rid, pid in self.consumed:
+            if self.rng.random() < DELETE_SHARE:
+                events.append(
+                    Release(event_id=f"d-{rid}", ts_ms=now, partition_key=pid, reservation_id=rid)
+                )
+            else:
+                keep.append((rid, pid))
+        self.consumed = keep
+        return events
+
+    def _drive(self) -> None:
+        for writer in self.writers:
+            writer.catch_up()
+        topic = self.app.settings.topics.outcomes
+        for partition in range(self.app.settings.partitions):
+            while True:
+                records = self.app.log.read(topic, partition, self.outcome_offsets[partition], 5000)
+                if not records:
+                    break
+                self.outcome_offsets[partition] = records[-1].offset + 1
+                for record in records:
+                    self._count(Outcome.from_json(record.value))
+
+    def _count(self, outcome: Outcome) -> None:
+        tally = self.tally
+        tally.decisions += 1
+        kind = outcome.kind
+        if kind == Kind.ACCEPTED:
+            tally.placed += 1
+            self.pending.append((outcome.subject, self.claimed.pop(outcome.subject)))
+        elif kind == Kind.REJECTED and outcome.subject in self.claimed:
+            del self.claimed[outcome.subject]
+            for reason in outcome.reasons:
+                tally.rejected[reason.code.name] += 1
+        elif kind == Kind.REJECTED:
+            for reason in outcome.reasons:
+                tally.rejected[reason.code.name] += 1
+        elif kind == Kind.CONSUMED:
+            tally.consumed += 1
+        elif kind == Kind.RELEASED:
+            tally.released += 1
+        elif kind == Kind.EXPIRED:
+            tally.expired += 1
+
+    def _summary(self, elapsed_s: float) -> dict[str, Any]:
+        with self.app.engine.connect() as conn:
+            totals = conn.execute(
+                select(
+                    inventories.c.resource_class,
+                    func.sum(inventories.c.capacity),
+                    func.sum(inventories.c.held),
+                    func.sum(inventories.c.consumed),
+                ).group_by(inventories.c.resource_class)
+            ).all()
+            overcommitted = conn.execute(
+                select(func.count(func.distinct(inventories.c.provider_id))).where(
+                    inventories.c.held + inventories.c.consumed > inventories.c.capacity
+                )
+            ).scalar_one()
+        tally = self.tally
+        return {
+            "providers": self.cfg.providers,
+            "partitions": self.app.settings.partitions,
+            "requests": tally.requested,
+            "placed": tally.placed,
+            "no_valid_host": tally.no_valid_host,
+            "rejected": sum(tally.rejected.values()),
+            "rejected_reasons": dict(sorted(tally.rejected.items())),
+            "consumed": tally.consumed,
+            "released": tally.released,
+            "expired": tally.expired,
+            "utilisation": {
+                rc: round((held + consumed) / capacity, 4) if capacity else 0.0
+                for rc, capacity, held, consumed in sorted(totals)
+            },
+            "overcommitted_providers": int(overcommitted),
+            "elapsed_s": round(elapsed_s, 3),
+            "requests_per_s": round(tally.requested / elapsed_s, 1) if elapsed_s else None,
+            "decisions": tally.decisions,
+            "data_dir": str(self.app.settings.data_dir),
+        }
+
+
+def render(summary: dict[str, Any]) -> str:
+    """The summary for a person."""
+    lines = [
+        f"providers {summary['providers']} in {summary['partitions']} partitions, "
+        f"{summary['requests']} requests in {summary['elapsed_s']} s "
+        f"({summary['requests_per_s']} requests/s)",
+        f"placed {summary['placed']}, no valid host {summary['no_valid_host']}, "
+        f"rejected by the writer {summary['rejected']}",
+    ]
+    for code, count in summary["rejected_reasons"].items():
+        lines.append(f"  {code}: {count}")
+    lines.append(
+        f"consumed {summary['consumed']}, released {summary['released']}, "
+        f"expired {summary['expired']}"
+    )
+    lines.append(
+        "utilisation: "
+        + ", ".join(f"{rc} {share:.1%}" for rc, share in summary["utilisation"].items())
+    )
+    lines.append(f"overcommitted providers: {summary['overcommitted_providers']}")
+    lines.append(f"log and view in {summary['data_dir']} (try: berth replay --verify)")
+    return "\n".join(lines)
+
+
+def to_json(summary: dict[str, Any]) -> str:
+    return json.dumps(summary, sort_keys=True)
