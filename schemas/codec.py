@@ -31,9 +31,15 @@ def _summary(error: ValidationError) -> str:
             continue  # pydantic's echo of an item that failed; the item's error says it
 
         where = ".".join(str(p) for p in item["loc"]) or "event"
-        if item["loc"] and item["loc"][-1] == "schema_version":
+        version = item.get("input")
+        if (
+            item["loc"]
+            and item["loc"][-1] == "schema_version"
+            and isinstance(version, int)
+            and version > NEWEST_SCHEMA_VERSION
+        ):
             parts.append(
-                f"{where}: version {item['input']!r} is not one this build understands "
+                f"{where}: version {version} is newer than this build understands "
                 f"(newest is {NEWEST_SCHEMA_VERSION}); upgrade Berth before producing it"
             )
             continue
