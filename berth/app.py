@@ -19,6 +19,7 @@ from projections.view.writer import ViewWriter
 
 DEFAULT_DATA_DIR = "berth-data"
 DEFAULT_PARTITIONS = 8
+DEFAULT_BATCH_SIZE = 2000
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +30,7 @@ class Settings:
     log_url: str = ""
     db_url: str = ""
     partitions: int = DEFAULT_PARTITIONS
+    batch_size: int = DEFAULT_BATCH_SIZE
     topics: Topics = field(default_factory=lambda: DEFAULT_TOPICS)
 
     @classmethod
@@ -38,6 +40,7 @@ class Settings:
             "log_url": os.environ.get("BERTH_LOG", ""),
             "db_url": os.environ.get("BERTH_DB", ""),
             "partitions": int(os.environ.get("BERTH_PARTITIONS", DEFAULT_PARTITIONS)),
+            "batch_size": int(os.environ.get("BERTH_BATCH_SIZE", DEFAULT_BATCH_SIZE)),
         }
         values.update({k: v for k, v in overrides.items() if v not in (None, "")})
         return cls(**values)  # type: ignore[arg-type]
@@ -95,9 +98,10 @@ class App:
             self.settings = settings
         create_topics(self.log, settings)
         self.engine = make_engine(settings.view_url)
+        self.write_engine = make_engine(settings.view_url, writer=True)
         if migrate:
-            upgrade(self.engine)
-        self.view = ViewWriter(self.engine)
+            upgrade(self.write_engine)
+        self.view = ViewWriter(self.write_engine)
 
     def writers(
         self, partitions: list[int] | None = None, publish: bool = True
@@ -110,6 +114,7 @@ class App:
                 p,
                 self.settings.partitions,
                 self.settings.topics,
+                batch_size=self.settings.batch_size,
                 publish=publish,
             )
             for p in owned
@@ -118,6 +123,7 @@ class App:
     def close(self) -> None:
         self.log.close()
         self.engine.dispose()
+        self.write_engine.dispose()
 
     def __enter__(self) -> App:
         return self

@@ -69,6 +69,7 @@ def replay(
             log_url=settings.log_url,
             db_url=f"sqlite:///{fresh}",
             partitions=settings.partitions,
+            batch_size=settings.batch_size,
             topics=settings.topics,
         )
     records = outcomes = 0
