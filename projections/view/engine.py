@@ -11,8 +11,12 @@ def sqlite_url(path: str) -> str:
     return f"sqlite:///{path}"
 
 
-def make_engine(url: str) -> Engine:
+def make_engine(url: str, writer: bool = False) -> Engine:
     """An engine for ``url``; SQLite gets WAL and ``synchronous=NORMAL``.
+
+    A ``writer`` engine on SQLite begins every transaction IMMEDIATE: writers
+    in several processes then queue on the write lock (busy_timeout) instead
+    of failing when another commits between their first read and first write.
 
     NORMAL may lose the last view commit on power loss, never corrupt it; the
     log is the source of truth and the view re-applies from its own committed
@@ -28,6 +32,14 @@ def make_engine(url: str) -> Engine:
             cursor.execute("PRAGMA synchronous=NORMAL")
             cursor.execute("PRAGMA busy_timeout=30000")
             cursor.close()
+            if writer:
+                dbapi_connection.isolation_level = None  # we issue BEGIN ourselves
+
+        if writer:
+
+            @event.listens_for(engine, "begin")
+            def _begin_immediate(conn: Any) -> None:
+                conn.exec_driver_sql("BEGIN IMMEDIATE")
 
         return engine
     return create_engine(url, pool_pre_ping=True)

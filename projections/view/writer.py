@@ -148,8 +148,23 @@ _UPDATE_RESERVATION = (
 _EMPTY_JSON_LIST = "[]"
 
 
-def _json(value: object) -> str:
-    return json.dumps(value, separators=(",", ":"))
+_json = json.JSONEncoder(separators=(",", ":")).encode
+_string = json.encoder.encode_basestring
+_RESOURCES_JSON: dict[tuple[tuple[str, int], ...], str] = {}
+
+
+def _items_json(claim: Claim) -> str:
+    """The claim's items as JSON; request shapes repeat, so their JSON is cached."""
+    parts = []
+    for item in claim.items:
+        key = tuple(item.resources.items())
+        resources = _RESOURCES_JSON.get(key)
+        if resources is None:
+            if len(_RESOURCES_JSON) > 10_000:
+                _RESOURCES_JSON.clear()
+            resources = _RESOURCES_JSON[key] = _json(item.resources)
+        parts.append(f'{{"provider_id":{_string(item.provider_id)},"resources":{resources}}}')
+    return f"[{','.join(parts)}]"
 
 
 def _write_outcomes(conn: Connection, batch: Batch) -> None:
@@ -182,7 +197,7 @@ def _claim_row(claim: Claim, partition: int, offset: int, expires_at_ms: int) ->
         "held",
         claim.consumer_id,
         claim.project_id,
-        _json([{"provider_id": i.provider_id, "resources": i.resources} for i in claim.items]),
+        _items_json(claim),
         claim.lease_ms,
         expires_at_ms,
         claim.anti_affinity_group,

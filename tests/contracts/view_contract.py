@@ -62,7 +62,7 @@ class ViewContract:
 
     @pytest.fixture()
     def engine(self, database_url: str) -> Engine:
-        engine = make_engine(database_url)
+        engine = make_engine(database_url, writer=True)
         upgrade(engine)
         return engine
 
