@@ -124,6 +124,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
                 "elapsed_s": round(elapsed, 3),
                 "view": result.view_url,
                 "verified": args.verify and result.divergence is None,
+                "verified_outcomes": result.verified,
             }
         )
     )

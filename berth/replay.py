@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from sqlalchemy import func, select
@@ -34,6 +34,9 @@ class Divergence:
 class ReplayResult:
     records: int
     outcomes: int
+    verified: int
+    """Outcomes compared with recorded ones (records the live writer has not yet
+    decided have none to compare with)."""
     divergence: Divergence | None
     view_url: str
 
@@ -53,6 +56,47 @@ def _recorded(log: Log, topic: str, partition: int) -> Iterator[Outcome]:
                 yield outcome
 
 
+def _replay_partitions(
+    target: Settings,
+    partitions: list[int],
+    verify: bool,
+    progress: Callable[[int], object] | None,
+) -> ReplayResult:
+    """Rebuild the given partitions into ``target``'s (migrated) view."""
+    records = outcomes = verified = 0
+    divergence: Divergence | None = None
+    with App(target, migrate=False) as app:
+        for writer in app.writers(partitions, publish=False):
+            recorded = _recorded(app.log, target.topics.outcomes, writer.partition)
+            checking = verify
+            while (batch := writer.step()) is not None:
+                records += batch.end - batch.start
+                if progress is not None:
+                    progress(batch.end - batch.start)
+                for applied in batch.applied:
+                    outcomes += len(applied.outcomes)
+                    if not checking:
+                        continue
+                    for actual in applied.outcomes:
+                        expected = next(recorded, None)
+                        if expected is None:
+                            checking = False  # the rest is not decided live yet
+                            break
+                        if expected != actual:
+                            if divergence is None:
+                                divergence = Divergence(
+                                    writer.partition, applied.offset, expected, actual
+                                )
+                            checking = False
+                            break
+                        verified += 1
+            if checking and divergence is None:
+                extra = next(recorded, None)
+                if extra is not None:
+                    divergence = Divergence(writer.partition, extra.offset, extra, None)
+    return ReplayResult(records, outcomes, verified, divergence, target.view_url)
+
+
 def replay(
     settings: Settings, verify: bool, progress: Callable[[int], object] | None = None
 ) -> ReplayResult:
@@ -64,48 +108,22 @@ def replay(
         fresh = settings.data_dir / "view.replay.db"
         for leftover in (fresh, *(Path(f"{fresh}{s}") for s in ("-wal", "-shm"))):
             leftover.unlink(missing_ok=True)
-        target = Settings(
-            data_dir=settings.data_dir,
-            log_url=settings.log_url,
-            db_url=f"sqlite:///{fresh}",
-            partitions=settings.partitions,
-            batch_size=settings.batch_size,
-            topics=settings.topics,
-        )
-    records = outcomes = 0
-    divergence: Divergence | None = None
+        target = replace(settings, db_url=f"sqlite:///{fresh}")
     with App(target) as app:
+        target = app.settings  # the log's own partition count
         with app.engine.connect() as conn:
             if conn.execute(select(func.count()).select_from(partition_offsets)).scalar_one():
                 raise ValueError(
                     f"{target.view_url} already holds a view; replay needs an empty one"
                 )
-        for writer in app.writers(publish=False):
-            recorded = _recorded(app.log, settings.topics.outcomes, writer.partition)
-            while (batch := writer.step()) is not None:
-                records += batch.end - batch.start
-                if progress is not None:
-                    progress(batch.end - batch.start)
-                for applied in batch.applied:
-                    for actual in applied.outcomes:
-                        outcomes += 1
-                        if verify and divergence is None:
-                            expected = next(recorded, None)
-                            if expected != actual:
-                                divergence = Divergence(
-                                    writer.partition, applied.offset, expected, actual
-                                )
-            if verify and divergence is None:
-                extra = next(recorded, None)
-                if extra is not None:
-                    divergence = Divergence(writer.partition, extra.offset, extra, None)
-    if fresh is not None:
-        view = settings.data_dir / "view.db"
-        for suffix in ("-wal", "-shm"):
-            Path(f"{view}{suffix}").unlink(missing_ok=True)
-        os.replace(fresh, view)
-        return ReplayResult(records, outcomes, divergence, f"sqlite:///{view}")
-    return ReplayResult(records, outcomes, divergence, target.view_url)
+    result = _replay_partitions(target, list(range(target.partitions)), verify, progress)
+    if fresh is None:
+        return result
+    view = settings.data_dir / "view.db"
+    for suffix in ("-wal", "-shm"):
+        Path(f"{view}{suffix}").unlink(missing_ok=True)
+    os.replace(fresh, view)
+    return replace(result, view_url=f"sqlite:///{view}")
 
 
 def total_records(settings: Settings) -> int:

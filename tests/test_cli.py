@@ -73,6 +73,7 @@ def test_replay_verify_reproduces_every_decision(
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["verified"] is True
     assert result["outcomes"] == summary["decisions"]
+    assert result["verified_outcomes"] == summary["decisions"]
 
 
 def test_replay_verify_reports_the_first_divergence(
