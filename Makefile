@@ -20,7 +20,7 @@ test: $(BIN)/.installed
 
 lint: $(BIN)/.installed
 	$(BIN)/ruff check .
-	$(BIN)/mypy schemas ledger projections consumers berth bench
+	$(BIN)/mypy schemas ledger projections consumers berth bench tests
 
 check: lint test
 

@@ -1,0 +1,328 @@
+"""The embedded, file-backed log: the default durable backend.
+
+Layout under ``DATA_DIR/log``: one directory per topic holding ``meta.json``
+(the partition count, written last so that it marks a complete creation) and one
+append-only file ``p<N>.log`` per partition, whose format is described in
+:mod:`ledger.embedded_file`.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import re
+import threading
+from array import array
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from ledger.embedded_file import Chunk, Fsync, PartitionFile, pwrite_all
+from ledger.log import Append, Log, LogError, Record, UnknownTopic
+
+__all__ = ["EmbeddedLog"]
+
+_log = logging.getLogger(__name__)
+
+_TOPIC_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,248}")
+_META = "meta.json"
+_FORMAT = 1
+
+
+def _fsync_dir(path: Path, fsync: Fsync) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _make_dirs(path: Path, fsync: Fsync) -> None:
+    """``mkdir -p`` whose new directory entries survive a crash."""
+    missing = []
+    while not path.exists():
+        missing.append(path)
+        path = path.parent
+    for directory in reversed(missing):
+        directory.mkdir(exist_ok=True)
+        _fsync_dir(directory.parent, fsync)
+
+
+class _Request:
+    """One ``append`` call waiting in the group-commit queue."""
+
+    __slots__ = ("chunks", "done", "error", "offsets", "order")
+
+    def __init__(self, partitions: Sequence[PartitionFile], records: Sequence[Append]) -> None:
+        chunks: dict[int, Chunk] = {}
+        self.order: list[tuple[Chunk, int]] = []
+        for record in records:
+            chunk = chunks.get(record.partition)
+            if chunk is None:
+                chunk = chunks[record.partition] = Chunk(partitions[record.partition])
+            self.order.append((chunk, chunk.add(record.key, record.value)))
+        self.chunks = list(chunks.values())
+        self.offsets: list[int] = []
+        self.error: BaseException | None = None
+        self.done = False
+
+
+class EmbeddedLog(Log):
+    """A :class:`Log` stored in files under ``data_dir``, safe for many threads.
+
+    Concurrent ``append`` calls share fsyncs: each caller queues its framed
+    records, and whichever finds no commit in progress becomes the leader, writes
+    everything queued and fsyncs each touched partition once, then wakes the
+    others with their offsets. ``fsync`` is injectable so tests can count calls.
+    Only one ``EmbeddedLog`` (in any process) may hold a directory at a time.
+    """
+
+    def __init__(self, data_dir: str | Path, *, fsync: Fsync = os.fsync) -> None:
+        self._root = Path(data_dir) / "log"
+        self._fsync = fsync
+        self._topics: dict[str, list[PartitionFile]] = {}
+        self._topics_lock = threading.Lock()
+        self._cond = threading.Condition(threading.Lock())
+        self._queue: list[_Request] = []
+        self._leading = False
+        self._closed = False
+        self._broken: BaseException | None = None
+        self._lock_fd = -1
+        try:
+            _make_dirs(self._root, fsync)
+            self._lock_fd = self._take_directory_lock()
+            self._open_existing()
+        except BaseException as exc:
+            self._close_files()
+            if isinstance(exc, OSError):
+                raise LogError(f"cannot open embedded log at {self._root}: {exc}") from exc
+            raise
+
+    # -- topics -----------------------------------------------------------------
+
+    def topics(self) -> dict[str, int]:
+        """Every topic found on open or created since, with its partition count."""
+        with self._topics_lock:
+            return {name: len(parts) for name, parts in sorted(self._topics.items())}
+
+    def create_topic(self, topic: str, partitions: int) -> None:
+        if partitions < 1:
+            raise ValueError(f"partitions must be >= 1, got {partitions}")
+        if not _TOPIC_NAME.fullmatch(topic):
+            raise ValueError(f"invalid topic name {topic!r}")
+        with self._topics_lock:
+            self._check_open()
+            existing = self._topics.get(topic)
+            if existing is not None:
+                if len(existing) != partitions:
+                    raise LogError(
+                        f"topic {topic!r} exists with {len(existing)} partitions, not {partitions}"
+                    )
+                return
+            try:
+                self._topics[topic] = self._create_files(topic, partitions)
+            except OSError as exc:
+                raise LogError(f"cannot create topic {topic!r}: {exc}") from exc
+
+    def partition_count(self, topic: str) -> int:
+        return len(self._partitions(topic))
+
+    # -- records ----------------------------------------------------------------
+
+    def append(self, topic: str, records: Sequence[Append]) -> list[int]:
+        partitions = self._partitions(topic)
+        for record in records:
+            if not 0 <= record.partition < len(partitions):
+                raise LogError(f"topic {topic!r} has no partition {record.partition}")
+        if not records:
+            return []
+        request = _Request(partitions, records)
+        group: list[_Request] = []
+        with self._cond:
+            self._check_open()
+            self._queue.append(request)
+            while self._leading and not request.done:
+                self._cond.wait()
+            if not request.done:
+                self._leading = True
+                group, self._queue = self._queue, []
+        if group:
+            try:
+                self._commit(group)
+            finally:
+                with self._cond:
+                    self._leading = False
+                    self._cond.notify_all()
+        if request.error is not None:
+            raise LogError(f"append to {topic!r} failed: {request.error}") from request.error
+        return request.offsets
+
+    def read(self, topic: str, partition: int, offset: int, max_records: int) -> list[Record]:
+        if offset < 0 or max_records < 0:
+            raise ValueError("offset and max_records must be >= 0")
+        part = self._partition(topic, partition)
+        try:
+            return part.read(offset, max_records)
+        except OSError as exc:
+            raise LogError(f"read of {topic!r}/{partition} failed: {exc}") from exc
+
+    def end_offset(self, topic: str, partition: int) -> int:
+        return self._partition(topic, partition).end_offset
+
+    def close(self) -> None:
+        with self._cond:
+            if self._closed:
+                return
+            self._closed = True
+            # Requests already queued were accepted, so let them commit first.
+            while self._leading or self._queue:
+                self._cond.wait()
+        self._close_files()
+
+    # -- internals --------------------------------------------------------------
+
+    def _commit(self, group: list[_Request]) -> None:
+        """Write and fsync every queued request: one write and one fsync per partition."""
+        staged: dict[PartitionFile, list[Chunk]] = {}
+        for request in group:
+            for chunk in request.chunks:
+                staged.setdefault(chunk.partition, []).append(chunk)
+        try:
+            if self._broken is not None:
+                raise LogError(f"log unusable after an earlier I/O failure: {self._broken}")
+            published = [(part, self._write(part, chunks)) for part, chunks in staged.items()]
+            for part in staged:
+                self._fsync(part.fd)
+        except BaseException as exc:
+            if self._broken is None:
+                self._fail(exc, staged)
+            for request in group:
+                request.error = exc
+                request.done = True
+            return
+        for part, (ends, key_lengths) in published:
+            part.publish(ends, key_lengths)
+        for request in group:
+            request.offsets = [chunk.base + index for chunk, index in request.order]
+            request.done = True
+
+    @staticmethod
+    def _write(part: PartitionFile, chunks: list[Chunk]) -> tuple[array[int], array[int]]:
+        """Write ``chunks`` after the partition's end; return the new records'
+        ends and key lengths, for publication once they are durable."""
+        start = part.end_position
+        offset = len(part.positions) - 1
+        ends = array("q")
+        key_lengths = array("I")
+        position = start
+        for chunk in chunks:
+            chunk.base = offset
+            offset += len(chunk.ends)
+            ends.extend([position + end for end in chunk.ends])
+            key_lengths.extend(chunk.key_lengths)
+            position = ends[-1]
+        pwrite_all(part.fd, b"".join(chunk.data for chunk in chunks), start)
+        return ends, key_lengths
+
+    def _fail(self, exc: BaseException, touched: Iterable[PartitionFile]) -> None:
+        """After a failed write or fsync the page cache can no longer be trusted
+        to match the file, so cut back to what was acknowledged and refuse
+        further appends; reopening rescans the files from disk."""
+        self._broken = exc
+        _log.error("embedded log write failed, refusing further appends: %s", exc)
+        for part in touched:
+            try:
+                os.ftruncate(part.fd, part.end_position)
+            except OSError:
+                _log.exception("%s: cannot truncate after failed write", part.path)
+
+    def _partitions(self, topic: str) -> list[PartitionFile]:
+        self._check_open()
+        parts = self._topics.get(topic)
+        if parts is None:
+            raise UnknownTopic(topic)
+        return parts
+
+    def _partition(self, topic: str, partition: int) -> PartitionFile:
+        parts = self._partitions(topic)
+        if not 0 <= partition < len(parts):
+            raise LogError(f"topic {topic!r} has no partition {partition}")
+        return parts[partition]
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LogError("embedded log is closed")
+
+    def _take_directory_lock(self) -> int:
+        fd = os.open(self._root / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as exc:
+            os.close(fd)
+            raise LogError(f"{self._root} is already open in another log") from exc
+        return fd
+
+    def _open_existing(self) -> None:
+        for meta in sorted(self._root.glob(f"*/{_META}")):
+            topic = meta.parent.name
+            try:
+                count = int(json.loads(meta.read_text())["partitions"])
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                raise LogError(f"unreadable topic metadata {meta}: {exc}") from exc
+            self._topics[topic] = self._open_partitions(meta.parent, count, must_exist=True)
+
+    def _open_partitions(
+        self, directory: Path, count: int, *, must_exist: bool
+    ) -> list[PartitionFile]:
+        parts: list[PartitionFile] = []
+        try:
+            for index in range(count):
+                path = directory / f"p{index}.log"
+                if must_exist and not path.exists():
+                    raise LogError(f"missing partition file {path}")
+                parts.append(PartitionFile.open(path, index, self._fsync))
+        except BaseException:
+            for part in parts:
+                part.close()
+            raise
+        return parts
+
+    def _create_files(self, topic: str, partitions: int) -> list[PartitionFile]:
+        # meta.json goes last, after the partition files and their directory
+        # entries are durable: a topic directory without it is an unfinished
+        # creation, which open ignores and a new create_topic completes.
+        directory = self._root / topic
+        directory.mkdir(exist_ok=True)
+        parts = self._open_partitions(directory, partitions, must_exist=False)
+        try:
+            if any(part.end_position for part in parts):
+                raise LogError(f"{directory} holds records of an unregistered topic")
+            for part in parts:
+                self._fsync(part.fd)
+            _fsync_dir(directory, self._fsync)
+            tmp = directory / f"{_META}.tmp"
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+            try:
+                meta = {"format": _FORMAT, "partitions": partitions}
+                pwrite_all(fd, json.dumps(meta).encode(), 0)
+                self._fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, directory / _META)
+            _fsync_dir(directory, self._fsync)
+            _fsync_dir(self._root, self._fsync)
+        except BaseException:
+            for part in parts:
+                part.close()
+            raise
+        return parts
+
+    def _close_files(self) -> None:
+        with self._topics_lock:
+            for parts in self._topics.values():
+                for part in parts:
+                    part.close()
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)  # closing releases the flock
+            self._lock_fd = -1
