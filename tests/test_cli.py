@@ -44,7 +44,9 @@ def test_demo_places_expires_and_never_overcommits(
     assert isinstance(summary["expired"], int) and summary["expired"] > 0
     assert isinstance(summary["consumed"], int) and summary["consumed"] > 0
     assert summary["no_valid_host"] and summary["rejected"]  # the tight cluster shows both
-    assert set(summary["utilisation"]) == {"VCPU", "MEMORY_MB", "DISK_GB"}  # type: ignore[arg-type]
+    utilisation = summary["utilisation"]
+    assert isinstance(utilisation, dict)
+    assert set(utilisation) == {"VCPU", "MEMORY_MB", "DISK_GB"}
 
 
 def test_demo_is_deterministic(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

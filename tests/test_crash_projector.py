@@ -19,6 +19,7 @@ from berth.client import Publisher
 from berth.replay import replay
 from projections.view.engine import make_engine
 from projections.view.tables import inventories, outcomes, partition_offsets, reservations
+from schemas.events import Event
 from tests.builders import claim_items, consume, provider, release
 
 PARTITIONS = 2
@@ -31,14 +32,14 @@ def _fill_log(data_dir: Path, rng: random.Random) -> int:
         publisher = Publisher(app.log, clock_ms=lambda: 10**12)
         pids = [f"n{k}" for k in range(12)]
         publisher.publish([e for pid in pids for e in provider(pid, ts=1, VCPU=16, MEMORY_MB=8192)])
-        events: list[Any] = []
+        events: list[Event] = []
         live: list[tuple[str, str]] = []
         for k in range(3000):
             ts = 10 + k
             if live and rng.random() < 0.4:
                 rid, pid = live.pop(rng.randrange(len(live)))
                 maker = consume if rng.random() < 0.5 else release
-                event = maker(rid, ts=ts).model_copy(update={"partition_key": pid})
+                event: Event = maker(rid, ts=ts).model_copy(update={"partition_key": pid})
             else:
                 pid = rng.choice(pids)
                 rid = f"r{k}"

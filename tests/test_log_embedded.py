@@ -1,0 +1,214 @@
+"""The log contract on the embedded backend, plus what only files can show."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from contextlib import closing
+from pathlib import Path
+
+import pytest
+
+from ledger.embedded import EmbeddedLog
+from ledger.log import Append, Log, LogError, Record
+from tests.contracts.log_contract import LogContract, read_all
+
+
+class TestEmbeddedLog(LogContract):
+    @pytest.fixture(autouse=True)
+    def _data_dir(self, tmp_path: Path) -> None:
+        self.data_dir = tmp_path
+
+    def make_log(self) -> Log:
+        return EmbeddedLog(self.data_dir)
+
+
+class CountingFsync:
+    """os.fsync, counted; ``delay`` mimics a slower disk so that commits overlap."""
+
+    def __init__(self, delay: float = 0.0) -> None:
+        self.calls = 0
+        self.delay = delay
+        self._lock = threading.Lock()
+
+    def __call__(self, fd: int) -> None:
+        with self._lock:
+            self.calls += 1
+        os.fsync(fd)
+        time.sleep(self.delay)
+
+
+def _fill(log: EmbeddedLog, topic: str, partitions: int, count: int) -> list[Record]:
+    log.create_topic(topic, partitions)
+    batch = [Append(i % partitions, f"k{i}".encode(), f"value-{i}".encode()) for i in range(count)]
+    offsets = log.append(topic, batch)
+    return [Record(a.partition, o, a.key, a.value) for a, o in zip(batch, offsets, strict=True)]
+
+
+def _stored(log: Log, topic: str) -> list[Record]:
+    return [r for p in range(log.partition_count(topic)) for r in read_all(log, topic, p)]
+
+
+def test_reopen_keeps_topics_and_records(tmp_path: Path) -> None:
+    with closing(EmbeddedLog(tmp_path)) as log:
+        written = _fill(log, "orders", 3, 30)
+        log.create_topic("empty", 2)
+    with closing(EmbeddedLog(tmp_path)) as log:
+        assert log.topics() == {"empty": 2, "orders": 3}
+        assert sorted(_stored(log, "orders"), key=lambda r: (r.partition, r.offset)) == sorted(
+            written, key=lambda r: (r.partition, r.offset)
+        )
+        assert log.append("orders", [Append(1, b"k", b"more")]) == [10]
+
+
+@pytest.mark.parametrize(
+    "damage",
+    ["cut_in_value", "cut_in_header", "flip_last_byte", "zero_tail", "garbage_tail"],
+)
+def test_torn_tail_is_dropped_on_reopen(tmp_path: Path, damage: str) -> None:
+    with closing(EmbeddedLog(tmp_path)) as log:
+        _fill(log, "t", 1, 10)
+    path = tmp_path / "log" / "t" / "p0.log"
+    data = path.read_bytes()
+    last_record = len(data) - (12 + len(b"k9") + len(b"value-9"))
+    if damage == "cut_in_value":
+        data = data[:-3]
+    elif damage == "cut_in_header":
+        data = data[: last_record + 5]
+    elif damage == "flip_last_byte":
+        data = data[:-1] + bytes([data[-1] ^ 0xFF])
+    elif damage == "zero_tail":
+        data = data + bytes(4096)
+    else:
+        data = data + os.urandom(100)
+    path.write_bytes(data)
+    expected = 10 if damage in ("zero_tail", "garbage_tail") else 9
+    with closing(EmbeddedLog(tmp_path)) as log:
+        records = log.read("t", 0, 0, 100)
+        assert [r.value for r in records] == [f"value-{i}".encode() for i in range(expected)]
+        assert log.append("t", [Append(0, b"k", b"after")]) == [expected]
+    with closing(EmbeddedLog(tmp_path)) as log:
+        assert log.read("t", 0, expected, 10)[0].value == b"after"
+
+
+def test_one_batch_costs_one_fsync_per_touched_partition(tmp_path: Path) -> None:
+    fsync = CountingFsync()
+    with closing(EmbeddedLog(tmp_path, fsync=fsync)) as log:
+        log.create_topic("t", 4)
+        before = fsync.calls
+        log.append("t", [Append(p, b"k", b"v") for p in (0, 2) for _ in range(500)])
+        assert fsync.calls - before == 2
+
+
+def test_concurrent_appends_share_fsyncs(tmp_path: Path) -> None:
+    fsync = CountingFsync(delay=0.002)
+    threads_count, per_thread = 8, 40
+    with closing(EmbeddedLog(tmp_path, fsync=fsync)) as log:
+        log.create_topic("t", 1)
+        before = fsync.calls
+        start = threading.Barrier(threads_count)
+
+        def writer(n: int) -> None:
+            start.wait()
+            for i in range(per_thread):
+                log.append("t", [Append(0, b"k", f"{n}-{i}".encode())])
+
+        threads = [threading.Thread(target=writer, args=(n,)) for n in range(threads_count)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        appends = threads_count * per_thread
+        assert log.end_offset("t", 0) == appends
+        # With 8 writers, a leader finds about 7 others queued behind each commit.
+        assert fsync.calls - before < appends / 3
+        assert len({r.value for r in read_all(log, "t", 0)}) == appends
+
+
+def test_readers_see_only_whole_records_during_appends(tmp_path: Path) -> None:
+    with closing(EmbeddedLog(tmp_path)) as log:
+        log.create_topic("t", 1)
+        done = threading.Event()
+        problems: list[str] = []
+
+        def reader() -> None:
+            while not done.is_set():
+                records = log.read("t", 0, 0, 100_000)
+                if [r.offset for r in records] != list(range(len(records))):
+                    problems.append("offsets not dense")
+                if any(r.value != r.key * 50 for r in records):
+                    problems.append("torn record")
+
+        thread = threading.Thread(target=reader)
+        thread.start()
+        for i in range(200):
+            key = f"{i:04}".encode()
+            log.append("t", [Append(0, key, key * 50)] * 5)
+        done.set()
+        thread.join()
+        assert not problems
+
+
+def test_a_failed_fsync_fails_the_append_and_stops_further_appends(tmp_path: Path) -> None:
+    failing = {"on": False}
+
+    def fsync(fd: int) -> None:
+        if failing["on"]:
+            raise OSError(5, "simulated I/O error")
+        os.fsync(fd)
+
+    with closing(EmbeddedLog(tmp_path, fsync=fsync)) as log:
+        log.create_topic("t", 1)
+        log.append("t", [Append(0, b"k", b"kept")])
+        failing["on"] = True
+        with pytest.raises(LogError):
+            log.append("t", [Append(0, b"k", b"lost")])
+        failing["on"] = False
+        with pytest.raises(LogError):
+            log.append("t", [Append(0, b"k", b"refused")])
+        assert [r.value for r in log.read("t", 0, 0, 10)] == [b"kept"]
+    with closing(EmbeddedLog(tmp_path)) as log:
+        assert [r.value for r in log.read("t", 0, 0, 10)] == [b"kept"]
+
+
+def test_a_directory_is_held_by_one_log_at_a_time(tmp_path: Path) -> None:
+    with EmbeddedLog(tmp_path), pytest.raises(LogError):
+        EmbeddedLog(tmp_path)
+    EmbeddedLog(tmp_path).close()
+
+
+def test_unsafe_topic_names_are_rejected(tmp_path: Path) -> None:
+    with closing(EmbeddedLog(tmp_path)) as log:
+        for name in ("", "..", "a/b", ".hidden", "x" * 250):
+            with pytest.raises(ValueError):
+                log.create_topic(name, 1)
+
+
+def test_closed_log_refuses_use(tmp_path: Path) -> None:
+    log = EmbeddedLog(tmp_path)
+    log.create_topic("t", 1)
+    log.close()
+    with pytest.raises(LogError):
+        log.append("t", [Append(0, b"k", b"v")])
+    with pytest.raises(LogError):
+        log.read("t", 0, 0, 1)
+
+
+def test_a_large_read_is_bounded_but_progresses(tmp_path: Path) -> None:
+    with closing(EmbeddedLog(tmp_path)) as log:
+        log.create_topic("t", 1)
+        big = b"x" * (20 << 20)
+        log.append("t", [Append(0, b"k", big)] * 4)
+        first = log.read("t", 0, 0, 10)
+        assert 1 <= len(first) < 4
+        assert len(read_all(log, "t", 0)) == 4
+
+
+def test_unfinished_topic_creation_is_ignored_then_completed(tmp_path: Path) -> None:
+    (tmp_path / "log" / "half").mkdir(parents=True)
+    (tmp_path / "log" / "half" / "p0.log").touch()
+    with closing(EmbeddedLog(tmp_path)) as log:
+        assert log.topics() == {}
+        log.create_topic("half", 2)
+        assert log.append("half", [Append(1, b"k", b"v")]) == [0]
