@@ -50,8 +50,9 @@ class Settings:
         return self.db_url or sqlite_url(str(self.data_dir / "view.db"))
 
 
-def open_log(settings: Settings) -> Log:
-    """``kafka://host:port[,host:port]`` or, by default, the embedded log."""
+def open_log(settings: Settings, read_only: bool = False) -> Log:
+    """``kafka://host:port[,host:port]`` or, by default, the embedded log
+    (``read_only`` lets several processes read one embedded log)."""
     url = settings.log_url
     if url.startswith("kafka://"):
         from ledger.kafka import KafkaLog
@@ -62,7 +63,7 @@ def open_log(settings: Settings) -> Log:
     from ledger.embedded import EmbeddedLog
 
     directory = url.removeprefix("embedded:") or str(settings.data_dir)
-    return EmbeddedLog(directory)
+    return EmbeddedLog(directory, read_only=read_only)
 
 
 def create_topics(log: Log, settings: Settings) -> None:

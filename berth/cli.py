@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import shutil
 import sys
 import time
@@ -41,6 +42,12 @@ def build_parser() -> argparse.ArgumentParser:
     replay = sub.add_parser("replay", help="rebuild the view from offset 0")
     backend_options(replay)
     replay.add_argument("--verify", action="store_true", help="compare every decision")
+    replay.add_argument(
+        "--jobs",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="processes replaying partitions in parallel (default: one per core)",
+    )
 
     projector = sub.add_parser("projector", help="run partition writers until interrupted")
     backend_options(projector)
@@ -114,7 +121,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     tune_gc()
     with _progress(total_records(settings), "replay") as bar:
         started = time.perf_counter()
-        result = replay(settings, verify=args.verify, progress=bar.update)
+        result = replay(settings, verify=args.verify, progress=bar.update, jobs=args.jobs)
         elapsed = time.perf_counter() - started
     print(
         json.dumps(

@@ -3,16 +3,23 @@ against the outcomes recorded on the outcomes topic."""
 
 from __future__ import annotations
 
+import multiprocessing
 import os
+import queue
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
+from multiprocessing.queues import Queue
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import func, select
 
-from berth.app import App, Settings
+from berth.app import App, Settings, open_log, tune_gc
+from consumers.partition_writer import PartitionWriter
 from ledger.log import Log
+from projections.view.engine import make_engine
 from projections.view.tables import partition_offsets
+from projections.view.writer import ViewWriter
 from schemas.outcomes import Outcome
 
 
@@ -65,9 +72,21 @@ def _replay_partitions(
     """Rebuild the given partitions into ``target``'s (migrated) view."""
     records = outcomes = verified = 0
     divergence: Divergence | None = None
-    with App(target, migrate=False) as app:
-        for writer in app.writers(partitions, publish=False):
-            recorded = _recorded(app.log, target.topics.outcomes, writer.partition)
+    log = open_log(target, read_only=True)
+    engine = make_engine(target.view_url, writer=True)
+    try:
+        view = ViewWriter(engine)
+        for partition in partitions:
+            writer = PartitionWriter(
+                log,
+                view,
+                partition,
+                target.partitions,
+                target.topics,
+                batch_size=target.batch_size,
+                publish=False,
+            )
+            recorded = _recorded(log, target.topics.outcomes, partition)
             checking = verify
             while (batch := writer.step()) is not None:
                 records += batch.end - batch.start
@@ -84,24 +103,94 @@ def _replay_partitions(
                             break
                         if expected != actual:
                             if divergence is None:
-                                divergence = Divergence(
-                                    writer.partition, applied.offset, expected, actual
-                                )
+                                divergence = Divergence(partition, applied.offset, expected, actual)
                             checking = False
                             break
                         verified += 1
             if checking and divergence is None:
                 extra = next(recorded, None)
                 if extra is not None:
-                    divergence = Divergence(writer.partition, extra.offset, extra, None)
+                    divergence = Divergence(partition, extra.offset, extra, None)
+    finally:
+        log.close()
+        engine.dispose()
     return ReplayResult(records, outcomes, verified, divergence, target.view_url)
 
 
+def _worker(
+    target: Settings, partitions: list[int], verify: bool, reports: Queue[tuple[str, Any]]
+) -> None:
+    """A replay process: its partitions, with progress and result sent back."""
+    tune_gc()
+    try:
+        result = _replay_partitions(
+            target, partitions, verify, lambda n: reports.put(("progress", n))
+        )
+    except BaseException as error:
+        reports.put(("error", f"{type(error).__name__}: {error}"))
+        raise
+    reports.put(("done", result))
+
+
+def _merge(results: list[ReplayResult], view_url: str) -> ReplayResult:
+    divergences = [r.divergence for r in results if r.divergence is not None]
+    return ReplayResult(
+        records=sum(r.records for r in results),
+        outcomes=sum(r.outcomes for r in results),
+        verified=sum(r.verified for r in results),
+        divergence=min(divergences, key=lambda d: d.partition) if divergences else None,
+        view_url=view_url,
+    )
+
+
+def _in_processes(
+    target: Settings,
+    jobs: int,
+    verify: bool,
+    progress: Callable[[int], object] | None,
+) -> ReplayResult:
+    """Partitions are independent: replay them in ``jobs`` processes at once."""
+    context = multiprocessing.get_context("spawn")
+    reports: Queue[tuple[str, Any]] = context.Queue()
+    groups = [list(range(target.partitions))[j::jobs] for j in range(jobs)]
+    workers = [
+        context.Process(target=_worker, args=(target, group, verify, reports)) for group in groups
+    ]
+    for worker in workers:
+        worker.start()
+    results: list[ReplayResult] = []
+    try:
+        while len(results) < len(workers):
+            try:
+                kind, value = reports.get(timeout=1.0)
+            except queue.Empty:
+                if any(w.exitcode not in (None, 0) for w in workers):
+                    raise RuntimeError("a replay process died") from None
+                continue
+            if kind == "progress":
+                if progress is not None:
+                    progress(value)
+            elif kind == "done":
+                results.append(value)
+            else:
+                raise RuntimeError(f"replay process failed: {value}")
+    finally:
+        for worker in workers:
+            worker.join(timeout=5)
+            if worker.is_alive():
+                worker.kill()
+    return _merge(results, target.view_url)
+
+
 def replay(
-    settings: Settings, verify: bool, progress: Callable[[int], object] | None = None
+    settings: Settings,
+    verify: bool,
+    progress: Callable[[int], object] | None = None,
+    jobs: int = 1,
 ) -> ReplayResult:
     """Rebuild into ``settings.db_url`` (which must be empty), or by default into a
-    fresh SQLite file that then replaces the data directory's view."""
+    fresh SQLite file that then replaces the data directory's view. ``jobs`` > 1
+    replays groups of partitions in that many processes."""
     target = settings
     fresh: Path | None = None
     if not settings.db_url:
@@ -116,7 +205,11 @@ def replay(
                 raise ValueError(
                     f"{target.view_url} already holds a view; replay needs an empty one"
                 )
-    result = _replay_partitions(target, list(range(target.partitions)), verify, progress)
+    jobs = max(1, min(jobs, target.partitions))
+    if jobs == 1:
+        result = _replay_partitions(target, list(range(target.partitions)), verify, progress)
+    else:
+        result = _in_processes(target, jobs, verify, progress)
     if fresh is None:
         return result
     view = settings.data_dir / "view.db"
@@ -128,8 +221,6 @@ def replay(
 
 def total_records(settings: Settings) -> int:
     """How many records the events topic holds (for a progress bar)."""
-    from berth.app import open_log
-
-    with open_log(settings) as log:
+    with open_log(settings, read_only=True) as log:
         count = log.partition_count(settings.topics.events)
         return sum(log.end_offset(settings.topics.events, p) for p in range(count))

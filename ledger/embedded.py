@@ -75,11 +75,16 @@ class EmbeddedLog(Log):
     records, and whichever finds no commit in progress becomes the leader, writes
     everything queued and fsyncs each touched partition once, then wakes the
     others with their offsets. ``fsync`` is injectable so tests can count calls.
-    Only one ``EmbeddedLog`` (in any process) may hold a directory at a time.
+    Only one writable ``EmbeddedLog`` (in any process) may hold a directory at a
+    time; ``read_only`` logs (for parallel replay) share it with each other. A
+    read-only log sees the records present when it was opened.
     """
 
-    def __init__(self, data_dir: str | Path, *, fsync: Fsync = os.fsync) -> None:
+    def __init__(
+        self, data_dir: str | Path, *, fsync: Fsync = os.fsync, read_only: bool = False
+    ) -> None:
         self._root = Path(data_dir) / "log"
+        self._read_only = read_only
         self._fsync = fsync
         self._topics: dict[str, list[PartitionFile]] = {}
         self._topics_lock = threading.Lock()
@@ -90,7 +95,8 @@ class EmbeddedLog(Log):
         self._broken: BaseException | None = None
         self._lock_fd = -1
         try:
-            _make_dirs(self._root, fsync)
+            if not read_only:
+                _make_dirs(self._root, fsync)
             self._lock_fd = self._take_directory_lock()
             self._open_existing()
         except BaseException as exc:
@@ -120,6 +126,8 @@ class EmbeddedLog(Log):
                         f"topic {topic!r} exists with {len(existing)} partitions, not {partitions}"
                     )
                 return
+            if self._read_only:
+                raise LogError(f"{self._root} is open read-only: cannot create {topic!r}")
             try:
                 self._topics[topic] = self._create_files(topic, partitions)
             except OSError as exc:
@@ -131,6 +139,8 @@ class EmbeddedLog(Log):
     # -- records ----------------------------------------------------------------
 
     def append(self, topic: str, records: Sequence[Append]) -> list[int]:
+        if self._read_only:
+            raise LogError(f"{self._root} is open read-only")
         partitions = self._partitions(topic)
         for record in records:
             if not 0 <= record.partition < len(partitions):
@@ -257,7 +267,8 @@ class EmbeddedLog(Log):
     def _take_directory_lock(self) -> int:
         fd = os.open(self._root / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            # readers share the directory with each other, never with a writer
+            fcntl.flock(fd, (fcntl.LOCK_SH if self._read_only else fcntl.LOCK_EX) | fcntl.LOCK_NB)
         except BlockingIOError as exc:
             os.close(fd)
             raise LogError(f"{self._root} is already open in another log") from exc
@@ -281,7 +292,7 @@ class EmbeddedLog(Log):
                 path = directory / f"p{index}.log"
                 if must_exist and not path.exists():
                     raise LogError(f"missing partition file {path}")
-                parts.append(PartitionFile.open(path, index, self._fsync))
+                parts.append(PartitionFile.open(path, index, self._fsync, self._read_only))
         except BaseException:
             for part in parts:
                 part.close()

@@ -173,15 +173,20 @@ class PartitionFile:
         self.lock = threading.Lock()
 
     @classmethod
-    def open(cls, path: Path, partition: int, fsync: Fsync) -> PartitionFile:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    def open(
+        cls, path: Path, partition: int, fsync: Fsync, read_only: bool = False
+    ) -> PartitionFile:
+        flags = os.O_RDONLY if read_only else os.O_RDWR | os.O_CREAT
+        fd = os.open(path, flags | os.O_CLOEXEC, 0o644)
         try:
             size = os.fstat(fd).st_size
             positions, key_lengths = _scan(fd, size)
-            if positions[-1] < size:
+            if positions[-1] < size and not read_only:
                 _log.warning(
                     "%s: dropping %d bytes of torn or corrupt tail after record %d",
-                    path, size - positions[-1], len(positions) - 1,
+                    path,
+                    size - positions[-1],
+                    len(positions) - 1,
                 )
                 os.ftruncate(fd, positions[-1])
                 fsync(fd)

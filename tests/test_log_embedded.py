@@ -212,3 +212,21 @@ def test_unfinished_topic_creation_is_ignored_then_completed(tmp_path: Path) -> 
         assert log.topics() == {}
         log.create_topic("half", 2)
         assert log.append("half", [Append(1, b"k", b"v")]) == [0]
+
+
+def test_read_only_logs_share_a_directory_but_not_with_a_writer(tmp_path: Path) -> None:
+    with EmbeddedLog(tmp_path) as writer:
+        writer.create_topic("t", 2)
+        writer.append("t", [Append(1, b"k", b"v")])
+        with pytest.raises(LogError):
+            EmbeddedLog(tmp_path, read_only=True)
+    with EmbeddedLog(tmp_path, read_only=True) as a, EmbeddedLog(tmp_path, read_only=True) as b:
+        assert [r.value for r in a.read("t", 1, 0, 10)] == [b"v"]
+        assert b.end_offset("t", 1) == 1
+        a.create_topic("t", 2)  # exists: allowed
+        with pytest.raises(LogError):
+            a.append("t", [Append(0, b"k", b"w")])
+        with pytest.raises(LogError):
+            a.create_topic("other", 1)
+        with pytest.raises(LogError):
+            EmbeddedLog(tmp_path)
