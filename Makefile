@@ -20,12 +20,12 @@ test: $(BIN)/.installed
 
 lint: $(BIN)/.installed
 	$(BIN)/ruff check .
-	$(BIN)/mypy schemas ledger projections consumers berth bench tests
+	$(BIN)/mypy schemas ledger projections consumers placement berth bench tests
 
 check: lint test
 
 bench: $(BIN)/.installed
-	$(BIN)/python -m bench.projector
+	$(BIN)/python -m bench.projector --kafka auto
 	$(BIN)/python -m bench.ledger --kafka auto
 
 clean:

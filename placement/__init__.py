@@ -1,0 +1,1 @@
+"""Placement engine: filters, weighers and grammars over a snapshot of providers."""
