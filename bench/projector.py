@@ -10,15 +10,19 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import random
 import shutil
 import tempfile
 import tracemalloc
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from bench.common import claim, lifecycle, note, provider_events, timed
-from berth.app import App, Settings
+from berth.app import App, Settings, tune_gc
 from berth.replay import replay
 from ledger.log import Append
 from ledger.partitioner import partition_for
@@ -44,15 +48,27 @@ def _state_with(pids: list[str]) -> PartitionState:
 
 
 def bench_apply(claims: int = 200_000, providers: int = 1_000) -> dict[str, Any]:
-    """Claims decided per second by ``apply`` alone, on decoded events; then a
-    steady mix where claims are consumed and released (records per second)."""
+    """Claims decided per second by ``apply`` alone, on decoded events, in one
+    partition of ``providers`` (one of 16 partitions of a 16,000-provider
+    cluster): a steady state in which 60 s leases expire as claims arrive one
+    simulated ms apart. Then a mix where claims are consumed and released
+    (records per second)."""
     pids = _cluster(providers)[0]
     state = _state_with(pids)
-    events = [decode_event(claim(f"r{k}", pids[k % providers], 1_000 + k)) for k in range(claims)]
-    gc.collect()
-    gc.freeze()
+    events = [
+        decode_event(claim(f"r{k}", pids[k % providers], 1_000 + k, lease_ms=60_000))
+        for k in range(claims)
+    ]
+    tune_gc()
+    kinds: Counter[str] = Counter()
+    filling = 60_000  # claims before the first lease runs out
+    with timed() as f:
+        for k, e in enumerate(events[:filling]):
+            kinds[apply(state, k, e)[-1].kind] += 1
     with timed() as t:
-        accepted = sum(apply(state, k, e)[-1].kind == "accepted" for k, e in enumerate(events))
+        for k, e in enumerate(events[filling:], filling):
+            for outcome in apply(state, k, e):
+                kinds[outcome.kind] += 1
     mix: list[Event] = []
     ts = 10_000_000
     for k in range(claims):
@@ -63,15 +79,16 @@ def bench_apply(claims: int = 200_000, providers: int = 1_000) -> dict[str, Any]
             kind = "consume" if k % 2 else "release"
             mix.append(decode_event(lifecycle(kind, old, pids[(k - 1000) % providers], ts + k)))
     state = _state_with(pids)
-    gc.collect()
-    gc.freeze()
+    tune_gc()
     with timed() as m:
         for k, e in enumerate(mix):
             apply(state, k, e)
     gc.unfreeze()
     return {
-        "apply_claims_per_s": round(claims / t[0]),
-        "apply_claims_accepted": accepted,
+        "apply_claims_per_s": round(filling / f[0]),
+        "apply_claims_with_an_expiry_each_per_s": round((claims - filling) / t[0]),
+        "apply_claims_accepted": kinds["accepted"],
+        "apply_holds_expired": kinds["expired"],
         "apply_mixed_records_per_s": round(len(mix) / m[0]),
         "apply_claims": claims,
     }
@@ -98,10 +115,21 @@ def _populate(app: App, providers: int) -> list[str]:
 
 
 def bench_durable(
-    directory: Path, claims: int = 100_000, providers: int = 1_000, partitions: int = 4
+    directory: Path,
+    claims: int = 100_000,
+    providers: int = 1_000,
+    partitions: int = 4,
+    log_url: str = "",
 ) -> dict[str, Any]:
-    """Claims/s through append (fsync, group commit) + apply + view commit."""
-    settings = Settings(data_dir=directory, partitions=partitions)
+    """Claims/s through append (fsync, group commit) + apply + view commit
+    (outcomes published too), on the embedded log or on ``log_url``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    settings = Settings(
+        data_dir=directory,
+        partitions=partitions,
+        log_url=log_url,
+        db_url=f"sqlite:///{directory / 'view.db'}",
+    )
     with App(settings) as app:
         pids = _populate(app, providers)
         writers = app.writers()
@@ -124,7 +152,7 @@ def bench_durable(
                 app.log.append(events, appends)
                 for writer in writers:
                     writer.catch_up()
-    return {"durable_claims_per_s": round(claims / t[0]), "durable_claims": claims}
+    return {"claims_per_s": round(claims / t[0]), "claims": claims}
 
 
 def _write_log(directory: Path, records: int, providers: int, partitions: int) -> int:
@@ -158,17 +186,20 @@ def _write_log(directory: Path, records: int, providers: int, partitions: int) -
     return written
 
 
-def bench_replay(directory: Path, records: int, providers: int = 10_000) -> dict[str, Any]:
+def bench_replay(
+    directory: Path, records: int, providers: int = 10_000, jobs: int = 2
+) -> dict[str, Any]:
     note(f"writing a {records}-record log ...")
     written = _write_log(directory, records, providers, partitions=8)
     note("replaying it into a fresh SQLite view ...")
     with timed() as t:
-        result = replay(Settings(data_dir=directory), verify=False)
+        result = replay(Settings(data_dir=directory), verify=False, jobs=jobs)
     return {
         "replay_records": written,
         "replay_s": round(t[0], 2),
         "replay_records_per_s": round(written / t[0]),
         "replay_outcomes": result.outcomes,
+        "replay_jobs": jobs,
     }
 
 
@@ -209,11 +240,27 @@ def bench_memory(providers: int = 100_000, reservations: int = 1_000_000) -> dic
     }
 
 
+@contextmanager
+def _kafka(target: str) -> Iterator[str]:
+    if target != "auto":
+        yield target
+        return
+    from tests.kafka_broker import running_tansu
+
+    with running_tansu() as bootstrap:
+        yield bootstrap
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--replay-records", type=int, default=1_000_000)
+    parser.add_argument("--replay-jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--skip-memory", action="store_true")
+    parser.add_argument(
+        "--kafka", default="", help="auto (start tansu) or HOST:PORT for the Kafka figures"
+    )
     args = parser.parse_args()
+    tune_gc()
     figures: dict[str, Any] = {}
     note("apply in memory ...")
     figures.update(bench_apply())
@@ -221,8 +268,14 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="berth-bench-"))
     try:
         note("durable end to end ...")
-        figures.update(bench_durable(work / "durable"))
-        figures.update(bench_replay(work / "replay", args.replay_records))
+        durable = bench_durable(work / "durable")
+        figures["durable_claims_per_s"] = durable["claims_per_s"]
+        if args.kafka:
+            note("Kafka end to end ...")
+            with _kafka(args.kafka) as bootstrap:
+                kafka = bench_durable(work / "kafka", claims=20_000, log_url=f"kafka://{bootstrap}")
+            figures["kafka_claims_per_s"] = kafka["claims_per_s"]
+        figures.update(bench_replay(work / "replay", args.replay_records, jobs=args.replay_jobs))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     if not args.skip_memory:
