@@ -12,10 +12,10 @@ import heapq
 from collections.abc import Callable
 from typing import Any
 
-from ledger.partitioner import partition_for
+from projections.emitter import Emitter, missing_provider
+from projections.providers import provider_event
 from projections.state import (
     CONSUMED,
-    EMPTY_LAYOUT,
     HELD,
     Amounts,
     PartitionState,
@@ -41,45 +41,11 @@ from schemas.outcomes import Code, Kind, Outcome, Reason
 NO_TAGS: frozenset[str] = frozenset()
 
 
-class _Emitter:
-    """Numbers the outcomes of one record."""
-
-    __slots__ = ("event_id", "offset", "out", "state")
-
-    def __init__(self, state: PartitionState, offset: int, event_id: str) -> None:
-        self.state = state
-        self.offset = offset
-        self.event_id = event_id
-        self.out: list[Outcome] = []
-
-    def emit(
-        self,
-        kind: str,
-        subject: str,
-        reasons: tuple[Reason, ...] = (),
-        expires_at_ms: int | None = None,
-    ) -> None:
-        out = self.out
-        out.append(
-            Outcome(
-                self.state.partition,
-                self.offset,
-                len(out),
-                kind,
-                self.event_id,
-                subject,
-                self.state.clock_ms,
-                reasons,
-                expires_at_ms,
-            )
-        )
-
-
 def apply(state: PartitionState, offset: int, event: Event) -> list[Outcome]:
     """Decide one record of this partition; mutate ``state``; return the outcomes."""
     if event.ts_ms > state.clock_ms:
         state.clock_ms = event.ts_ms
-    out = _Emitter(state, offset, event.event_id)
+    out = Emitter(state, offset, event.event_id)
     if state.expiry and state.expiry[0][0] < state.clock_ms:
         _expire_due(state, out)
     _HANDLERS[type(event)](state, event, out)
@@ -119,7 +85,7 @@ def claim_shapes(state: PartitionState, claim: Claim) -> tuple[tuple[str, Amount
     return tuple((item.provider_id, shape(item.resources)) for item in items)
 
 
-def _claim(state: PartitionState, claim: Claim, out: _Emitter) -> None:
+def _claim(state: PartitionState, claim: Claim, out: Emitter) -> None:
     rid = claim.reservation_id
     shapes = claim_shapes(state, claim)
     existing = state.reservations.get(rid)
@@ -143,7 +109,7 @@ def _claim(state: PartitionState, claim: Claim, out: _Emitter) -> None:
     for provider_id, amounts in shapes:
         provider = providers.get(provider_id)
         if provider is None:
-            reasons.append(_missing_provider(state, provider_id))
+            reasons.append(missing_provider(state, provider_id))
             continue
         if provider.state != "enabled":
             reasons.append(Reason(Code.PROVIDER_NOT_ENABLED, provider_id, detail=provider.state))
@@ -194,17 +160,6 @@ def _claim(state: PartitionState, claim: Claim, out: _Emitter) -> None:
             expires_at,
         )
     )
-
-
-def _missing_provider(state: PartitionState, provider_id: str) -> Reason:
-    home = partition_for(provider_id.encode(), state.partitions)
-    if home != state.partition:
-        return Reason(
-            Code.PROVIDER_WRONG_PARTITION,
-            provider_id,
-            detail=f"provider belongs to partition {home}, not {state.partition}",
-        )
-    return Reason(Code.PROVIDER_NOT_FOUND, provider_id)
 
 
 def _misfits(provider: ProviderState, amounts: Amounts, reasons: list[Reason]) -> bool:
@@ -290,7 +245,7 @@ def _decrement(counts: dict[str, int], keys: frozenset[str] | tuple[str, ...]) -
             del counts[key]
 
 
-def _expire_due(state: PartitionState, out: _Emitter) -> None:
+def _expire_due(state: PartitionState, out: Emitter) -> None:
     heap = state.expiry
     clock = state.clock_ms
     reservations = state.reservations
@@ -307,7 +262,7 @@ def _expire_due(state: PartitionState, out: _Emitter) -> None:
         out.emit(Kind.EXPIRED, rid, expires_at_ms=expires_at)
 
 
-def _lookup(state: PartitionState, rid: str, out: _Emitter) -> Reservation | None:
+def _lookup(state: PartitionState, rid: str, out: Emitter) -> Reservation | None:
     reservation = state.reservations.get(rid)
     if reservation is None:
         if rid in state.finished:
@@ -317,7 +272,7 @@ def _lookup(state: PartitionState, rid: str, out: _Emitter) -> Reservation | Non
     return reservation
 
 
-def _consume(state: PartitionState, event: Consume, out: _Emitter) -> None:
+def _consume(state: PartitionState, event: Consume, out: Emitter) -> None:
     reservation = _lookup(state, event.reservation_id, out)
     if reservation is None:
         return
@@ -335,7 +290,7 @@ def _consume(state: PartitionState, event: Consume, out: _Emitter) -> None:
     out.emit(Kind.CONSUMED, reservation.reservation_id)
 
 
-def _release(state: PartitionState, event: Release, out: _Emitter) -> None:
+def _release(state: PartitionState, event: Release, out: Emitter) -> None:
     reservation = _lookup(state, event.reservation_id, out)
     if reservation is None:
         return
@@ -343,7 +298,7 @@ def _release(state: PartitionState, event: Release, out: _Emitter) -> None:
     out.emit(Kind.RELEASED, reservation.reservation_id)
 
 
-def _renew(state: PartitionState, event: Renew, out: _Emitter) -> None:
+def _renew(state: PartitionState, event: Renew, out: Emitter) -> None:
     reservation = _lookup(state, event.reservation_id, out)
     if reservation is None:
         return
@@ -357,124 +312,23 @@ def _renew(state: PartitionState, event: Renew, out: _Emitter) -> None:
     out.emit(Kind.RENEWED, reservation.reservation_id, expires_at_ms=expires_at)
 
 
-# --- providers -------------------------------------------------------------
+# --- the dispatch table -------------------------------------------------
 
 
-def _tick(state: PartitionState, event: Tick, out: _Emitter) -> None:
+def _tick(state: PartitionState, event: Tick, out: Emitter) -> None:
     """Nothing but the clock, which ``apply`` has already advanced."""
 
 
-def _provider_event(
-    state: PartitionState,
-    event: ProviderRegistered
-    | ProviderRetired
-    | InventorySet
-    | ProviderStateSet
-    | TraitsSet
-    | AggregatesSet,
-    out: _Emitter,
-) -> None:
-    pid = event.provider_id
-    provider = state.providers.get(pid)
-    if isinstance(event, ProviderRegistered):
-        _register(state, event, provider, out)
-        return
-    if provider is None:
-        out.emit(Kind.REJECTED, pid, (_missing_provider(state, pid),))
-        return
-    if isinstance(event, ProviderRetired):
-        if provider.active:
-            reason = Reason(
-                Code.PROVIDER_IN_USE, pid, detail=f"{provider.active} active reservations"
-            )
-            out.emit(Kind.REJECTED, pid, (reason,))
-            return
-        del state.providers[pid]
-    elif isinstance(event, InventorySet):
-        if not _set_inventory(state, provider, event, out):
-            return
-    elif isinstance(event, ProviderStateSet):
-        provider.state = event.state
-    elif isinstance(event, TraitsSet):
-        provider.traits = event.traits
-    else:
-        provider.aggregates = event.aggregates
-    state.reshaped.add(pid)
-    out.emit(Kind.APPLIED, pid)
-
-
-def _register(
-    state: PartitionState,
-    event: ProviderRegistered,
-    provider: ProviderState | None,
-    out: _Emitter,
-) -> None:
-    pid = event.provider_id
-    if provider is not None:
-        if provider.name == event.name:
-            out.emit(Kind.NOOP, pid, (Reason(Code.ALREADY_REGISTERED, pid),))
-            return
-        provider.name = event.name
-        state.reshaped.add(pid)
-    else:
-        home = partition_for(pid.encode(), state.partitions)
-        if home != state.partition:
-            out.emit(Kind.REJECTED, pid, (_missing_provider(state, pid),))
-            return
-        state.providers[pid] = ProviderState(pid, event.name, layout=EMPTY_LAYOUT)
-        state.reshaped.add(pid)
-    out.emit(Kind.APPLIED, pid)
-
-
-def _set_inventory(
-    state: PartitionState, provider: ProviderState, event: InventorySet, out: _Emitter
-) -> bool:
-    layout = state.layout_for(event.inventories)
-    old = provider.layout
-    reasons: list[Reason] = []
-    for i, rc in enumerate(old.classes):
-        used = provider.held[i] + provider.consumed[i]
-        if not used:
-            continue
-        j = layout.index.get(rc)
-        capacity = layout.limits[j].capacity if j is not None else 0
-        if used > capacity:
-            reasons.append(
-                Reason(
-                    Code.INVENTORY_IN_USE,
-                    provider.provider_id,
-                    rc,
-                    used,
-                    capacity,
-                    detail="new capacity is below what is held and consumed",
-                )
-            )
-    if reasons:
-        out.emit(Kind.REJECTED, provider.provider_id, tuple(reasons))
-        return False
-    held = [0] * len(layout.classes)
-    consumed = [0] * len(layout.classes)
-    for i, rc in enumerate(old.classes):
-        j = layout.index.get(rc)
-        if j is not None:
-            held[j] = provider.held[i]
-            consumed[j] = provider.consumed[i]
-    provider.layout = layout
-    provider.held = held
-    provider.consumed = consumed
-    return True
-
-
-_HANDLERS: dict[type[Any], Callable[[PartitionState, Any, _Emitter], None]] = {
+_HANDLERS: dict[type[Any], Callable[[PartitionState, Any, Emitter], None]] = {
     Claim: _claim,
     Consume: _consume,
     Release: _release,
     Renew: _renew,
     Tick: _tick,
-    ProviderRegistered: _provider_event,
-    ProviderRetired: _provider_event,
-    InventorySet: _provider_event,
-    ProviderStateSet: _provider_event,
-    TraitsSet: _provider_event,
-    AggregatesSet: _provider_event,
+    ProviderRegistered: provider_event,
+    ProviderRetired: provider_event,
+    InventorySet: provider_event,
+    ProviderStateSet: provider_event,
+    TraitsSet: provider_event,
+    AggregatesSet: provider_event,
 }

@@ -29,9 +29,7 @@ def load_state(conn: Connection, partition: int, partitions: int) -> tuple[Parti
     if row is None:
         return state, 0
     if row.partitions != partitions:
-        raise ValueError(
-            f"the view was built with {row.partitions} partitions, not {partitions}"
-        )
+        raise ValueError(f"the view was built with {row.partitions} partitions, not {partitions}")
     state.clock_ms = row.clock_ms
     _load_providers(conn, state)
     _load_reservations(conn, state)
@@ -40,9 +38,7 @@ def load_state(conn: Connection, partition: int, partitions: int) -> tuple[Parti
 
 def _load_providers(conn: Connection, state: PartitionState) -> None:
     by_provider: dict[str, dict[str, Inventory]] = {}
-    for inv in conn.execute(
-        select(inventories).where(inventories.c.partition == state.partition)
-    ):
+    for inv in conn.execute(select(inventories).where(inventories.c.partition == state.partition)):
         by_provider.setdefault(inv.provider_id, {})[inv.resource_class] = Inventory(
             total=inv.total,
             reserved=inv.reserved,

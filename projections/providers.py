@@ -1,0 +1,117 @@
+"""Provider events: registration, retirement, inventory, state and metadata."""
+
+from __future__ import annotations
+
+from ledger.partitioner import partition_for
+from projections.emitter import Emitter, missing_provider
+from projections.state import EMPTY_LAYOUT, PartitionState, ProviderState
+from schemas.events import (
+    AggregatesSet,
+    InventorySet,
+    ProviderRegistered,
+    ProviderRetired,
+    ProviderStateSet,
+    TraitsSet,
+)
+from schemas.outcomes import Code, Kind, Reason
+
+
+def provider_event(
+    state: PartitionState,
+    event: ProviderRegistered
+    | ProviderRetired
+    | InventorySet
+    | ProviderStateSet
+    | TraitsSet
+    | AggregatesSet,
+    out: Emitter,
+) -> None:
+    pid = event.provider_id
+    provider = state.providers.get(pid)
+    if isinstance(event, ProviderRegistered):
+        _register(state, event, provider, out)
+        return
+    if provider is None:
+        out.emit(Kind.REJECTED, pid, (missing_provider(state, pid),))
+        return
+    if isinstance(event, ProviderRetired):
+        if provider.active:
+            reason = Reason(
+                Code.PROVIDER_IN_USE, pid, detail=f"{provider.active} active reservations"
+            )
+            out.emit(Kind.REJECTED, pid, (reason,))
+            return
+        del state.providers[pid]
+    elif isinstance(event, InventorySet):
+        if not _set_inventory(state, provider, event, out):
+            return
+    elif isinstance(event, ProviderStateSet):
+        provider.state = event.state
+    elif isinstance(event, TraitsSet):
+        provider.traits = event.traits
+    else:
+        provider.aggregates = event.aggregates
+    state.reshaped.add(pid)
+    out.emit(Kind.APPLIED, pid)
+
+
+def _register(
+    state: PartitionState,
+    event: ProviderRegistered,
+    provider: ProviderState | None,
+    out: Emitter,
+) -> None:
+    pid = event.provider_id
+    if provider is not None:
+        if provider.name == event.name:
+            out.emit(Kind.NOOP, pid, (Reason(Code.ALREADY_REGISTERED, pid),))
+            return
+        provider.name = event.name
+        state.reshaped.add(pid)
+    else:
+        home = partition_for(pid.encode(), state.partitions)
+        if home != state.partition:
+            out.emit(Kind.REJECTED, pid, (missing_provider(state, pid),))
+            return
+        state.providers[pid] = ProviderState(pid, event.name, layout=EMPTY_LAYOUT)
+        state.reshaped.add(pid)
+    out.emit(Kind.APPLIED, pid)
+
+
+def _set_inventory(
+    state: PartitionState, provider: ProviderState, event: InventorySet, out: Emitter
+) -> bool:
+    layout = state.layout_for(event.inventories)
+    old = provider.layout
+    reasons: list[Reason] = []
+    for i, rc in enumerate(old.classes):
+        used = provider.held[i] + provider.consumed[i]
+        if not used:
+            continue
+        j = layout.index.get(rc)
+        capacity = layout.limits[j].capacity if j is not None else 0
+        if used > capacity:
+            reasons.append(
+                Reason(
+                    Code.INVENTORY_IN_USE,
+                    provider.provider_id,
+                    rc,
+                    used,
+                    capacity,
+                    detail="new capacity is below what is held and consumed",
+                )
+            )
+    if reasons:
+        out.emit(Kind.REJECTED, provider.provider_id, tuple(reasons))
+        return False
+    held = [0] * len(layout.classes)
+    consumed = [0] * len(layout.classes)
+    for i, rc in enumerate(old.classes):
+        j = layout.index.get(rc)
+        if j is not None:
+            held[j] = provider.held[i]
+            consumed[j] = provider.consumed[i]
+    provider.layout = layout
+    provider.held = held
+    provider.consumed = consumed
+    return True
