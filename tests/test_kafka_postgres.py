@@ -1,0 +1,69 @@
+"""The scale configuration end to end: Kafka-protocol log, PostgreSQL view."""
+
+from __future__ import annotations
+
+import uuid
+
+from sqlalchemy import select
+
+from berth.app import App, Settings
+from berth.client import Publisher
+from berth.replay import replay
+from consumers.topics import Topics
+from projections.view.tables import inventories, reservations
+from schemas.outcomes import Kind, Outcome
+from tests.builders import claim, provider, release
+from tests.postgres import scratch_database
+
+
+def test_claims_through_kafka_and_postgres(kafka_bootstrap: str, postgres_url: str) -> None:
+    suffix = uuid.uuid4().hex[:8]
+    topics = Topics(f"events-{suffix}", f"outcomes-{suffix}", f"dead-{suffix}")
+    settings = Settings(
+        log_url=f"kafka://{kafka_bootstrap}", db_url=postgres_url, partitions=3, topics=topics
+    )
+    with App(settings) as app:
+        edge = Publisher(app.log, topics, clock_ms=lambda: 10**6)
+        edge.publish([*provider("n1", ts=1, VCPU=4), *provider("n2", ts=1, VCPU=2)])
+        edge.publish(
+            [
+                claim("r1", "n1", ts=10, VCPU=3),
+                claim("r2", "n1", ts=11, VCPU=3),  # does not fit any more
+                claim("r3", "n2", ts=12, VCPU=2),
+            ]
+        )
+        edge.publish([release("r1", ts=13).model_copy(update={"partition_key": "n1"})])
+        edge.publish([claim("r4", "n1", ts=14, VCPU=3)])  # fits again
+        for writer in app.writers():
+            writer.catch_up()
+        decided = {
+            o.subject: o.kind
+            for p in range(3)
+            for o in (Outcome.from_json(r.value) for r in app.log.read(topics.outcomes, p, 0, 100))
+            if o.subject.startswith("r")
+        }
+        with app.engine.connect() as conn:
+            statuses = dict(
+                conn.execute(select(reservations.c.reservation_id, reservations.c.status)).all()
+            )
+            held = dict(
+                conn.execute(
+                    select(inventories.c.provider_id, inventories.c.held).where(
+                        inventories.c.resource_class == "VCPU"
+                    )
+                ).all()
+            )
+    assert decided == {
+        "r1": Kind.RELEASED,
+        "r2": Kind.REJECTED,
+        "r3": Kind.ACCEPTED,
+        "r4": Kind.ACCEPTED,
+    }
+    assert statuses == {"r1": "released", "r3": "held", "r4": "held"}
+    assert held == {"n1": 3, "n2": 2}
+    with scratch_database() as fresh:
+        result = replay(
+            Settings(log_url=settings.log_url, db_url=fresh, topics=topics), verify=True
+        )
+    assert result.divergence is None
+    assert result.verified == result.outcomes > 0
