@@ -1,0 +1,199 @@
+"""What the engine decides on: a snapshot of providers and a request.
+
+The snapshot holds per-provider attributes as small frozen records and the
+resource numbers as NumPy arrays (providers x resource classes), so that the
+resource filters and weighers work on whole columns at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+BoolArray = npt.NDArray[np.bool_]
+
+GroupPolicy = Literal["affinity", "anti-affinity", "soft-affinity", "soft-anti-affinity"]
+
+_EMPTY: Mapping[str, Any] = {}
+
+
+@dataclass(frozen=True, slots=True)
+class Aggregate:
+    """A named group of providers with metadata (Nova's host aggregate)."""
+
+    name: str
+    metadata: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Provider:
+    """Everything but the resource numbers that filters and weighers read."""
+
+    provider_id: str
+    host: str = ""
+    state: str = "enabled"  # enabled | disabled | offline | evacuating
+    availability_zone: str | None = None
+    traits: frozenset[str] = frozenset()
+    aggregates: frozenset[str] = frozenset()
+    capabilities: Mapping[str, Any] = field(default_factory=dict)
+    """Hypervisor facts: hypervisor_type, hypervisor_version (int),
+    cpu_info (dict), supported_instances ((arch, hv_type, vm_mode), ...), and
+    any other reported capability, looked up by ComputeCapabilities."""
+    metrics: Mapping[str, float] = field(default_factory=dict)
+    num_io_ops: int = 0
+    instances: frozenset[str] = frozenset()
+    """Consumer ids of the instances placed here."""
+    instance_flavors: frozenset[str] = frozenset()
+    project_ids: frozenset[str] = frozenset()
+    groups: Mapping[str, int] = field(default_factory=dict)
+    """Server group id -> number of its members placed here."""
+    tags: Mapping[str, int] = field(default_factory=dict)
+    """Tag -> number of instances here that carry it."""
+    host_ip: str | None = None
+    build_failures: int = 0
+    metadata: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Providers and their resource numbers, row i of every array being
+    ``providers[i]``. ``used`` is held + consumed."""
+
+    providers: tuple[Provider, ...]
+    classes: tuple[str, ...]
+    total: IntArray
+    reserved: IntArray
+    used: IntArray
+    allocation_ratio: FloatArray
+    min_unit: IntArray
+    max_unit: IntArray
+    step_size: IntArray
+    aggregates: Mapping[str, Aggregate] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        shape = (len(self.providers), len(self.classes))
+        for name in (
+            "total",
+            "reserved",
+            "used",
+            "allocation_ratio",
+            "min_unit",
+            "max_unit",
+            "step_size",
+        ):
+            if getattr(self, name).shape != shape:
+                raise ValueError(f"{name} has shape {getattr(self, name).shape}, not {shape}")
+
+    @property
+    def size(self) -> int:
+        return len(self.providers)
+
+    def column(self, resource_class: str) -> int | None:
+        try:
+            return self.classes.index(resource_class)
+        except ValueError:
+            return None
+
+    def capacity(self, ratio: FloatArray | None = None) -> IntArray:
+        """(total - reserved) x allocation_ratio, per provider and class."""
+        ratios = self.allocation_ratio if ratio is None else ratio
+        return ((self.total - self.reserved) * ratios).astype(np.int64)
+
+    def aggregates_of(self, row: int) -> list[Aggregate]:
+        names = self.providers[row].aggregates
+        return [self.aggregates[n] for n in sorted(names) if n in self.aggregates]
+
+    @classmethod
+    def build(
+        cls,
+        providers: Sequence[Provider],
+        inventories: Mapping[str, Mapping[str, Mapping[str, Any]]],
+        aggregates: Mapping[str, Aggregate] | None = None,
+    ) -> Snapshot:
+        """A snapshot from plain mappings: ``inventories[provider_id][class]``
+        with total, reserved, used, allocation_ratio, min_unit, max_unit, step_size."""
+        classes = tuple(sorted({rc for inv in inventories.values() for rc in inv}))
+        n, r = len(providers), len(classes)
+        arrays = {
+            name: np.zeros((n, r), dtype=np.int64)
+            for name in ("total", "reserved", "used", "min_unit", "max_unit", "step_size")
+        }
+        ratio = np.ones((n, r), dtype=np.float64)
+        for i, provider in enumerate(providers):
+            for j, rc in enumerate(classes):
+                inv = inventories.get(provider.provider_id, _EMPTY).get(rc)
+                if inv is None:
+                    continue
+                arrays["total"][i, j] = inv.get("total", 0)
+                arrays["reserved"][i, j] = inv.get("reserved", 0)
+                arrays["used"][i, j] = inv.get("used", 0)
+                arrays["min_unit"][i, j] = inv.get("min_unit", 1)
+                arrays["max_unit"][i, j] = inv.get("max_unit", 2**31 - 1)
+                arrays["step_size"][i, j] = inv.get("step_size", 1)
+                ratio[i, j] = inv.get("allocation_ratio", 1.0)
+        arrays["step_size"][arrays["step_size"] == 0] = 1
+        return cls(
+            providers=tuple(providers),
+            classes=classes,
+            total=arrays["total"],
+            reserved=arrays["reserved"],
+            used=arrays["used"],
+            allocation_ratio=ratio,
+            min_unit=arrays["min_unit"],
+            max_unit=arrays["max_unit"],
+            step_size=arrays["step_size"],
+            aggregates=dict(aggregates or {}),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Hints:
+    """Scheduler hints (Nova's names)."""
+
+    same_host: frozenset[str] = frozenset()
+    """Instance (consumer) ids: place on a provider that has one of them."""
+    different_host: frozenset[str] = frozenset()
+    query: str | list[Any] | None = None
+    """A JsonFilter query over the provider's attributes."""
+    build_near_host_ip: str | None = None
+    cidr: str = "/24"
+
+
+@dataclass(frozen=True, slots=True)
+class TagRules:
+    """Shaken Fist's binary affinity: hard requirements and ±1 preferences."""
+
+    require_with: frozenset[str] = frozenset()
+    require_without: frozenset[str] = frozenset()
+    prefer_with: frozenset[str] = frozenset()
+    prefer_without: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One placement request: ``num_instances`` instances of one shape."""
+
+    request_id: str
+    resources: Mapping[str, int]
+    project_id: str = ""
+    user_id: str = ""
+    num_instances: int = 1
+    flavor_name: str = ""
+    extra_specs: Mapping[str, str] = field(default_factory=dict)
+    image_properties: Mapping[str, str] = field(default_factory=dict)
+    availability_zone: str | None = None
+    required_traits: frozenset[str] = frozenset()
+    forbidden_traits: frozenset[str] = frozenset()
+    hints: Hints = Hints()
+    group_id: str | None = None
+    group_policy: GroupPolicy | None = None
+    max_server_per_host: int = 1
+    tags: TagRules = TagRules()
+    tried_providers: frozenset[str] = frozenset()
+    """Providers an earlier attempt of this request was rejected on (Retry)."""
