@@ -1,0 +1,115 @@
+"""The engine's flow: cheapest filters first, per-pick virtual consumption,
+deterministic ties, traces, rotating samples, multipliers."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import numpy as np
+
+from placement.engine import Engine, Sampling
+from placement.filters.base import Context, HostFilter
+from placement.model import FloatArray, IntArray, Provider, Request, Snapshot
+from placement.weighers.base import Weigher
+
+CALLS: list[str] = []
+
+
+class FreeVcpu(HostFilter):
+    """A small stand-in for the resource filter, reading ctx.used."""
+
+    name = "FreeVcpu"
+    cost = 2
+    per_pick = True
+
+    def reject(self, ctx: Context, row: int) -> str | None:
+        CALLS.append(self.name)
+        free = int(ctx.snapshot.total[row, 0] - ctx.used[row, 0])
+        wanted = ctx.request.resources["VCPU"]
+        return None if wanted <= free else f"VCPU wanted {wanted}, free {free}"
+
+
+class Enabled(HostFilter):
+    name = "Enabled"
+    cost = 1
+
+    def reject(self, ctx: Context, row: int) -> str | None:
+        CALLS.append(self.name)
+        state = ctx.snapshot.providers[row].state
+        return None if state == "enabled" else state
+
+
+class MostFree(Weigher):
+    name = "MostFree"
+    multiplier_key: ClassVar[str] = "most_free_weight_multiplier"
+
+    def weigh(self, ctx: Context, rows: IntArray) -> FloatArray:
+        free: FloatArray = (ctx.snapshot.total[rows, 0] - ctx.used[rows, 0]).astype(np.float64)
+        return free
+
+
+def cluster(vcpus: list[int], states: list[str] | None = None) -> Snapshot:
+    providers = [
+        Provider(f"p{i}", state=(states or ["enabled"] * len(vcpus))[i]) for i in range(len(vcpus))
+    ]
+    inventories = {f"p{i}": {"VCPU": {"total": v}} for i, v in enumerate(vcpus)}
+    return Snapshot.build(providers, inventories)
+
+
+def test_cheapest_filter_runs_first_and_the_trace_names_the_first_rejection() -> None:
+    CALLS.clear()
+    engine = Engine([FreeVcpu(), Enabled()], [MostFree()])
+    placement = engine.place(
+        cluster([1, 8, 8], ["enabled", "disabled", "enabled"]),
+        Request("q", {"VCPU": 4}),
+        explain=True,
+    )
+    assert CALLS[0] == "Enabled"
+    assert placement.providers == ("p2",)
+    assert placement.trace is not None
+    assert [str(e) for e in placement.trace.eliminations] == [
+        "p0: VCPU wanted 4, free 1 (FreeVcpu)",
+        "p1: disabled (Enabled)",
+    ]
+    assert placement.trace.counts == {"Enabled": 1, "FreeVcpu": 1}
+
+
+def test_each_pick_sees_what_earlier_picks_consumed() -> None:
+    engine = Engine([FreeVcpu()], [MostFree()])
+    placement = engine.place(cluster([8, 6]), Request("q", {"VCPU": 3}, num_instances=4))
+    # spread: 8 -> p0 (5 left), then p1 (6 > 5), then p0 (5 > 3), then p1; none fits a fifth
+    assert placement.providers == ("p0", "p1", "p0", "p1")
+    assert placement.placed
+    fifth = engine.place(cluster([8, 6]), Request("q", {"VCPU": 3}, num_instances=5))
+    assert not fifth.placed
+    assert fifth.providers == ("p0", "p1", "p0", "p1")
+    assert fifth.reason == "no valid host: 4 of 5 instances placed; FreeVcpu removed 2"
+
+
+def test_a_negative_multiplier_packs_and_ties_go_to_snapshot_order() -> None:
+    pack = Engine([FreeVcpu()], [MostFree(multiplier=-1.0)])
+    assert pack.place(cluster([8, 4, 4]), Request("q", {"VCPU": 1})).providers == ("p1",)
+    spread = Engine([FreeVcpu()], [MostFree()])
+    assert spread.place(cluster([4, 4, 4]), Request("q", {"VCPU": 1})).providers == ("p0",)
+
+
+def test_a_failure_carries_the_full_story_without_being_asked() -> None:
+    placement = Engine([FreeVcpu(), Enabled()]).place(
+        cluster([1, 2], ["enabled", "offline"]), Request("q", {"VCPU": 4})
+    )
+    assert not placement.placed
+    assert placement.trace is not None
+    assert [e.provider_id for e in placement.trace.eliminations] == ["p0", "p1"]
+    assert placement.trace.lines()[0] == "2 providers considered; Enabled: -1, FreeVcpu: -1"
+
+
+def test_success_without_explain_builds_no_trace() -> None:
+    placement = Engine([FreeVcpu()]).place(cluster([4]), Request("q", {"VCPU": 1}))
+    assert placement.placed and placement.trace is None
+
+
+def test_samples_rotate_over_the_feasible_providers() -> None:
+    engine = Engine([FreeVcpu()], [MostFree(multiplier=-1.0)], Sampling(percentage=20, minimum=2))
+    snapshot = cluster([4] * 10)
+    picks = [engine.place(snapshot, Request(f"q{k}", {"VCPU": 1})).providers[0] for k in range(5)]
+    assert picks == ["p0", "p2", "p4", "p6", "p8"]
