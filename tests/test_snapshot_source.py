@@ -1,0 +1,58 @@
+"""The scheduler's snapshot reflects the view: usage, state and placements."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sqlalchemy import Engine
+
+from consumers.partition_writer import PartitionWriter
+from consumers.snapshot_source import snapshot_from_view
+from consumers.topics import DEFAULT_TOPICS
+from ledger.embedded import EmbeddedLog
+from ledger.log import Append
+from projections.view.engine import make_engine
+from projections.view.migrate import upgrade
+from projections.view.writer import ViewWriter
+from schemas.codec import encode_event
+from tests.builders import claim, consume, provider, release, set_state, traits
+
+
+def _view(tmp_path: Path) -> Engine:
+    log = EmbeddedLog(tmp_path / "log")
+    for topic in (DEFAULT_TOPICS.events, DEFAULT_TOPICS.outcomes, DEFAULT_TOPICS.dead_letters):
+        log.create_topic(topic, 1)
+    events = [
+        *provider("b", ts=1, VCPU=(4, 2.0), MEMORY_MB=4096),
+        *provider("a", ts=1, VCPU=2, MEMORY_MB=1024),
+        traits("a", "HW_GPU", ts=1),
+        claim("r1", "b", ts=2, VCPU=3, MEMORY_MB=1000, group="g1", tags=["web"], consumer="vm1"),
+        consume("r1", ts=3),
+        set_state("b", "disabled", ts=3),
+        claim("r2", "a", ts=4, VCPU=1, consumer="vm2"),
+        claim("r3", "a", ts=5, VCPU=1, consumer="vm3"),
+        release("r3", ts=6),
+    ]
+    log.append(DEFAULT_TOPICS.events, [Append(0, b"k", encode_event(e)) for e in events])
+    engine = make_engine(f"sqlite:///{tmp_path / 'view.db'}", writer=True)
+    upgrade(engine)
+    PartitionWriter(log, ViewWriter(engine), 0, 1).catch_up()
+    log.close()
+    return engine
+
+
+def test_snapshot_mirrors_the_view(tmp_path: Path) -> None:
+    snapshot = snapshot_from_view(_view(tmp_path))
+    assert [p.provider_id for p in snapshot.providers] == ["a", "b"]
+    a, b = snapshot.providers
+    assert snapshot.classes == ("MEMORY_MB", "VCPU")
+    vcpu = snapshot.column("VCPU")
+    assert vcpu is not None
+    assert snapshot.used[:, vcpu].tolist() == [1, 3]
+    assert snapshot.capacity()[:, vcpu].tolist() == [2, 8]
+    assert a.traits == frozenset({"HW_GPU"})
+    assert b.state == "disabled"
+    assert a.instances == frozenset({"vm2"})
+    assert b.instances == frozenset({"vm1"})
+    assert b.groups == {"g1": 1}
+    assert b.tags == {"web": 1}
