@@ -1,0 +1,232 @@
+"""The scheduler worker: rank on the view, propose claims, retry on rejection.
+
+The scheduler proposes, the partition's writer disposes: a claim that lost a
+race (the view was stale) comes back rejected, and the instance is tried
+again on the next candidates, excluding the providers already tried, up to
+``max_attempts``. Requests are handled in waves: one snapshot per wave, with
+each placement's virtual consumption visible to the next request of the wave.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+
+from berth.client import Publisher
+from ledger.log import Log
+from placement.engine import Engine
+from placement.model import Hints, Request, Snapshot, TagRules
+from schemas.events import Claim, ClaimItem, Release
+from schemas.outcomes import Kind, Outcome
+from schemas.requests import PlacementRequest
+
+log = logging.getLogger(__name__)
+
+
+class OutcomeFollower:
+    """Follows the outcomes topic from its end at creation, remembering the
+    decision on each claim."""
+
+    def __init__(self, log_: Log, topic: str) -> None:
+        self.log = log_
+        self.topic = topic
+        partitions = log_.partition_count(topic)
+        self.offsets = [log_.end_offset(topic, p) for p in range(partitions)]
+        self.decided: dict[str, Outcome] = {}
+
+    def poll(self) -> None:
+        for partition, offset in enumerate(self.offsets):
+            while records := self.log.read(self.topic, partition, offset, 5000):
+                offset = records[-1].offset + 1
+                for record in records:
+                    outcome = Outcome.from_json(record.value)
+                    if outcome.kind in (Kind.ACCEPTED, Kind.REJECTED):
+                        self.decided[outcome.subject] = outcome
+            self.offsets[partition] = offset
+
+
+@dataclass(frozen=True, slots=True)
+class Scheduled:
+    """The final outcome of one request."""
+
+    request_id: str
+    placed: bool
+    reservations: tuple[tuple[str, str], ...]
+    """(reservation id, provider id) per instance placed."""
+    attempts: int
+    reason: str = ""
+    trace: tuple[str, ...] = ()
+
+
+@dataclass(slots=True)
+class _Pending:
+    request: PlacementRequest
+    left: list[int]
+    tried: set[str] = field(default_factory=set)
+    held: list[tuple[str, str]] = field(default_factory=list)
+    proposed: dict[str, tuple[int, str]] = field(default_factory=dict)
+    attempts: int = 0
+    reasons: list[str] = field(default_factory=list)
+    result: Scheduled | None = None
+
+
+class DecisionTimeout(Exception):
+    """The writers did not decide the proposed claims in time."""
+
+
+class Scheduler:
+    def __init__(
+        self,
+        publisher: Publisher,
+        engine: Engine,
+        snapshot: Callable[[], Snapshot],
+        follower: OutcomeFollower,
+        pump: Callable[[], object] = lambda: None,
+        max_attempts: int = 3,
+        decision_timeout_s: float = 30.0,
+        poll_interval_s: float = 0.005,
+    ) -> None:
+        self.publisher = publisher
+        self.engine = engine
+        self.snapshot = snapshot
+        self.follower = follower
+        self.pump = pump
+        self.max_attempts = max_attempts
+        self.decision_timeout_s = decision_timeout_s
+        self.poll_interval_s = poll_interval_s
+
+    def schedule(self, requests: Sequence[PlacementRequest]) -> list[Scheduled]:
+        """Place every request (each ends placed or failed with a reason)."""
+        pending = [_Pending(r, list(range(r.num_instances))) for r in requests]
+        active = list(pending)
+        while active:
+            claims = self._propose(active)
+            if claims:
+                self.publisher.publish(claims)
+                self._await([c.reservation_id for c in claims])
+            active = [p for p in active if not self._settle(p)]
+        return [p.result for p in pending if p.result is not None]
+
+    def _propose(self, active: list[_Pending]) -> list[Claim]:
+        snapshot = self.snapshot()
+        rows = {p.provider_id: i for i, p in enumerate(snapshot.providers)}
+        used = snapshot.used.copy()
+        working = replace(snapshot, used=used)
+        claims: list[Claim] = []
+        for p in active:
+            p.attempts += 1
+            p.proposed.clear()
+            placement = self.engine.place(working, _engine_request(p), explain=p.request.explain)
+            if not placement.placed:
+                trace = placement.trace.lines() if placement.trace else []
+                self._fail(p, placement.reason, tuple(trace))
+                continue
+            for instance, pid in zip(p.left, placement.providers, strict=True):
+                claim = _claim(p, instance, pid)
+                p.proposed[claim.reservation_id] = (instance, pid)
+                claims.append(claim)
+                for rc, amount in p.request.resources.items():
+                    column = snapshot.column(rc)
+                    if column is not None:
+                        used[rows[pid], column] += amount
+        return claims
+
+    def _await(self, reservation_ids: list[str]) -> None:
+        deadline = time.monotonic() + self.decision_timeout_s
+        while True:
+            self.pump()
+            self.follower.poll()
+            if all(rid in self.follower.decided for rid in reservation_ids):
+                return
+            if time.monotonic() > deadline:
+                raise DecisionTimeout(f"{len(reservation_ids)} claims undecided")
+            time.sleep(self.poll_interval_s)
+
+    def _settle(self, p: _Pending) -> bool:
+        """Take the writers' decisions; True when the request is finished."""
+        if p.result is not None:
+            return True
+        for rid, (instance, pid) in p.proposed.items():
+            outcome = self.follower.decided.pop(rid)
+            if outcome.kind == Kind.ACCEPTED:
+                p.held.append((rid, pid))
+                p.left.remove(instance)
+                log.info(
+                    "placed %s instance %d on %s as %s", p.request.request_id, instance, pid, rid
+                )
+            else:
+                p.tried.add(pid)
+                p.reasons = [str(r) for r in outcome.reasons]
+        if not p.left:
+            p.result = Scheduled(p.request.request_id, True, tuple(p.held), p.attempts)
+            return True
+        if p.attempts >= self.max_attempts:
+            reason = f"rejected by the writer {p.attempts} times; last: {'; '.join(p.reasons)}"
+            self._fail(p, reason, ())
+            return True
+        return False
+
+    def _fail(self, p: _Pending, reason: str, trace: tuple[str, ...]) -> None:
+        """Report the failure and give back what the request already holds."""
+        if p.held:
+            now = self.publisher.clock_ms()
+            self.publisher.publish(
+                [
+                    Release(
+                        event_id=f"release-{rid}", ts_ms=now, partition_key=pid, reservation_id=rid
+                    )
+                    for rid, pid in p.held
+                ]
+            )
+        log.info("failed %s: %s", p.request.request_id, reason)
+        p.result = Scheduled(p.request.request_id, False, (), p.attempts, reason, trace)
+
+
+def _engine_request(p: _Pending) -> Request:
+    r = p.request
+    return Request(
+        request_id=r.request_id,
+        resources=r.resources,
+        project_id=r.project_id,
+        user_id=r.user_id or "",
+        num_instances=len(p.left),
+        flavor_name=r.flavor_name,
+        extra_specs=r.extra_specs,
+        image_properties=r.image_properties,
+        availability_zone=r.availability_zone,
+        required_traits=r.required_traits,
+        forbidden_traits=r.forbidden_traits,
+        hints=Hints(same_host=r.same_host, different_host=r.different_host, query=r.query),
+        group_id=r.group_id,
+        group_policy=r.group_policy,
+        tags=TagRules(
+            require_with=r.require_with_tags,
+            require_without=r.require_without_tags,
+            prefer_with=r.prefer_with_tags,
+            prefer_without=r.prefer_without_tags,
+        ),
+        tried_providers=frozenset(p.tried),
+    )
+
+
+def _claim(p: _Pending, instance: int, provider_id: str) -> Claim:
+    r = p.request
+    # the hard rules the writer can check locally travel in the claim, so a
+    # race between schedulers cannot break them
+    group = r.group_id if r.group_policy == "anti-affinity" else None
+    return Claim(
+        event_id=f"claim-{r.request_id}-{instance}-{p.attempts}",
+        ts_ms=r.ts_ms,
+        partition_key=provider_id,
+        reservation_id=f"{r.request_id}.{instance}.{p.attempts}",
+        consumer_id=f"{r.request_id}.{instance}",
+        project_id=r.project_id,
+        items=(ClaimItem(provider_id=provider_id, resources=dict(r.resources)),),
+        lease_ms=r.lease_ms,
+        anti_affinity_group=group,
+        tags=r.tags,
+        require_with_tags=r.require_with_tags,
+        require_without_tags=r.require_without_tags,
+    )
