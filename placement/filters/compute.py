@@ -1,0 +1,20 @@
+"""Nova's ComputeFilter: only providers whose compute service is up and enabled."""
+
+from __future__ import annotations
+
+from placement.filters.base import Context, HostFilter
+
+ENABLED = "enabled"
+
+
+class ComputeFilter(HostFilter):
+    """A provider passes only in state ``enabled``; any other state (disabled,
+    offline, evacuating, or one this filter has never heard of) is the
+    reason it fails."""
+
+    name = "ComputeFilter"
+    cost = 1
+
+    def reject(self, ctx: Context, row: int) -> str | None:
+        state = ctx.snapshot.providers[row].state
+        return None if state == ENABLED else state or "no state"

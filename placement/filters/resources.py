@@ -1,0 +1,144 @@
+"""Placement's inventory check, with Nova's per-aggregate allocation ratios.
+
+One filter for every resource class, replacing Nova's Core/Ram/Disk filters
+and their Aggregate variants: the request's amount of each class must fit the
+provider's inventory constraints and its free capacity.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+import numpy as np
+
+from placement.filters.base import Context, HostFilter
+from placement.model import BoolArray, FloatArray, IntArray, Snapshot
+
+NOVA_RATIO_KEYS: Mapping[str, str] = {
+    "VCPU": "cpu_allocation_ratio",
+    "MEMORY_MB": "ram_allocation_ratio",
+    "DISK_GB": "disk_allocation_ratio",
+}
+"""The names Nova's AggregateCore/Ram/DiskFilter read, besides ``<class>_allocation_ratio``."""
+
+
+def ratio_keys(resource_class: str) -> tuple[str, ...]:
+    """Aggregate metadata keys that override ``resource_class``'s allocation ratio."""
+    generic = f"{resource_class.lower()}_allocation_ratio"
+    nova = NOVA_RATIO_KEYS.get(resource_class)
+    return (generic,) if nova is None else (generic, nova)
+
+
+def _override(values: set[str]) -> float | None:
+    """The smallest of the aggregates' ratios, or None to keep the inventory's."""
+    parsed: list[float] = []
+    for raw in values:
+        try:
+            ratio = float(raw)
+        except ValueError:
+            return None
+        if not math.isfinite(ratio) or ratio <= 0:
+            return None
+        parsed.append(ratio)
+    # Nova casts every value before taking the minimum, so one undecodable
+    # value discards the whole override rather than just itself.
+    return min(parsed) if parsed else None
+
+
+def effective_ratios(snapshot: Snapshot) -> FloatArray:
+    """``snapshot.allocation_ratio`` with the per-aggregate overrides applied."""
+    keyed = {j: ratio_keys(rc) for j, rc in enumerate(snapshot.classes)}
+    overriding = {
+        name
+        for name, aggregate in snapshot.aggregates.items()
+        if any(k in aggregate.metadata for keys in keyed.values() for k in keys)
+    }
+    if not overriding:
+        return snapshot.allocation_ratio
+    ratios = snapshot.allocation_ratio.copy()
+    for row, provider in enumerate(snapshot.providers):
+        if overriding.isdisjoint(provider.aggregates):
+            continue
+        aggregates = snapshot.aggregates_of(row)
+        for j, keys in keyed.items():
+            values = {a.metadata[k] for a in aggregates for k in keys if k in a.metadata}
+            ratio = _override(values)
+            if ratio is not None:
+                ratios[row, j] = ratio
+    return ratios
+
+
+class ResourceFilter(HostFilter):
+    """For every class the request asks a positive amount of, the provider must
+    have inventory of it (total > 0), the amount must lie within
+    [min_unit, max_unit] and be a multiple of step_size, and it must fit in
+    (total - reserved) x allocation_ratio less what is used, counting the
+    earlier picks of this request (``ctx.used``).
+
+    An aggregate's ``<class>_allocation_ratio`` metadata (or Nova's
+    ``cpu_``/``ram_``/``disk_allocation_ratio``) replaces the inventory's
+    ratio; with several, the smallest wins, and if any of them is not a
+    positive finite number the inventory's ratio stands."""
+
+    name = "ResourceFilter"
+    cost = 2
+    per_pick = True
+
+    def __init__(self) -> None:
+        # Ratios depend only on the snapshot, which every pick of a request
+        # (and often many requests) shares; keep the last one's.
+        self._ratios: tuple[Snapshot, FloatArray] | None = None
+
+    def _ratio_for(self, snapshot: Snapshot) -> FloatArray:
+        cached = self._ratios
+        if cached is not None and cached[0] is snapshot:
+            return cached[1]
+        ratios = effective_ratios(snapshot)
+        self._ratios = (snapshot, ratios)
+        return ratios
+
+    def _free(self, ctx: Context, rows: IntArray, column: int) -> IntArray:
+        snap = ctx.snapshot
+        ratio = self._ratio_for(snap)[rows, column]
+        usable = snap.total[rows, column] - snap.reserved[rows, column]
+        capacity: IntArray = (usable * ratio).astype(np.int64)
+        used: IntArray = ctx.used[rows, column]
+        return capacity - used
+
+    def mask(self, ctx: Context, rows: IntArray) -> BoolArray:
+        snap = ctx.snapshot
+        ok = np.ones(len(rows), dtype=np.bool_)
+        for rc, amount in ctx.request.resources.items():
+            if amount <= 0:
+                continue
+            j = snap.column(rc)
+            if j is None:
+                return np.zeros(len(rows), dtype=np.bool_)
+            step = np.maximum(snap.step_size[rows, j], 1)
+            ok &= snap.total[rows, j] > 0
+            ok &= (snap.min_unit[rows, j] <= amount) & (amount <= snap.max_unit[rows, j])
+            ok &= amount % step == 0
+            ok &= amount <= self._free(ctx, rows, j)
+        return ok
+
+    def reject(self, ctx: Context, row: int) -> str | None:
+        snap = ctx.snapshot
+        one = np.array([row], dtype=np.int64)
+        for rc, amount in ctx.request.resources.items():
+            if amount <= 0:
+                continue
+            j = snap.column(rc)
+            if j is None or snap.total[row, j] <= 0:
+                return f"{rc} not provided"
+            if amount < snap.min_unit[row, j]:
+                return f"{rc} {amount} is below min_unit {snap.min_unit[row, j]}"
+            if amount > snap.max_unit[row, j]:
+                return f"{rc} {amount} is above max_unit {snap.max_unit[row, j]}"
+            step = max(int(snap.step_size[row, j]), 1)
+            if amount % step:
+                return f"{rc} {amount} is not a multiple of step_size {step}"
+            free = int(self._free(ctx, one, j)[0])
+            if amount > free:
+                return f"{rc} wanted {amount}, free {free}"
+        return None
