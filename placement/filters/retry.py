@@ -1,0 +1,18 @@
+"""Nova's RetryFilter: do not go back to a provider this request failed on."""
+
+from __future__ import annotations
+
+from placement.filters.base import Context, HostFilter
+
+
+class RetryFilter(HostFilter):
+    """Rejects the providers listed in ``request.tried_providers`` (by
+    provider id, where Nova compares host and node name)."""
+
+    name = "RetryFilter"
+    cost = 1
+
+    def reject(self, ctx: Context, row: int) -> str | None:
+        if ctx.snapshot.providers[row].provider_id in ctx.request.tried_providers:
+            return "already tried for this request"
+        return None
