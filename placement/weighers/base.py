@@ -3,12 +3,15 @@ engine exactly as Nova's weight handler does.
 
 A weigher returns one raw value per candidate row. The engine normalises each
 weigher's values to [0, 1] against ``minval``/``maxval`` (the observed
-minimum and maximum unless the weigher fixes them; all values equal gives all
-0.0), multiplies by the weigher's multiplier for that provider (an aggregate's
-metadata key ``multiplier_key`` overrides the configured one; with several
-aggregates the smallest valid value wins; an unparsable value falls back to
-the configured multiplier) and sums. A negative multiplier stacks instead of
-spreading.
+minimum and maximum unless the weigher fixes them; raw values outside fixed
+bounds are first clamped to them; an empty range gives all 0.0, but equal
+positive values against a fixed minval of 0 give 1.0 each), multiplies by
+the weigher's multiplier for that provider (an aggregate's metadata key
+``multiplier_key`` overrides the configured one; with several aggregates the
+smallest value wins; if any of them is unparsable the configured multiplier
+is used) and sums. A negative multiplier stacks instead of spreading.
+``placement.weighers.combine.weigh_all`` is that sum, including Nova's rule
+that a lone candidate is not weighed at all.
 """
 
 from __future__ import annotations
@@ -52,6 +55,8 @@ class Weigher(ABC):
                 try:
                     values.append(float(raw))
                 except ValueError:
+                    # Nova casts the whole set of aggregate values at once, so
+                    # one bad value discards the good ones too.
                     log.warning(
                         "aggregate %s: %s=%r is not a number; using %s",
                         aggregate.name,
@@ -59,8 +64,10 @@ class Weigher(ABC):
                         raw,
                         self.multiplier,
                     )
-            if values:
-                out[k] = min(values)
+                    break
+            else:
+                if values:
+                    out[k] = min(values)
         return out
 
 
@@ -68,9 +75,19 @@ def normalize(
     values: FloatArray, minval: float | None = None, maxval: float | None = None
 ) -> FloatArray:
     """Scale ``values`` to [0, 1] between ``minval`` and ``maxval`` (the observed
-    extremes unless given); an empty range gives all zeros."""
+    extremes unless given); an empty range gives all zeros.
+
+    Values beyond a given bound are clamped to it first. Nova does that clamp
+    in ``BaseWeigher.weigh_objects``, before the observed extremes are taken,
+    so an overcommitted host (negative free RAM) counts as 0 free and cannot
+    stretch the range; folding it in here keeps every caller of
+    ``normalize`` Nova-exact."""
     if len(values) == 0:
         return values
+    if minval is not None:
+        values = np.maximum(values, float(minval))
+    if maxval is not None:
+        values = np.minimum(values, float(maxval))
     low = float(values.min()) if minval is None else float(minval)
     high = float(values.max()) if maxval is None else float(maxval)
     if low == high:

@@ -1,0 +1,27 @@
+"""CPUWeigher: prefer providers with more free vCPUs (Nova's CPUWeigher).
+
+A positive multiplier spreads; a negative one stacks. As with RAM,
+``minval = 0`` clamps overcommitted providers to 0 and anchors the range at
+0 instead of at the busiest candidate.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from placement.filters.base import Context
+from placement.model import FloatArray, IntArray
+from placement.weighers.base import Weigher
+from placement.weighers.ram import free_of
+
+
+class CPUWeigher(Weigher):
+    name: ClassVar[str] = "CPUWeigher"
+    multiplier_key: ClassVar[str] = "cpu_weight_multiplier"
+    minval: ClassVar[float | None] = 0.0
+
+    def __init__(self, multiplier: float = 1.0) -> None:
+        super().__init__(multiplier)
+
+    def weigh(self, ctx: Context, rows: IntArray) -> FloatArray:
+        return free_of(ctx, rows, "VCPU")
