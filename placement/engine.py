@@ -20,7 +20,8 @@ import numpy as np
 
 from placement.filters.base import Context, HostFilter
 from placement.model import BoolArray, FloatArray, IntArray, Request, Snapshot
-from placement.weighers.base import Weigher, normalize
+from placement.weighers.base import Weigher
+from placement.weighers.combine import weigh_all
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,11 +184,7 @@ class Engine:
         return np.roll(candidates, -start)[:size]
 
     def _weigh(self, ctx: Context, rows: IntArray) -> FloatArray:
-        total = np.zeros(len(rows), dtype=np.float64)
-        for weigher in self.weighers:
-            raw = np.asarray(weigher.weigh(ctx, rows), dtype=np.float64)
-            total += weigher.multipliers(ctx, rows) * normalize(raw, weigher.minval, weigher.maxval)
-        return total
+        return weigh_all(self.weighers, ctx, rows)
 
 
 def _demand(snapshot: Snapshot, resources: Mapping[str, int]) -> IntArray:

@@ -1,0 +1,120 @@
+"""The explicit registry of filters and weighers, by their Nova names."""
+
+from __future__ import annotations
+
+from placement.filters.aggregate_instance_extra_specs import AggregateInstanceExtraSpecsFilter
+from placement.filters.availability_zone import AvailabilityZoneFilter
+from placement.filters.base import HostFilter
+from placement.filters.cidr_affinity import SimpleCIDRAffinityFilter
+from placement.filters.compute import ComputeFilter
+from placement.filters.compute_capabilities import ComputeCapabilitiesFilter
+from placement.filters.different_host import DifferentHostFilter
+from placement.filters.image_properties import ImagePropertiesFilter
+from placement.filters.io_ops import IoOpsFilter
+from placement.filters.isolated_hosts import IsolatedHostsFilter
+from placement.filters.json_filter import JsonFilter
+from placement.filters.multi_tenancy import AggregateMultiTenancyIsolation
+from placement.filters.num_instances import NumInstancesFilter
+from placement.filters.project_restriction import ProjectRestrictionFilter
+from placement.filters.resources import ResourceFilter
+from placement.filters.retry import RetryFilter
+from placement.filters.same_host import SameHostFilter
+from placement.filters.server_group import (
+    ServerGroupAffinityFilter,
+    ServerGroupAntiAffinityFilter,
+)
+from placement.filters.tags import TagRequirementsFilter
+from placement.filters.traits import TraitsFilter
+from placement.filters.type_affinity import AggregateTypeAffinityFilter
+from placement.weighers.affinity import (
+    ServerGroupSoftAffinityWeigher,
+    ServerGroupSoftAntiAffinityWeigher,
+)
+from placement.weighers.base import Weigher
+from placement.weighers.build_failure import BuildFailureWeigher
+from placement.weighers.cpu import CPUWeigher
+from placement.weighers.disk import DiskWeigher
+from placement.weighers.hypervisor_version import HypervisorVersionWeigher
+from placement.weighers.io_ops import IoOpsWeigher
+from placement.weighers.metrics import MetricsWeigher
+from placement.weighers.num_instances import NumInstancesWeigher
+from placement.weighers.ram import RAMWeigher
+from placement.weighers.tag_affinity import TagAffinityWeigher
+
+FILTERS: dict[str, type[HostFilter]] = {
+    cls.name: cls
+    for cls in (
+        AggregateInstanceExtraSpecsFilter,
+        AggregateMultiTenancyIsolation,
+        AggregateTypeAffinityFilter,
+        AvailabilityZoneFilter,
+        ComputeCapabilitiesFilter,
+        ComputeFilter,
+        DifferentHostFilter,
+        ImagePropertiesFilter,
+        IoOpsFilter,
+        IsolatedHostsFilter,
+        JsonFilter,
+        NumInstancesFilter,
+        ProjectRestrictionFilter,
+        ResourceFilter,
+        RetryFilter,
+        SameHostFilter,
+        ServerGroupAffinityFilter,
+        ServerGroupAntiAffinityFilter,
+        SimpleCIDRAffinityFilter,
+        TagRequirementsFilter,
+        TraitsFilter,
+    )
+}
+
+DEFAULT_FILTERS: tuple[str, ...] = (
+    "RetryFilter",
+    "ComputeFilter",
+    "ResourceFilter",
+    "AvailabilityZoneFilter",
+    "TraitsFilter",
+    "ComputeCapabilitiesFilter",
+    "ImagePropertiesFilter",
+    "TagRequirementsFilter",
+    "ServerGroupAntiAffinityFilter",
+    "ServerGroupAffinityFilter",
+    "SameHostFilter",
+    "DifferentHostFilter",
+)
+"""Nova's defaults (ComputeFilter, AvailabilityZoneFilter,
+ComputeCapabilitiesFilter, ImagePropertiesFilter, the server-group filters),
+with the resource fit, the traits, the Retry filter and Berth's hard tag
+rules."""
+
+WEIGHERS: dict[str, type[Weigher]] = {
+    cls.name: cls
+    for cls in (
+        BuildFailureWeigher,
+        CPUWeigher,
+        DiskWeigher,
+        HypervisorVersionWeigher,
+        IoOpsWeigher,
+        MetricsWeigher,
+        NumInstancesWeigher,
+        RAMWeigher,
+        ServerGroupSoftAffinityWeigher,
+        ServerGroupSoftAntiAffinityWeigher,
+        TagAffinityWeigher,
+    )
+}
+
+DEFAULT_WEIGHERS: dict[str, float] = {
+    "RAMWeigher": 1.0,
+    "CPUWeigher": 1.0,
+    "DiskWeigher": 1.0,
+    "IoOpsWeigher": -1.0,
+    "ServerGroupSoftAffinityWeigher": 1.0,
+    "ServerGroupSoftAntiAffinityWeigher": 1.0,
+    "BuildFailureWeigher": 1_000_000.0,
+    "HypervisorVersionWeigher": 1.0,
+    "TagAffinityWeigher": 1.0,
+}
+"""Nova's default multipliers (MetricsWeigher needs a weight_setting, and
+NumInstancesWeigher is off by default, so neither is in), plus Berth's tag
+affinity."""

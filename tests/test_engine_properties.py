@@ -1,0 +1,86 @@
+"""Property: the engine never returns a provider that an enabled filter
+rejects, and every pick fits after the request's earlier picks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from placement.engine import Engine
+from placement.filters.base import Context
+from placement.model import Provider, Request, Snapshot, TagRules
+from placement.registry import DEFAULT_FILTERS, FILTERS
+
+STATES = ("enabled", "enabled", "enabled", "disabled", "offline")
+TRAITS = ("HW_GPU", "SSD", "AVX512")
+TAGS = ("web", "db")
+
+
+@st.composite
+def cases(draw: Any) -> tuple[Snapshot, Request]:
+    n = draw(st.integers(1, 12))
+    providers = []
+    inventories: dict[str, dict[str, dict[str, Any]]] = {}
+    for i in range(n):
+        pid = f"p{i}"
+        providers.append(
+            Provider(
+                pid,
+                host=pid,
+                state=draw(st.sampled_from(STATES)),
+                availability_zone=draw(st.sampled_from((None, "az1", "az2"))),
+                traits=frozenset(draw(st.sets(st.sampled_from(TRAITS)))),
+                tags={t: draw(st.integers(0, 2)) for t in TAGS},
+                groups={"g": draw(st.integers(0, 1))},
+            )
+        )
+        inventories[pid] = {
+            "VCPU": {
+                "total": draw(st.integers(0, 16)),
+                "used": draw(st.integers(0, 8)),
+                "allocation_ratio": draw(st.sampled_from((1.0, 2.0, 4.0))),
+            },
+            "MEMORY_MB": {
+                "total": draw(st.integers(0, 8192)),
+                "used": draw(st.integers(0, 4096)),
+                "step_size": draw(st.sampled_from((1, 256))),
+            },
+        }
+    request = Request(
+        "r",
+        {"VCPU": draw(st.integers(1, 8)), "MEMORY_MB": draw(st.sampled_from((256, 512, 1000)))},
+        num_instances=draw(st.integers(1, 4)),
+        availability_zone=draw(st.sampled_from((None, "az1"))),
+        required_traits=frozenset(draw(st.sets(st.sampled_from(TRAITS), max_size=1))),
+        forbidden_traits=frozenset(draw(st.sets(st.sampled_from(TRAITS), max_size=1))),
+        group_id="g",
+        group_policy=draw(st.sampled_from((None, "anti-affinity", "affinity"))),
+        tags=TagRules(
+            require_with=frozenset(draw(st.sets(st.sampled_from(TAGS), max_size=1))),
+            require_without=frozenset(draw(st.sets(st.sampled_from(TAGS), max_size=1))),
+        ),
+    )
+    return Snapshot.build(providers, inventories), request
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(cases())
+def test_no_pick_is_rejected_by_any_filter(case: tuple[Snapshot, Request]) -> None:
+    snapshot, request = case
+    filters = [FILTERS[name]() for name in DEFAULT_FILTERS]
+    placement = Engine(filters).place(snapshot, request)
+    rows = {p.provider_id: i for i, p in enumerate(snapshot.providers)}
+    # replay the picks one by one, checking each against every filter
+    ctx = Context.start(snapshot, request)
+    demand = np.array([request.resources.get(rc, 0) for rc in snapshot.classes])
+    for pid in placement.providers:
+        row = rows[pid]
+        for f in filters:
+            assert f.reject(ctx, row) is None, f"{f.name} rejects {pid}"
+        ctx.used[row] += demand
+        ctx.picked.append(row)
+    if not placement.placed:
+        assert placement.trace is not None and placement.reason
