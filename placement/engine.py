@@ -147,12 +147,14 @@ class Engine:
         demand = _demand(snapshot, request.resources)
         rows: IntArray = np.arange(snapshot.size, dtype=np.int64)
         for f in self.once:
-            rows = run.apply(f, rows)
+            if f.applies(request):
+                rows = run.apply(f, rows)
+        each_pick = [f for f in self.each_pick if f.applies(request)]
         picks: list[str] = []
         weights: list[float] = []
         for _ in range(request.num_instances):
             candidates = rows
-            for f in self.each_pick:
+            for f in each_pick:
                 candidates = run.apply(f, candidates)
             if len(candidates) == 0:
                 break

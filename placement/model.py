@@ -60,6 +60,22 @@ class Provider:
     metadata: Mapping[str, str] = field(default_factory=dict)
 
 
+def _version(value: Any) -> float:
+    # bool is an int subclass but never a version; anything non-numeric counts
+    # as a missing version (the oldest) rather than failing the request
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    return 0.0
+
+
+def picks_per_row(ctx_picked: list[int], rows: IntArray, size: int) -> IntArray:
+    """How many earlier picks of the request landed on each of ``rows``."""
+    if not ctx_picked:
+        return np.zeros(len(rows), dtype=np.int64)
+    counts: IntArray = np.bincount(np.asarray(ctx_picked, dtype=np.int64), minlength=size)
+    return counts[rows]
+
+
 @dataclass(frozen=True, slots=True)
 class Snapshot:
     """Providers and their resource numbers, row i of every array being
@@ -75,8 +91,28 @@ class Snapshot:
     max_unit: IntArray
     step_size: IntArray
     aggregates: Mapping[str, Aggregate] = field(default_factory=dict)
+    enabled: BoolArray = field(init=False, repr=False)
+    """Per provider: state is "enabled" (derived once per snapshot, as are the
+    numeric columns below, so that per-request work stays vectorised)."""
+    num_io_ops: IntArray = field(init=False, repr=False)
+    build_failures: IntArray = field(init=False, repr=False)
+    hypervisor_version: FloatArray = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
+        providers = self.providers
+        n = len(providers)
+        derived = {
+            "enabled": np.fromiter((p.state == "enabled" for p in providers), np.bool_, n),
+            "num_io_ops": np.fromiter((p.num_io_ops for p in providers), np.int64, n),
+            "build_failures": np.fromiter((p.build_failures for p in providers), np.int64, n),
+            "hypervisor_version": np.fromiter(
+                (_version(p.capabilities.get("hypervisor_version")) for p in providers),
+                np.float64,
+                n,
+            ),
+        }
+        for name, value in derived.items():
+            object.__setattr__(self, name, value)
         shape = (len(self.providers), len(self.classes))
         for name in (
             "total",

@@ -14,6 +14,9 @@ from placement.filters.base import Context
 from placement.model import Provider, Request, Snapshot, TagRules
 from placement.registry import DEFAULT_FILTERS, FILTERS
 
+REQUIRED_OPTIONS: dict[str, dict[str, Any]] = {
+    "IsolatedHostsFilter": {"isolated_hosts": frozenset({"p0"}), "isolated_images": frozenset()},
+}
 STATES = ("enabled", "enabled", "enabled", "disabled", "offline")
 TRAITS = ("HW_GPU", "SSD", "AVX512")
 TAGS = ("web", "db")
@@ -84,3 +87,20 @@ def test_no_pick_is_rejected_by_any_filter(case: tuple[Snapshot, Request]) -> No
         ctx.picked.append(row)
     if not placement.placed:
         assert placement.trace is not None and placement.reason
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(cases())
+def test_a_filter_that_does_not_apply_rejects_nothing(case: tuple[Snapshot, Request]) -> None:
+    """The engine skips filters whose ``applies`` is False: that must never
+    change an answer."""
+    snapshot, request = case
+    ctx = Context.start(snapshot, request)
+    for name, cls in FILTERS.items():
+        f = cls(**REQUIRED_OPTIONS.get(name, {}))
+        if not f.applies(request):
+            assert all(f.reject(ctx, row) is None for row in range(snapshot.size)), f.name
+        rows = np.arange(snapshot.size, dtype=np.int64)
+        assert f.mask(ctx, rows).tolist() == [
+            f.reject(ctx, row) is None for row in range(snapshot.size)
+        ], f.name

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from placement.filters.base import Context, HostFilter
+from placement.model import Request
 
 KEY = "availability_zone"
 
@@ -34,6 +35,9 @@ class AvailabilityZoneFilter(HostFilter):
         if not found and self.default_zone is not None:
             found.add(self.default_zone)
         return found
+
+    def applies(self, request: Request) -> bool:
+        return bool(request.availability_zone)
 
     def reject(self, ctx: Context, row: int) -> str | None:
         wanted = ctx.request.availability_zone

@@ -45,6 +45,11 @@ class HostFilter(ABC):
     cost: ClassVar[int] = 10
     per_pick: ClassVar[bool] = False
 
+    def applies(self, request: Request) -> bool:
+        """False when ``request`` asks nothing of this filter, so the engine
+        can skip it: most requests use few hints and constraints."""
+        return True
+
     @abstractmethod
     def reject(self, ctx: Context, row: int) -> str | None:
         """Why ``row`` cannot take the request, or None if it can."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 
 from placement.filters.base import Context, HostFilter
+from placement.model import Request
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -24,6 +25,9 @@ class SimpleCIDRAffinityFilter(HostFilter):
 
     name = "SimpleCIDRAffinityFilter"
     cost = 4
+
+    def applies(self, request: Request) -> bool:
+        return request.hints.build_near_host_ip is not None
 
     def reject(self, ctx: Context, row: int) -> str | None:
         hints = ctx.request.hints

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from placement.filters.base import Context, HostFilter
+from placement.model import BoolArray, IntArray
 
 ENABLED = "enabled"
 
@@ -18,3 +19,7 @@ class ComputeFilter(HostFilter):
     def reject(self, ctx: Context, row: int) -> str | None:
         state = ctx.snapshot.providers[row].state
         return None if state == ENABLED else state or "no state"
+
+    def mask(self, ctx: Context, rows: IntArray) -> BoolArray:
+        enabled: BoolArray = ctx.snapshot.enabled[rows]
+        return enabled

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from placement.extra_specs import capability_value, matches, spec_applies
 from placement.filters.base import Context, HostFilter
+from placement.model import Request
 
 
 class ComputeCapabilitiesFilter(HostFilter):
@@ -14,6 +15,9 @@ class ComputeCapabilitiesFilter(HostFilter):
 
     name = "ComputeCapabilitiesFilter"
     cost = 5
+
+    def applies(self, request: Request) -> bool:
+        return bool(request.extra_specs)
 
     def reject(self, ctx: Context, row: int) -> str | None:
         capabilities = ctx.snapshot.providers[row].capabilities

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from placement.filters.base import Context, HostFilter
+from placement.model import Request
 
 
 class DifferentHostFilter(HostFilter):
@@ -11,6 +12,9 @@ class DifferentHostFilter(HostFilter):
 
     name = "DifferentHostFilter"
     cost = 2
+
+    def applies(self, request: Request) -> bool:
+        return bool(request.hints.different_host)
 
     def reject(self, ctx: Context, row: int) -> str | None:
         avoid = ctx.request.hints.different_host

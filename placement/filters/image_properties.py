@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from placement.filters.base import Context, HostFilter
+from placement.model import Request
 
 # Old spellings Nova still accepts, by the canonical name they map to.
 _ARCH = {
@@ -119,6 +120,9 @@ class ImagePropertiesFilter(HostFilter):
 
     def __init__(self, default_architecture: str | None = None) -> None:
         self.default_architecture = default_architecture
+
+    def applies(self, request: Request) -> bool:
+        return bool(request.image_properties) or bool(self.default_architecture)
 
     def reject(self, ctx: Context, row: int) -> str | None:
         props = {_LEGACY_NAMES.get(k, k): v for k, v in ctx.request.image_properties.items()}

@@ -40,6 +40,7 @@ from typing import Any
 
 from placement.filters.base import Context, HostFilter
 from placement.json_query import InvalidQuery, evaluate
+from placement.model import Request
 
 _CAPABILITIES = ("hypervisor_type", "hypervisor_version", "cpu_info", "supported_instances")
 
@@ -51,6 +52,9 @@ class JsonFilter(HostFilter):
     name = "JsonFilter"
     cost = 20
     per_pick = True
+
+    def applies(self, request: Request) -> bool:
+        return bool(request.hints.query)
 
     def reject(self, ctx: Context, row: int) -> str | None:
         query = ctx.request.hints.query

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from placement.filters.base import Context, HostFilter
+from placement.model import Request
 
 
 class RetryFilter(HostFilter):
@@ -11,6 +12,9 @@ class RetryFilter(HostFilter):
 
     name = "RetryFilter"
     cost = 1
+
+    def applies(self, request: Request) -> bool:
+        return bool(request.tried_providers)
 
     def reject(self, ctx: Context, row: int) -> str | None:
         if ctx.snapshot.providers[row].provider_id in ctx.request.tried_providers:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from placement.filters.base import Context, HostFilter
+from placement.model import Request
 
 
 class SameHostFilter(HostFilter):
@@ -12,6 +13,9 @@ class SameHostFilter(HostFilter):
 
     name = "SameHostFilter"
     cost = 2
+
+    def applies(self, request: Request) -> bool:
+        return bool(request.hints.same_host)
 
     def reject(self, ctx: Context, row: int) -> str | None:
         wanted = ctx.request.hints.same_host

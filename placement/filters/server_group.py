@@ -13,7 +13,7 @@ Berth keeps the group per provider where Nova keeps it per compute host name.
 from __future__ import annotations
 
 from placement.filters.base import Context, HostFilter
-from placement.model import Snapshot
+from placement.model import Request, Snapshot
 
 
 def _placed_here(ctx: Context, row: int) -> int:
@@ -42,6 +42,9 @@ class ServerGroupAffinityFilter(HostFilter):
         # The rows holding members depend only on the snapshot and the group,
         # and finding them is a scan; keep the last answer for the next rows.
         self._homes: tuple[Snapshot, str, frozenset[int]] | None = None
+
+    def applies(self, request: Request) -> bool:
+        return request.group_policy == "affinity"
 
     def reject(self, ctx: Context, row: int) -> str | None:
         request = ctx.request
@@ -83,6 +86,9 @@ class ServerGroupAntiAffinityFilter(HostFilter):
     name = "ServerGroupAntiAffinityFilter"
     cost = 5
     per_pick = True
+
+    def applies(self, request: Request) -> bool:
+        return request.group_policy == "anti-affinity"
 
     def reject(self, ctx: Context, row: int) -> str | None:
         request = ctx.request

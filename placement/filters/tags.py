@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from placement.filters.base import Context, HostFilter
+from placement.model import Request
 
 
 class TagRequirementsFilter(HostFilter):
@@ -12,6 +13,9 @@ class TagRequirementsFilter(HostFilter):
 
     name = "TagRequirementsFilter"
     cost = 3
+
+    def applies(self, request: Request) -> bool:
+        return bool(request.tags.require_with or request.tags.require_without)
 
     def reject(self, ctx: Context, row: int) -> str | None:
         rules = ctx.request.tags

@@ -34,6 +34,9 @@ class TraitsFilter(HostFilter):
     name = "TraitsFilter"
     cost = 2
 
+    def applies(self, request: Request) -> bool:
+        return any(wanted_traits(request))
+
     def reject(self, ctx: Context, row: int) -> str | None:
         required, forbidden = wanted_traits(ctx.request)
         traits = ctx.snapshot.providers[row].traits

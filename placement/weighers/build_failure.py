@@ -31,10 +31,8 @@ class BuildFailureWeigher(Weigher):
         super().__init__(multiplier)
 
     def weigh(self, ctx: Context, rows: IntArray) -> FloatArray:
-        providers = ctx.snapshot.providers
-        return np.fromiter(
-            (providers[int(r)].build_failures for r in rows), dtype=np.float64, count=len(rows)
-        )
+        failures: FloatArray = ctx.snapshot.build_failures[rows].astype(np.float64)
+        return failures
 
     def multipliers(self, ctx: Context, rows: IntArray) -> FloatArray:
         return -super().multipliers(ctx, rows)

@@ -8,21 +8,11 @@ multiplier prefers older hypervisors.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
-
-import numpy as np
+from typing import ClassVar
 
 from placement.filters.base import Context
 from placement.model import FloatArray, IntArray
 from placement.weighers.base import Weigher
-
-
-def _version(value: Any) -> float:
-    # bool is an int subclass but never a version; anything non-numeric is
-    # treated like a missing version rather than failing the whole request.
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
-    return 0.0
 
 
 class HypervisorVersionWeigher(Weigher):
@@ -33,9 +23,5 @@ class HypervisorVersionWeigher(Weigher):
         super().__init__(multiplier)
 
     def weigh(self, ctx: Context, rows: IntArray) -> FloatArray:
-        providers = ctx.snapshot.providers
-        return np.fromiter(
-            (_version(providers[int(r)].capabilities.get("hypervisor_version")) for r in rows),
-            dtype=np.float64,
-            count=len(rows),
-        )
+        versions: FloatArray = ctx.snapshot.hypervisor_version[rows]
+        return versions

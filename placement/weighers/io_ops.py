@@ -9,13 +9,12 @@ one to ``num_io_ops`` per placed instance.
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import ClassVar
 
 import numpy as np
 
 from placement.filters.base import Context
-from placement.model import FloatArray, IntArray
+from placement.model import FloatArray, IntArray, picks_per_row
 from placement.weighers.base import Weigher
 
 
@@ -28,10 +27,7 @@ class IoOpsWeigher(Weigher):
         super().__init__(multiplier)
 
     def weigh(self, ctx: Context, rows: IntArray) -> FloatArray:
-        picks = Counter(ctx.picked)
-        providers = ctx.snapshot.providers
-        return np.fromiter(
-            (providers[int(r)].num_io_ops + picks[int(r)] for r in rows),
-            dtype=np.float64,
-            count=len(rows),
-        )
+        snapshot = ctx.snapshot
+        ops = snapshot.num_io_ops[rows] + picks_per_row(ctx.picked, rows, snapshot.size)
+        weights: FloatArray = ops.astype(np.float64)
+        return weights
