@@ -35,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="simulate a cluster end to end on the embedded default")
     backend_options(demo, data_dir="berth-demo-data")
     demo.add_argument("--providers", type=int, default=200)
-    demo.add_argument("--requests", type=int, default=20_000)
+    demo.add_argument("--requests", type=int, default=10_000)
     demo.add_argument("--seed", type=int, default=7)
     demo.add_argument("--json", action="store_true", help="print the summary as one JSON object")
 

@@ -1,9 +1,11 @@
 """The main job: a simulated cluster on the embedded default, end to end.
 
-Requests go through the whole path: a least-loaded choice on the SQL view
-(refreshed once per wave, by two schedulers that race), claims appended to the
-log, the partition writers deciding them, outcomes read back from the outcomes
-topic, then consumes, releases and abandoned holds that the clock expires.
+Requests go through the whole path: two schedulers (the placement engine with
+its default filters and weighers) rank providers on one snapshot of the SQL
+view per wave and race, claims are appended to the log, the partition writers
+decide them, losers are retried elsewhere, outcomes are read back from the
+outcomes topic, then consumes, releases and abandoned holds that the clock
+expires.
 """
 
 from __future__ import annotations
@@ -16,15 +18,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 from sqlalchemy import func, select
 
 from berth.app import App
 from berth.client import Publisher
+from consumers.scheduler import OutcomeFollower, Scheduled, Scheduler
+from consumers.snapshot_source import snapshot_from_view
+from placement.config import SchedulerConfig
+from placement.model import Snapshot
 from projections.view.tables import inventories
 from schemas.events import (
-    Claim,
-    ClaimItem,
     Consume,
     Event,
     Inventory,
@@ -33,6 +36,7 @@ from schemas.events import (
     Release,
 )
 from schemas.outcomes import Kind, Outcome
+from schemas.requests import PlacementRequest
 
 CLASSES = ("VCPU", "MEMORY_MB", "DISK_GB")
 NODE_SIZES = (  # (weight, vcpus, memory_mb, disk_gb)
@@ -47,6 +51,7 @@ FLAVORS = (  # (weight, name, vcpus, memory_mb, disk_gb)
     (9, "m1.xlarge", 8, 16_384, 160),
     (1, "m1.huge", 32, 524_288, 1_000),  # fits nowhere: shows "no valid host"
 )
+FLAVOR_WEIGHTS = [f[0] for f in FLAVORS]
 RATIOS = {"VCPU": 4.0, "MEMORY_MB": 1.0, "DISK_GB": 1.0}
 LEASE_MS = 60_000
 STEP_MS = 2  # simulated time between two requests
@@ -56,7 +61,7 @@ DELETE_SHARE = 0.15  # of running instances deleted per wave
 @dataclass
 class DemoConfig:
     providers: int = 200
-    requests: int = 20_000
+    requests: int = 10_000
     partitions: int = 8
     wave: int = 500
     seed: int = 7
@@ -65,9 +70,12 @@ class DemoConfig:
 @dataclass
 class Tally:
     requested: int = 0
-    no_valid_host: int = 0
     placed: int = 0
+    failed: Counter[str] = field(default_factory=Counter)
+    """Requests that ended failed, by reason."""
+    attempts: int = 0
     rejected: Counter[str] = field(default_factory=Counter)
+    """Claims the writers rejected (each was retried or reported), by code."""
     consumed: int = 0
     released: int = 0
     expired: int = 0
@@ -82,34 +90,6 @@ class SimClock:
 
     def __call__(self) -> int:
         return self.now_ms
-
-
-class Cluster:
-    """The scheduler's picture of free capacity, reloaded from the view."""
-
-    def __init__(self, app: App, provider_ids: list[str]) -> None:
-        self.app = app
-        self.ids = provider_ids
-        self.row = {pid: i for i, pid in enumerate(provider_ids)}
-        self.free = np.zeros((len(provider_ids), len(CLASSES)), dtype=np.int64)
-
-    def refresh(self) -> None:
-        self.free[:] = 0
-        column = {rc: j for j, rc in enumerate(CLASSES)}
-        query = select(inventories.c.provider_id, inventories.c.resource_class, inventories.c.free)
-        with self.app.engine.connect() as conn:
-            for pid, rc, free in conn.execute(query):
-                self.free[self.row[pid], column[rc]] = free
-
-    def pick(self, wanted: np.ndarray) -> int | None:
-        """Least loaded: the provider that fits with the most memory left."""
-        fits = (self.free >= wanted).all(axis=1)
-        if not fits.any():
-            return None
-        memory = np.where(fits, self.free[:, 1], -1)
-        best = int(memory.argmax())
-        self.free[best] -= wanted  # virtual consumption until the next refresh
-        return best
 
 
 def _build_cluster(cfg: DemoConfig, rng: random.Random, clock: SimClock) -> list[Event]:
@@ -144,6 +124,22 @@ def _build_cluster(cfg: DemoConfig, rng: random.Random, clock: SimClock) -> list
     return events
 
 
+class _StaleOnce:
+    """The wave's shared snapshot for a scheduler's first round, a fresh one
+    for its retries (as a scheduler re-reads the view after losing a race).
+    The demo's requests use no placement hints, so placements are not read."""
+
+    def __init__(self, app: App) -> None:
+        self.app = app
+        self.stale: Snapshot | None = None
+
+    def __call__(self) -> Snapshot:
+        if self.stale is not None:
+            snapshot, self.stale = self.stale, None
+            return snapshot
+        return snapshot_from_view(self.app.engine, placements=False)
+
+
 class Demo:
     def __init__(
         self, app: App, cfg: DemoConfig, progress: Callable[[int], object] | None = None
@@ -158,52 +154,32 @@ class Demo:
         self.tally = Tally()
         self.pending: list[tuple[str, str]] = []  # (reservation id, its provider)
         self.consumed: list[tuple[str, str]] = []
-        self.claimed: dict[str, str] = {}  # reservation id -> provider, until decided
         self.progress = progress or (lambda n: None)
 
     def run(self) -> dict[str, Any]:
         cfg = self.cfg
         self.publisher.publish(_build_cluster(cfg, self.rng, self.clock))
         self._drive()
-        ids = [f"node-{n:05d}" for n in range(cfg.providers)]
-        # two schedulers that do not see each other's picks, like two API
-        # workers: on a tight cluster their claims race, and the writer decides
-        schedulers = (Cluster(self.app, ids), Cluster(self.app, ids))
-        flavors = [np.array(f[2:], dtype=np.int64) for f in FLAVORS]
-        weights = [f[0] for f in FLAVORS]
+        # two schedulers ranking on the same view snapshot, like two API
+        # workers that do not see each other's picks: on a tight cluster their
+        # claims race, the writer rejects the losers and they retry elsewhere
+        views = [_StaleOnce(self.app), _StaleOnce(self.app)]
+        schedulers = [self._scheduler(view) for view in views]
         started = time.perf_counter()
         done = 0
         while done < cfg.requests:
-            for cluster in schedulers:
-                cluster.refresh()
             wave = min(cfg.wave, cfg.requests - done)
-            events: list[Event] = self._lifecycle_events()
-            for k in range(done, done + wave):
-                self.clock.now_ms += STEP_MS
-                wanted = self.rng.choices(flavors, weights)[0]
-                cluster = schedulers[k % 2]
-                best = cluster.pick(wanted)
-                if best is None:
-                    self.tally.no_valid_host += 1
-                    continue
-                pid = ids[best]
-                self.claimed[f"res-{k:08d}"] = pid
-                resources = dict(zip(CLASSES, (int(x) for x in wanted), strict=True))
-                events.append(
-                    Claim(
-                        event_id=f"claim-{k}",
-                        ts_ms=self.clock.now_ms,
-                        partition_key=pid,
-                        reservation_id=f"res-{k:08d}",
-                        consumer_id=f"vm-{k:08d}",
-                        project_id=f"project-{k % 17}",
-                        items=(ClaimItem(provider_id=pid, resources=resources),),
-                        lease_ms=LEASE_MS,
-                    )
-                )
-            self.tally.requested += wave
-            self.publisher.publish(events)
+            self.publisher.publish(self._lifecycle_events())
             self._drive()
+            shared = snapshot_from_view(self.app.engine, placements=False)
+            for view in views:
+                view.stale = shared
+            requests = [self._request(k) for k in range(done, done + wave)]
+            for turn, scheduler in enumerate(schedulers):
+                for result in scheduler.schedule(requests[turn::2]):
+                    self._record(result)
+            self._drive()
+            self.tally.requested += wave
             done += wave
             self.progress(wave)
         elapsed = time.perf_counter() - started
@@ -212,6 +188,37 @@ class Demo:
         self.publisher.tick()
         self._drive()
         return self._summary(elapsed)
+
+    def _scheduler(self, snapshot: Callable[[], Snapshot]) -> Scheduler:
+        config = SchedulerConfig.default()
+        return Scheduler(
+            self.publisher,
+            config.engine(),
+            snapshot,
+            OutcomeFollower(self.app.log, self.app.settings.topics.outcomes),
+            pump=self._apply,
+            max_attempts=config.max_attempts,
+        )
+
+    def _request(self, k: int) -> PlacementRequest:
+        self.clock.now_ms += STEP_MS
+        _, _name, vcpus, memory_mb, disk_gb = self.rng.choices(FLAVORS, FLAVOR_WEIGHTS)[0]
+        return PlacementRequest(
+            request_id=f"req-{k:08d}",
+            ts_ms=self.clock.now_ms,
+            project_id=f"project-{k % 17}",
+            resources={"VCPU": vcpus, "MEMORY_MB": memory_mb, "DISK_GB": disk_gb},
+            lease_ms=LEASE_MS,
+        )
+
+    def _record(self, result: Scheduled) -> None:
+        tally = self.tally
+        tally.attempts += result.attempts
+        if result.placed:
+            tally.placed += 1
+            self.pending.extend(result.reservations)
+        else:
+            tally.failed[result.reason.split(";")[0]] += 1
 
     def _lifecycle_events(self) -> list[Event]:
         """Builds start for most held reservations, some fail, some are abandoned;
@@ -241,9 +248,12 @@ class Demo:
         self.consumed = keep
         return events
 
-    def _drive(self) -> None:
+    def _apply(self) -> None:
         for writer in self.writers:
             writer.catch_up()
+
+    def _drive(self) -> None:
+        self._apply()
         topic = self.app.settings.topics.outcomes
         for partition in range(self.app.settings.partitions):
             while True:
@@ -258,14 +268,7 @@ class Demo:
         tally = self.tally
         tally.decisions += 1
         kind = outcome.kind
-        if kind == Kind.ACCEPTED:
-            tally.placed += 1
-            self.pending.append((outcome.subject, self.claimed.pop(outcome.subject)))
-        elif kind == Kind.REJECTED and outcome.subject in self.claimed:
-            del self.claimed[outcome.subject]
-            for reason in outcome.reasons:
-                tally.rejected[reason.code.name] += 1
-        elif kind == Kind.REJECTED:
+        if kind == Kind.REJECTED:
             for reason in outcome.reasons:
                 tally.rejected[reason.code.name] += 1
         elif kind == Kind.CONSUMED:
@@ -296,9 +299,11 @@ class Demo:
             "partitions": self.app.settings.partitions,
             "requests": tally.requested,
             "placed": tally.placed,
-            "no_valid_host": tally.no_valid_host,
-            "rejected": sum(tally.rejected.values()),
+            "failed": sum(tally.failed.values()),
+            "failed_reasons": dict(sorted(tally.failed.items())),
+            "claims_rejected_by_writer": sum(tally.rejected.values()),
             "rejected_reasons": dict(sorted(tally.rejected.items())),
+            "attempts": tally.attempts,
             "consumed": tally.consumed,
             "released": tally.released,
             "expired": tally.expired,
@@ -320,9 +325,14 @@ def render(summary: dict[str, Any]) -> str:
         f"providers {summary['providers']} in {summary['partitions']} partitions, "
         f"{summary['requests']} requests in {summary['elapsed_s']} s "
         f"({summary['requests_per_s']} requests/s)",
-        f"placed {summary['placed']}, no valid host {summary['no_valid_host']}, "
-        f"rejected by the writer {summary['rejected']}",
+        f"placed {summary['placed']}, failed {summary['failed']}",
     ]
+    for reason, count in summary["failed_reasons"].items():
+        lines.append(f"  {count} x {reason}")
+    lines.append(
+        f"claims rejected by the writer (lost races, retried): "
+        f"{summary['claims_rejected_by_writer']}; attempts {summary['attempts']}"
+    )
     for code, count in summary["rejected_reasons"].items():
         lines.append(f"  {code}: {count}")
     lines.append(

@@ -25,9 +25,12 @@ from schemas.requests import PlacementRequest
 log = logging.getLogger(__name__)
 
 
+_DECISIONS = (Kind.ACCEPTED, Kind.REJECTED)
+
+
 class OutcomeFollower:
-    """Follows the outcomes topic from its end at creation, remembering the
-    decision on each claim."""
+    """Follows the outcomes topic from its end at creation, keeping the
+    decisions on the claims it was asked to watch."""
 
     def __init__(self, log_: Log, topic: str) -> None:
         self.log = log_
@@ -35,6 +38,7 @@ class OutcomeFollower:
         partitions = log_.partition_count(topic)
         self.offsets = [log_.end_offset(topic, p) for p in range(partitions)]
         self.decided: dict[str, Outcome] = {}
+        self.watched: set[str] = set()
 
     def poll(self) -> None:
         for partition, offset in enumerate(self.offsets):
@@ -42,7 +46,7 @@ class OutcomeFollower:
                 offset = records[-1].offset + 1
                 for record in records:
                     outcome = Outcome.from_json(record.value)
-                    if outcome.kind in (Kind.ACCEPTED, Kind.REJECTED):
+                    if outcome.subject in self.watched and outcome.kind in _DECISIONS:
                         self.decided[outcome.subject] = outcome
             self.offsets[partition] = offset
 
@@ -135,6 +139,7 @@ class Scheduler:
 
     def _await(self, reservation_ids: list[str]) -> None:
         deadline = time.monotonic() + self.decision_timeout_s
+        self.follower.watched.update(reservation_ids)
         while True:
             self.pump()
             self.follower.poll()
@@ -150,6 +155,7 @@ class Scheduler:
             return True
         for rid, (instance, pid) in p.proposed.items():
             outcome = self.follower.decided.pop(rid)
+            self.follower.watched.discard(rid)
             if outcome.kind == Kind.ACCEPTED:
                 p.held.append((rid, pid))
                 p.left.remove(instance)

@@ -111,10 +111,8 @@ class _Run:
             self.counts[f.name] += len(first)
             if self.explain:
                 providers = self.ctx.snapshot.providers
-                for row in first:
-                    r = int(row)
-                    reason = f.reject(self.ctx, r) or "rejected"
-                    self.eliminations[r] = Elimination(providers[r].provider_id, f.name, reason)
+                for row, reason in zip(first.tolist(), f.reasons(self.ctx, first), strict=True):
+                    self.eliminations[row] = Elimination(providers[row].provider_id, f.name, reason)
         return rows[keep]
 
 

@@ -97,6 +97,8 @@ class Snapshot:
     num_io_ops: IntArray = field(init=False, repr=False)
     build_failures: IntArray = field(init=False, repr=False)
     hypervisor_version: FloatArray = field(init=False, repr=False)
+    row_of: Mapping[str, int] = field(init=False, repr=False)
+    """Provider id -> row."""
 
     def __post_init__(self) -> None:
         providers = self.providers
@@ -113,6 +115,7 @@ class Snapshot:
         }
         for name, value in derived.items():
             object.__setattr__(self, name, value)
+        object.__setattr__(self, "row_of", {p.provider_id: i for i, p in enumerate(providers)})
         shape = (len(self.providers), len(self.classes))
         for name in (
             "total",

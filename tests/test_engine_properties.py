@@ -104,3 +104,5 @@ def test_a_filter_that_does_not_apply_rejects_nothing(case: tuple[Snapshot, Requ
         assert f.mask(ctx, rows).tolist() == [
             f.reject(ctx, row) is None for row in range(snapshot.size)
         ], f.name
+        dropped = rows[~f.mask(ctx, rows)]
+        assert f.reasons(ctx, dropped) == [f.reject(ctx, int(r)) for r in dropped], f.name

@@ -54,6 +54,11 @@ class HostFilter(ABC):
     def reject(self, ctx: Context, row: int) -> str | None:
         """Why ``row`` cannot take the request, or None if it can."""
 
+    def reasons(self, ctx: Context, rows: IntArray) -> list[str]:
+        """Why each of ``rows`` (all rejected by ``mask``) was rejected; for the
+        diagnostics, which may ask about thousands of providers at once."""
+        return [self.reject(ctx, int(row)) or "rejected" for row in rows]
+
     def mask(self, ctx: Context, rows: IntArray) -> BoolArray:
         """Which of ``rows`` pass (vectorised filters override this)."""
         return np.fromiter(

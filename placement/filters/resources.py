@@ -142,3 +142,36 @@ class ResourceFilter(HostFilter):
             if amount > free:
                 return f"{rc} wanted {amount}, free {free}"
         return None
+
+    def reasons(self, ctx: Context, rows: IntArray) -> list[str]:
+        # the same ladder as ``reject``, class by class, on whole arrays: the
+        # diagnostics of a failed request ask about every provider
+        snap = ctx.snapshot
+        out: list[str | None] = [None] * len(rows)
+        for rc, amount in ctx.request.resources.items():
+            if amount <= 0:
+                continue
+            j = snap.column(rc)
+            if j is None:
+                missing = [f"{rc} not provided"] * len(rows)
+                out = [o if o is not None else m for o, m in zip(out, missing, strict=True)]
+                continue
+            total = snap.total[rows, j].tolist()
+            low = snap.min_unit[rows, j].tolist()
+            high = snap.max_unit[rows, j].tolist()
+            step = np.maximum(snap.step_size[rows, j], 1).tolist()
+            free = self._free(ctx, rows, j).tolist()
+            for k in range(len(rows)):
+                if out[k] is not None:
+                    continue
+                if total[k] <= 0:
+                    out[k] = f"{rc} not provided"
+                elif amount < low[k]:
+                    out[k] = f"{rc} {amount} is below min_unit {low[k]}"
+                elif amount > high[k]:
+                    out[k] = f"{rc} {amount} is above max_unit {high[k]}"
+                elif amount % step[k]:
+                    out[k] = f"{rc} {amount} is not a multiple of step_size {step[k]}"
+                elif amount > free[k]:
+                    out[k] = f"{rc} wanted {amount}, free {free[k]}"
+        return [reason or "rejected" for reason in out]

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from placement.filters.base import Context, HostFilter
-from placement.model import Request
+from placement.model import BoolArray, IntArray, Request
 
 
 class RetryFilter(HostFilter):
@@ -20,3 +22,9 @@ class RetryFilter(HostFilter):
         if ctx.snapshot.providers[row].provider_id in ctx.request.tried_providers:
             return "already tried for this request"
         return None
+
+    def mask(self, ctx: Context, rows: IntArray) -> BoolArray:
+        row_of = ctx.snapshot.row_of
+        tried = [row_of[pid] for pid in ctx.request.tried_providers if pid in row_of]
+        keep: BoolArray = ~np.isin(rows, np.asarray(tried, dtype=np.int64))
+        return keep
