@@ -122,9 +122,7 @@ class KafkaLog(Log):
         with _translated(f"create topic {topic!r}"):
             try:
                 with self._admin_lock:
-                    self._admin.create_topics(
-                        spec, timeout_ms=int(self._request_timeout * 1000)
-                    )
+                    self._admin.create_topics(spec, timeout_ms=int(self._request_timeout * 1000))
             except TopicAlreadyExistsError:
                 existing = self._described_count(topic)
                 if existing is None:

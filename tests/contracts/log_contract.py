@@ -166,7 +166,11 @@ class LogContract:
         offsets = log.append(topic, batch)
         assert offsets == [i + (1 if p == 2 else 0) for i in range(4) for p in (0, 2, 1)]
         assert [r.value for r in log.read(topic, 2, 0, 10)] == [
-            b"first", b"2-0", b"2-1", b"2-2", b"2-3"
+            b"first",
+            b"2-0",
+            b"2-1",
+            b"2-2",
+            b"2-3",
         ]
 
     def test_concurrent_appends_get_dense_unique_offsets(self, log: Log) -> None:
@@ -185,8 +189,7 @@ class LogContract:
                     offsets = log.append(topic, batch)
                     with acked_lock:
                         acked.extend(
-                            (a.partition, o, a.value)
-                            for a, o in zip(batch, offsets, strict=True)
+                            (a.partition, o, a.value) for a, o in zip(batch, offsets, strict=True)
                         )
             except BaseException as exc:
                 errors.append(exc)
