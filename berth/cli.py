@@ -63,6 +63,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     tick = sub.add_parser("tick", help="advance every partition's clock to now")
     backend_options(tick)
+
+    explain = sub.add_parser("explain", help="rank providers for a request and say why not")
+    backend_options(explain)
+    explain.add_argument("--resources", required=True, help="e.g. VCPU=4,MEMORY_MB=8192")
+    explain.add_argument("--instances", type=int, default=1)
+    explain.add_argument("--availability-zone", default=None)
+    explain.add_argument("--required-trait", action="append", default=[])
+    explain.add_argument("--forbidden-trait", action="append", default=[])
+    explain.add_argument("--config", default=None, help="scheduler TOML (default: built in)")
+    explain.add_argument("--json", action="store_true")
     return parser
 
 
@@ -205,6 +215,53 @@ def cmd_tick(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_explain(args: argparse.Namespace) -> int:
+    from consumers.snapshot_source import snapshot_from_view
+    from placement.config import ConfigError, SchedulerConfig
+    from placement.model import Request
+
+    try:
+        config = SchedulerConfig.load(args.config) if args.config else SchedulerConfig.default()
+        resources = {
+            rc.strip(): int(amount)
+            for rc, amount in (pair.split("=", 1) for pair in args.resources.split(","))
+        }
+    except (ConfigError, ValueError) as error:
+        print(f"berth: {error}", file=sys.stderr)
+        return 2
+    request = Request(
+        "explain",
+        resources,
+        num_instances=args.instances,
+        availability_zone=args.availability_zone,
+        required_traits=frozenset(args.required_trait),
+        forbidden_traits=frozenset(args.forbidden_trait),
+    )
+    with App(_settings(args)) as app:
+        placement = config.engine().place(snapshot_from_view(app.engine), request, explain=True)
+    trace = placement.trace
+    story = trace.lines() if trace else []
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "placed": placement.placed,
+                    "providers": list(placement.providers),
+                    "reason": placement.reason,
+                    "counts": dict(trace.counts) if trace else {},
+                    "eliminations": [
+                        {"provider_id": e.provider_id, "filter": e.filter, "reason": e.reason}
+                        for e in (trace.eliminations if trace else ())
+                    ],
+                }
+            )
+        )
+    else:
+        verdict = ", ".join(placement.providers) if placement.placed else placement.reason
+        print("\n".join([f"choice: {verdict}", *story]))
+    return 0 if placement.placed else 1
+
+
 COMMANDS = {
     "demo": cmd_demo,
     "replay": cmd_replay,
@@ -212,6 +269,7 @@ COMMANDS = {
     "migrate": cmd_migrate,
     "publish": cmd_publish,
     "tick": cmd_tick,
+    "explain": cmd_explain,
 }
 
 

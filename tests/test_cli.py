@@ -129,3 +129,20 @@ def test_publish_reports_bad_lines_and_appends_good_ones(
     assert "line 2:" in captured.err
     assert "line 3:" in captured.err and "reservation_id" in captured.err
     assert "line 4:" in captured.err and "ahead of this edge's clock" in captured.err
+
+
+def test_explain_tells_the_story_of_a_request_that_fits_nowhere(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = tmp_path / "demo"
+    run_demo(data, capsys)
+    code = main(["explain", "--data-dir", str(data), "--resources", "VCPU=1,MEMORY_MB=10000000"])
+    out = capsys.readouterr().out.splitlines()
+    assert code == 1
+    assert out[0].startswith("choice: no valid host: 0 of 1 instances placed")
+    assert out[1] == "30 providers considered; ResourceFilter: -30"
+    assert len(out) == 2 + 30
+    assert all("MEMORY_MB wanted 10000000, free" in line for line in out[2:])
+    code = main(["explain", "--data-dir", str(data), "--resources", "VCPU=1", "--json"])
+    story = json.loads(capsys.readouterr().out)
+    assert code == 0 and story["placed"] and len(story["providers"]) == 1
