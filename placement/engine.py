@@ -1,11 +1,15 @@
 """The placement engine: filter, then weigh, then pick, once per instance.
 
-Pure: a snapshot and a request in, a placement out. Filters run cheapest
+No I/O, no clock, no randomness: the same snapshots and requests in the same
+order give the same placements (where the sample starts is the engine's only
+state). Filters run cheapest
 first; those that do not depend on earlier picks run once per request, the
 others (resources, affinity) for every instance, so each pick sees what the
 earlier picks of the same request virtually consumed. Ties go to the
 provider that comes first in the snapshot, so the same inputs always give the
-same answer. The elimination trace (which filter rejected each provider, and
+same answer. With sampling, each request examines the next slice of
+providers, so load spreads without scanning the whole cluster. The
+elimination trace (which filter rejected each provider, and
 why) is data, built when asked for with ``explain`` and whenever a request
 cannot be placed.
 """
@@ -77,9 +81,10 @@ class Placement:
 
 @dataclass(frozen=True, slots=True)
 class Sampling:
-    """Weigh only a rotating sample of the feasible providers on large clusters
-    (like Kubernetes' percentageOfNodesToScore): at least ``minimum``, else
-    ``percentage`` of them."""
+    """Examine only a rotating sample of the providers on large clusters (like
+    Kubernetes' percentageOfNodesToScore): ``percentage`` of them, at least
+    ``minimum``. A request the sample cannot place is tried on all of them
+    before it fails, so sampling never turns a fit into "no valid host"."""
 
     percentage: float = 100.0
     minimum: int = 100
@@ -133,17 +138,35 @@ class Engine:
         self._next_start = 0  # where the next sample starts, so samples rotate
 
     def place(self, snapshot: Snapshot, request: Request, explain: bool = False) -> Placement:
-        placement = self._place(snapshot, request, explain)
+        window = self._window(snapshot.size)
+        if window is not None and not explain:
+            placement = self._place(snapshot, request, False, window)
+            if placement.placed:
+                return placement
+            # the sample was not enough: look at every provider before saying no
+        everyone: IntArray = np.arange(snapshot.size, dtype=np.int64)
+        placement = self._place(snapshot, request, explain, everyone)
         if not placement.placed and not explain:
             # the full story costs nothing on the success path
-            placement = self._place(snapshot, request, explain=True)
+            placement = self._place(snapshot, request, True, everyone)
         return placement
 
-    def _place(self, snapshot: Snapshot, request: Request, explain: bool) -> Placement:
+    def _window(self, size: int) -> IntArray | None:
+        """The rotating sample of rows to examine, or None for all of them."""
+        wanted = self.sampling.size(size)
+        if wanted >= size:
+            return None
+        start = self._next_start % size
+        self._next_start = start + wanted
+        rows: IntArray = (np.arange(wanted, dtype=np.int64) + start) % size
+        return rows
+
+    def _place(
+        self, snapshot: Snapshot, request: Request, explain: bool, rows: IntArray
+    ) -> Placement:
         ctx = Context.start(snapshot, request)
         run = _Run(ctx, explain, np.zeros(snapshot.size, dtype=np.bool_))
         demand = _demand(snapshot, request.resources)
-        rows: IntArray = np.arange(snapshot.size, dtype=np.int64)
         for f in self.once:
             if f.applies(request):
                 rows = run.apply(f, rows)
@@ -156,10 +179,9 @@ class Engine:
                 candidates = run.apply(f, candidates)
             if len(candidates) == 0:
                 break
-            window = self._sample(candidates)
-            scores = self._weigh(ctx, window)
-            best = int(np.argmax(scores))  # first maximum: snapshot order breaks ties
-            row = int(window[best])
+            scores = self._weigh(ctx, candidates)
+            best = int(np.argmax(scores))  # first maximum: the earliest row breaks ties
+            row = int(candidates[best])
             picks.append(snapshot.providers[row].provider_id)
             weights.append(float(scores[best]))
             ctx.used[row] += demand
@@ -174,14 +196,6 @@ class Engine:
         return Placement(
             request.request_id, tuple(picks), tuple(weights), request.num_instances, trace
         )
-
-    def _sample(self, candidates: IntArray) -> IntArray:
-        size = self.sampling.size(len(candidates))
-        if size >= len(candidates):
-            return candidates
-        start = self._next_start % len(candidates)
-        self._next_start = start + size
-        return np.roll(candidates, -start)[:size]
 
     def _weigh(self, ctx: Context, rows: IntArray) -> FloatArray:
         return weigh_all(self.weighers, ctx, rows)

@@ -113,3 +113,10 @@ def test_samples_rotate_over_the_feasible_providers() -> None:
     snapshot = cluster([4] * 10)
     picks = [engine.place(snapshot, Request(f"q{k}", {"VCPU": 1})).providers[0] for k in range(5)]
     assert picks == ["p0", "p2", "p4", "p6", "p8"]
+
+
+def test_a_sample_that_cannot_place_falls_back_to_every_provider() -> None:
+    engine = Engine([FreeVcpu()], [MostFree()], Sampling(percentage=20, minimum=2))
+    snapshot = cluster([1, 1, 1, 1, 1, 1, 1, 1, 1, 8])
+    placement = engine.place(snapshot, Request("q", {"VCPU": 4}))
+    assert placement.providers == ("p9",)
