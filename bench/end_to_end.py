@@ -1,0 +1,233 @@
+"""Placements through the scheduler and the embedded ledger, end to end.
+
+    python -m bench.end_to_end [--providers 10000] [--requests 20000] [--sample 10]
+    python -m bench.end_to_end --scenario race
+
+The sustained scenario publishes the cluster, then places requests in waves
+(one view snapshot per wave) with explain off and then on; the race scenario
+is 600 requests from 8 concurrent publishers for 50 providers that hold
+exactly 400 instances. Progress goes to stderr; the figures are one JSON
+object on the last line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import func, select
+
+from bench.common import note, timed
+from berth.app import App, Settings, tune_gc
+from berth.client import Publisher
+from consumers.scheduler import OutcomeFollower, Scheduled, Scheduler
+from consumers.snapshot_source import snapshot_from_view
+from placement.config import SchedulerConfig
+from placement.engine import Sampling
+from projections.view.tables import inventories
+from schemas.events import Event, Inventory, InventorySet, ProviderRegistered
+from schemas.requests import PlacementRequest
+
+NOW_MS = 1_700_000_000_000
+FLAVORS = (
+    {"VCPU": 1, "MEMORY_MB": 2048, "DISK_GB": 20},
+    {"VCPU": 2, "MEMORY_MB": 4096, "DISK_GB": 40},
+    {"VCPU": 4, "MEMORY_MB": 8192, "DISK_GB": 80},
+)
+SIZES = ((64, 262_144, 2_000), (32, 131_072, 1_000), (16, 65_536, 500))
+
+
+def _cluster(count: int, sizes: Any = None, seed: int = 3) -> list[Event]:
+    rng = random.Random(seed)
+    events: list[Event] = []
+    for n in range(count):
+        pid = f"node-{n:06d}"
+        vcpus, memory_mb, disk_gb = sizes or rng.choice(SIZES)
+        events.append(
+            ProviderRegistered(
+                event_id=f"reg-{pid}", ts_ms=1, partition_key=pid, provider_id=pid, name=pid
+            )
+        )
+        events.append(
+            InventorySet(
+                event_id=f"inv-{pid}",
+                ts_ms=1,
+                partition_key=pid,
+                provider_id=pid,
+                inventories={
+                    "VCPU": Inventory(total=vcpus, allocation_ratio=4.0),
+                    "MEMORY_MB": Inventory(total=memory_mb),
+                    "DISK_GB": Inventory(total=disk_gb),
+                },
+            )
+        )
+    return events
+
+
+def _overcommitted(app: App) -> int:
+    with app.engine.connect() as conn:
+        return int(
+            conn.execute(
+                select(func.count()).where(
+                    inventories.c.held + inventories.c.consumed > inventories.c.capacity
+                )
+            ).scalar_one()
+        )
+
+
+def _setup(directory: Path, providers: int, partitions: int, sizes: Any = None) -> App:
+    app = App(Settings(data_dir=directory, partitions=partitions))
+    publisher = Publisher(app.log, clock_ms=lambda: NOW_MS)
+    events = _cluster(providers, sizes)
+    for start in range(0, len(events), 5000):
+        publisher.publish(events[start : start + 5000])
+    for writer in app.writers():
+        writer.catch_up()
+    return app
+
+
+def sustained(
+    providers: int, requests: int, sample: float, explain: bool, wave: int = 1000
+) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="berth-e2e-") as tmp:
+        app = _setup(Path(tmp), providers, partitions=16)
+        writers = app.writers()
+
+        def pump() -> None:
+            for writer in writers:
+                writer.catch_up()
+
+        config = SchedulerConfig.default()
+        engine = config.engine()
+        engine.sampling = Sampling(percentage=sample, minimum=100)
+        scheduler = Scheduler(
+            Publisher(app.log, clock_ms=lambda: NOW_MS),
+            engine,
+            lambda: snapshot_from_view(app.engine, placements=False),
+            OutcomeFollower(app.log, app.settings.topics.outcomes),
+            pump=pump,
+            max_attempts=config.max_attempts,
+        )
+        placed = failed = 0
+        with timed() as t:
+            for start in range(0, requests, wave):
+                batch = [
+                    PlacementRequest(
+                        request_id=f"r{k}",
+                        ts_ms=NOW_MS,
+                        project_id="bench",
+                        resources=FLAVORS[k % len(FLAVORS)],
+                        explain=explain,
+                    )
+                    for k in range(start, min(start + wave, requests))
+                ]
+                for result in scheduler.schedule(batch):
+                    placed += result.placed
+                    failed += not result.placed
+        overcommitted = _overcommitted(app)
+        app.close()
+    return {
+        "placements_per_s": round(placed / t[0], 1),
+        "placed": placed,
+        "failed": failed,
+        "overcommitted_providers": overcommitted,
+    }
+
+
+def race(publishers: int = 8, providers: int = 50, requests: int = 600) -> dict[str, Any]:
+    """Threads, not processes: the embedded log belongs to one process."""
+    with tempfile.TemporaryDirectory(prefix="berth-race-") as tmp:
+        app = _setup(Path(tmp), providers, partitions=8, sizes=(4, 32_768, 160))
+        writers = app.writers()
+        stop = threading.Event()
+        results: list[Scheduled] = []
+        lock = threading.Lock()
+
+        def projector() -> None:
+            while not stop.is_set():
+                if all(w.step() is None for w in writers):
+                    stop.wait(0.001)
+
+        def publisher(k: int) -> None:
+            scheduler = Scheduler(
+                Publisher(app.log, clock_ms=lambda: NOW_MS),
+                SchedulerConfig.default().engine(),
+                lambda: snapshot_from_view(app.engine, placements=False),
+                OutcomeFollower(app.log, app.settings.topics.outcomes),
+                max_attempts=10,
+                poll_interval_s=0.001,
+            )
+            for i in range(k, requests, publishers):
+                request = PlacementRequest(
+                    request_id=f"race-{i}",
+                    ts_ms=NOW_MS,
+                    project_id="ci",
+                    resources={"VCPU": 2, "MEMORY_MB": 4096, "DISK_GB": 20},
+                )
+                done = scheduler.schedule([request])
+                with lock:
+                    results.extend(done)
+
+        applying = threading.Thread(target=projector)
+        applying.start()
+        threads = [threading.Thread(target=publisher, args=(k,)) for k in range(publishers)]
+        with timed() as t:
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+        stop.set()
+        applying.join()
+        for writer in writers:
+            writer.catch_up()
+        overcommitted = _overcommitted(app)
+        app.close()
+    failed = [r for r in results if not r.placed]
+    reasons: dict[str, int] = {}
+    for r in failed:
+        reasons[r.reason.split(";")[0]] = reasons.get(r.reason.split(";")[0], 0) + 1
+    return {
+        "race_placed": len(results) - len(failed),
+        "race_failed": len(failed),
+        "race_failed_reasons": reasons,
+        "race_attempts": sum(r.attempts for r in results),
+        "race_overcommitted_providers": overcommitted,
+        "race_s": round(t[0], 2),
+        "race_publishers": f"{publishers} threads",
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--providers", type=int, default=10_000)
+    parser.add_argument("--requests", type=int, default=20_000)
+    parser.add_argument(
+        "--sample", type=float, default=10.0, help="percentage of providers examined per decision"
+    )
+    parser.add_argument("--scenario", choices=("sustained", "race"), default="sustained")
+    args = parser.parse_args()
+    tune_gc()
+    if args.scenario == "race":
+        note("race: 600 requests, 8 publishers, 50 providers ...")
+        print(json.dumps(race()))
+        return
+    figures: dict[str, Any] = {
+        "providers": args.providers,
+        "requests": args.requests,
+        "sample_percentage": args.sample,
+    }
+    for explain in (False, True):
+        note(f"sustained, explain {'on' if explain else 'off'} ...")
+        result = sustained(args.providers, args.requests, args.sample, explain)
+        suffix = "explain_on" if explain else "explain_off"
+        figures.update({f"{k}_{suffix}": v for k, v in result.items()})
+    print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    main()
