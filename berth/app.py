@@ -71,6 +71,8 @@ def create_topics(log: Log, settings: Settings) -> None:
     log.create_topic(topics.events, settings.partitions)
     log.create_topic(topics.outcomes, settings.partitions)
     log.create_topic(topics.dead_letters, 1)
+    log.create_topic(topics.requests, settings.partitions)
+    log.create_topic(topics.placements, settings.partitions)
 
 
 def tune_gc() -> None:

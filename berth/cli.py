@@ -54,6 +54,17 @@ def build_parser() -> argparse.ArgumentParser:
     projector.add_argument("--owned", default="", help="comma-separated partitions (all)")
     projector.add_argument("--idle-wait-s", type=float, default=0.05)
 
+    serve = sub.add_parser(
+        "serve", help="run the partition writers and a scheduler worker in one process"
+    )
+    backend_options(serve)
+    serve.add_argument("--config", default=None, help="scheduler TOML (default: built in)")
+    serve.add_argument("--idle-wait-s", type=float, default=0.05)
+
+    request = sub.add_parser("request", help="submit placement requests, one JSON per line")
+    backend_options(request)
+    request.add_argument("file", nargs="?", default="-", help="JSON lines (default: stdin)")
+
     migrate = sub.add_parser("migrate", help="create or upgrade the view's schema")
     backend_options(migrate)
 
@@ -169,6 +180,66 @@ def cmd_projector(args: argparse.Namespace) -> int:
             return 0
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    from berth.client import Publisher
+    from consumers.scheduler import OutcomeFollower, Scheduler
+    from consumers.scheduler_worker import SchedulerWorker
+    from consumers.snapshot_source import snapshot_from_view
+    from placement.config import SchedulerConfig
+
+    config = SchedulerConfig.load(args.config) if args.config else SchedulerConfig.default()
+    settings = _settings(args)
+    with App(settings) as app:
+        writers = app.writers()
+
+        def pump() -> None:
+            for writer in writers:
+                writer.catch_up()
+
+        scheduler = Scheduler(
+            Publisher(app.log, app.settings.topics),
+            config.engine(),
+            lambda: snapshot_from_view(app.engine),
+            OutcomeFollower(app.log, app.settings.topics.outcomes),
+            pump=pump,
+            max_attempts=config.max_attempts,
+        )
+        worker = SchedulerWorker(app.log, app.settings.topics, scheduler)
+        tune_gc()
+        logging.info("serving %d partitions", len(writers))
+        try:
+            while True:
+                busy = any([writer.step() is not None for writer in writers])
+                if not worker.step() and not busy:
+                    time.sleep(args.idle_wait_s)
+        except KeyboardInterrupt:
+            return 0
+
+
+def cmd_request(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
+    from berth.client import Publisher
+    from schemas.requests import PlacementRequest
+
+    stream = sys.stdin if args.file == "-" else open(args.file, encoding="utf-8")  # noqa: SIM115
+    with App(_settings(args)) as app, stream:
+        publisher = Publisher(app.log, app.settings.topics)
+        failures = 0
+        for number, line in enumerate(stream, 1):
+            if not line.strip():
+                continue
+            try:
+                request = PlacementRequest.model_validate_json(line)
+            except ValidationError as error:
+                print(f"line {number}: {error.errors(include_url=False)}", file=sys.stderr)
+                failures += 1
+                continue
+            partition, offset = publisher.submit([request])[0]
+            print(json.dumps({"line": number, "partition": partition, "offset": offset}))
+    return 1 if failures else 0
+
+
 def cmd_migrate(args: argparse.Namespace) -> int:
     from projections.view.engine import make_engine
     from projections.view.migrate import upgrade
@@ -270,6 +341,8 @@ COMMANDS = {
     "publish": cmd_publish,
     "tick": cmd_tick,
     "explain": cmd_explain,
+    "serve": cmd_serve,
+    "request": cmd_request,
 }
 
 

@@ -15,6 +15,7 @@ from ledger.log import Append, Log
 from ledger.partitioner import partition_for
 from schemas.codec import encode_event, validate_event
 from schemas.events import Claim, Event, Tick
+from schemas.requests import PlacementRequest
 
 DEFAULT_MAX_SKEW_MS = 5_000
 
@@ -75,6 +76,19 @@ class Publisher:
             partition = self.route(event)
             appends.append(Append(partition, event.partition_key.encode(), encode_event(event)))
         offsets = self.log.append(self.topics.events, appends)
+        return [(a.partition, offset) for a, offset in zip(appends, offsets, strict=True)]
+
+    def submit(self, requests: Sequence[PlacementRequest]) -> list[tuple[int, int]]:
+        """Append placement requests for the scheduler workers, keyed by id."""
+        appends = [
+            Append(
+                self.partition_of(r.request_id),
+                r.request_id.encode(),
+                r.model_dump_json(exclude_defaults=True).encode(),
+            )
+            for r in requests
+        ]
+        offsets = self.log.append(self.topics.requests, appends)
         return [(a.partition, offset) for a, offset in zip(appends, offsets, strict=True)]
 
     def tick(self, partitions: Sequence[int] | None = None) -> None:

@@ -13,6 +13,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from berth.client import Publisher
 from ledger.log import Log
@@ -63,6 +64,27 @@ class Scheduled:
     reason: str = ""
     trace: tuple[str, ...] = ()
 
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "request_id": self.request_id,
+            "placed": self.placed,
+            "reservations": [list(pair) for pair in self.reservations],
+            "attempts": self.attempts,
+            "reason": self.reason,
+            "trace": list(self.trace),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Scheduled:
+        return cls(
+            request_id=data["request_id"],
+            placed=data["placed"],
+            reservations=tuple((rid, pid) for rid, pid in data["reservations"]),
+            attempts=data["attempts"],
+            reason=data["reason"],
+            trace=tuple(data["trace"]),
+        )
+
 
 @dataclass(slots=True)
 class _Pending:
@@ -91,7 +113,12 @@ class Scheduler:
         max_attempts: int = 3,
         decision_timeout_s: float = 30.0,
         poll_interval_s: float = 0.005,
+        generation: str = "",
     ) -> None:
+        """``generation`` goes into every reservation id, so a restarted worker
+        that schedules a request again makes new claims rather than duplicates
+        of the ones it made before (those are abandoned and expire)."""
+        self.generation = generation
         self.publisher = publisher
         self.engine = engine
         self.snapshot = snapshot
@@ -114,6 +141,7 @@ class Scheduler:
         return [p.result for p in pending if p.result is not None]
 
     def _propose(self, active: list[_Pending]) -> list[Claim]:
+        self.pump()  # in one process, let the writers catch up before reading the view
         snapshot = self.snapshot()
         rows = {p.provider_id: i for i, p in enumerate(snapshot.providers)}
         used = snapshot.used.copy()
@@ -128,7 +156,7 @@ class Scheduler:
                 self._fail(p, placement.reason, tuple(trace))
                 continue
             for instance, pid in zip(p.left, placement.providers, strict=True):
-                claim = _claim(p, instance, pid)
+                claim = _claim(p, instance, pid, self.generation)
                 p.proposed[claim.reservation_id] = (instance, pid)
                 claims.append(claim)
                 for rc, amount in p.request.resources.items():
@@ -217,16 +245,17 @@ def _engine_request(p: _Pending) -> Request:
     )
 
 
-def _claim(p: _Pending, instance: int, provider_id: str) -> Claim:
+def _claim(p: _Pending, instance: int, provider_id: str, generation: str) -> Claim:
     r = p.request
+    suffix = f"{p.attempts}{generation}"
     # the hard rules the writer can check locally travel in the claim, so a
     # race between schedulers cannot break them
     group = r.group_id if r.group_policy == "anti-affinity" else None
     return Claim(
-        event_id=f"claim-{r.request_id}-{instance}-{p.attempts}",
+        event_id=f"claim-{r.request_id}-{instance}-{suffix}",
         ts_ms=r.ts_ms,
         partition_key=provider_id,
-        reservation_id=f"{r.request_id}.{instance}.{p.attempts}",
+        reservation_id=f"{r.request_id}.{instance}.{suffix}",
         consumer_id=f"{r.request_id}.{instance}",
         project_id=r.project_id,
         items=(ClaimItem(provider_id=provider_id, resources=dict(r.resources)),),

@@ -10,6 +10,10 @@ class Topics:
     events: str = "berth.events"
     outcomes: str = "berth.outcomes"
     dead_letters: str = "berth.deadletter"
+    requests: str = "berth.requests"
+    """Placement requests, keyed by request id, for the scheduler workers."""
+    placements: str = "berth.placements"
+    """The scheduler's final word on each request: placed or failed."""
 
 
 DEFAULT_TOPICS = Topics()

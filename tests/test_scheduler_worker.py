@@ -1,0 +1,82 @@
+"""The long-running scheduler: requests in, results out, resumable from the log."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from berth.app import App, Settings
+from berth.client import Publisher
+from consumers.scheduler import OutcomeFollower, Scheduled, Scheduler
+from consumers.scheduler_worker import SchedulerWorker
+from consumers.snapshot_source import snapshot_from_view
+from ledger.log import Append
+from placement.config import SchedulerConfig
+from schemas.requests import PlacementRequest
+from tests.builders import provider
+
+NOW_MS = 10**12
+
+
+def _results(app: App) -> list[dict[str, object]]:
+    topic = app.settings.topics.placements
+    return [
+        json.loads(r.value)
+        for p in range(app.settings.partitions)
+        for r in app.log.read(topic, p, 0, 1000)
+    ]
+
+
+def _worker(app: App) -> SchedulerWorker:
+    writers = app.writers()
+
+    def pump() -> None:
+        for writer in writers:
+            writer.catch_up()
+
+    scheduler = Scheduler(
+        Publisher(app.log, clock_ms=lambda: NOW_MS),
+        SchedulerConfig.default().engine(),
+        lambda: snapshot_from_view(app.engine),
+        OutcomeFollower(app.log, app.settings.topics.outcomes),
+        pump=pump,
+    )
+    return SchedulerWorker(app.log, app.settings.topics, scheduler)
+
+
+def _request(rid: str, vcpus: int) -> PlacementRequest:
+    return PlacementRequest(request_id=rid, ts_ms=NOW_MS, project_id="p", resources={"VCPU": vcpus})
+
+
+def test_requests_are_answered_once_and_the_worker_resumes(tmp_path: Path) -> None:
+    settings = Settings(data_dir=tmp_path, partitions=2)
+    with App(settings) as app:
+        edge = Publisher(app.log, clock_ms=lambda: NOW_MS)
+        edge.publish([e for n in range(3) for e in provider(f"n{n}", ts=1, VCPU=4)])
+        edge.submit([_request(f"r{k}", 2) for k in range(4)] + [_request("huge", 64)])
+        app.log.append(settings.topics.requests, [Append(0, b"bad", b'{"request_id": 7}')])
+        first = _worker(app)
+        assert first.step() == 6
+        assert first.step() == 0
+        edge.submit([_request("r0", 2), _request("r9", 2)])  # r0 again: its first answer
+        restarted = _worker(app)  # resumes after what was answered
+        assert restarted.step() == 2
+        results = _results(app)
+    by_id = {str(r["request_id"]): Scheduled.from_dict(r) for r in results}
+    assert len(results) == 8
+    assert all(by_id[f"r{k}"].placed for k in (0, 1, 2, 3, 9))
+    assert not by_id["huge"].placed and by_id["huge"].reason.startswith("no valid host")
+    invalid = [r for r in results if str(r["request_id"]).startswith("?")]
+    assert len(invalid) == 1 and "invalid request" in str(invalid[0]["reason"])
+    answers_for_r0 = [r for r in results if r["request_id"] == "r0"]
+    assert len(answers_for_r0) == 2 and answers_for_r0[0] == {
+        **answers_for_r0[1],
+        "source": answers_for_r0[0]["source"],
+    }
+
+    # the restarted worker claims under a new generation of reservation ids
+    # ("<request>.<instance>.<attempt><generation>")
+    def generation(reservation_id: str) -> str:
+        return reservation_id.split(".", 2)[2]
+
+    assert generation(by_id["r9"].reservations[0][0]) != generation(by_id["r1"].reservations[0][0])
