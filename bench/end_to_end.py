@@ -26,7 +26,7 @@ from bench.common import note, timed
 from berth.app import App, Settings, tune_gc
 from berth.client import Publisher
 from consumers.scheduler import OutcomeFollower, Scheduled, Scheduler
-from consumers.snapshot_source import snapshot_from_view
+from consumers.snapshot_source import LiveSnapshot, snapshot_from_view
 from placement.config import SchedulerConfig
 from placement.engine import Sampling
 from projections.view.tables import inventories
@@ -108,7 +108,7 @@ def sustained(
         scheduler = Scheduler(
             Publisher(app.log, clock_ms=lambda: NOW_MS),
             engine,
-            lambda: snapshot_from_view(app.engine, placements=False),
+            LiveSnapshot(app.engine),
             OutcomeFollower(app.log, app.settings.topics.outcomes),
             pump=pump,
             max_attempts=config.max_attempts,

@@ -23,7 +23,7 @@ from sqlalchemy import func, select
 from berth.app import App
 from berth.client import Publisher
 from consumers.scheduler import OutcomeFollower, Scheduled, Scheduler
-from consumers.snapshot_source import snapshot_from_view
+from consumers.snapshot_source import LiveSnapshot, snapshot_from_view
 from placement.config import SchedulerConfig
 from placement.model import Snapshot
 from projections.view.tables import inventories
@@ -130,14 +130,14 @@ class _StaleOnce:
     The demo's requests use no placement hints, so placements are not read."""
 
     def __init__(self, app: App) -> None:
-        self.app = app
+        self.fresh = LiveSnapshot(app.engine)
         self.stale: Snapshot | None = None
 
     def __call__(self) -> Snapshot:
         if self.stale is not None:
             snapshot, self.stale = self.stale, None
             return snapshot
-        return snapshot_from_view(self.app.engine, placements=False)
+        return self.fresh()
 
 
 class Demo:

@@ -56,3 +56,56 @@ def test_snapshot_mirrors_the_view(tmp_path: Path) -> None:
     assert b.instances == frozenset({"vm1"})
     assert b.groups == {"g1": 1}
     assert b.tags == {"web": 1}
+
+
+def test_a_live_snapshot_matches_a_full_read_as_the_view_changes(tmp_path: Path) -> None:
+    from berth.app import App, Settings
+    from berth.client import Publisher
+    from consumers.snapshot_source import LiveSnapshot
+
+    with App(Settings(data_dir=tmp_path / "app", partitions=3)) as app:
+        edge = Publisher(app.log, clock_ms=lambda: 10**12)
+        writers = app.writers()
+
+        def settle() -> None:
+            for writer in writers:
+                writer.catch_up()
+
+        def same() -> None:
+            full = snapshot_from_view(app.engine, placements=False)
+            live_now = live()
+            assert live_now.providers == full.providers
+            assert live_now.classes == full.classes
+            for name in (
+                "total",
+                "reserved",
+                "used",
+                "allocation_ratio",
+                "min_unit",
+                "max_unit",
+                "step_size",
+            ):
+                assert (getattr(live_now, name) == getattr(full, name)).all(), name
+
+        edge.publish([e for n in range(6) for e in provider(f"n{n}", ts=1, VCPU=8, DISK_GB=100)])
+        settle()
+        live = LiveSnapshot(app.engine)
+        same()
+        edge.publish([claim(f"r{k}", f"n{k % 6}", ts=2, VCPU=1, DISK_GB=5) for k in range(9)])
+        settle()
+        same()
+        edge.publish(
+            [
+                set_state("n1", "disabled", ts=3),
+                consume("r0", ts=3).model_copy(update={"partition_key": "n0"}),
+            ]
+        )
+        settle()
+        same()
+        edge.publish(provider("n9", ts=4, VCPU=2))  # a provider arrives: full rebuild
+        settle()
+        same()
+        edge.publish([release("r3", ts=5).model_copy(update={"partition_key": "n3"})])
+        settle()
+        same()
+        assert live() is live()  # nothing changed: the same snapshot
