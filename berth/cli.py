@@ -9,13 +9,16 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Never
+from typing import TYPE_CHECKING, Never
 
 from tqdm import tqdm
 
 from berth.app import DEFAULT_DATA_DIR, DEFAULT_PARTITIONS, App, Settings, tune_gc
+
+if TYPE_CHECKING:
+    from consumers.scheduler_worker import SchedulerWorker
 
 DEMO_MARKER = ".berth-demo"
 
@@ -60,6 +63,14 @@ def build_parser() -> argparse.ArgumentParser:
     backend_options(serve)
     serve.add_argument("--config", default=None, help="scheduler TOML (default: built in)")
     serve.add_argument("--idle-wait-s", type=float, default=0.05)
+
+    scheduler = sub.add_parser(
+        "scheduler", help="run a scheduler worker (the writers run elsewhere, e.g. on Kafka)"
+    )
+    backend_options(scheduler)
+    scheduler.add_argument("--config", default=None, help="scheduler TOML (default: built in)")
+    scheduler.add_argument("--owned", default="", help="comma-separated request partitions")
+    scheduler.add_argument("--idle-wait-s", type=float, default=0.05)
 
     request = sub.add_parser("request", help="submit placement requests, one JSON per line")
     backend_options(request)
@@ -180,7 +191,9 @@ def cmd_projector(args: argparse.Namespace) -> int:
             return 0
 
 
-def cmd_serve(args: argparse.Namespace) -> int:
+def _scheduler_worker(
+    app: App, args: argparse.Namespace, pump: Callable[[], object], owned: list[int] | None
+) -> SchedulerWorker:
     from berth.client import Publisher
     from consumers.scheduler import OutcomeFollower, Scheduler
     from consumers.scheduler_worker import SchedulerWorker
@@ -188,6 +201,32 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from placement.config import SchedulerConfig
 
     config = SchedulerConfig.load(args.config) if args.config else SchedulerConfig.default()
+    scheduler = Scheduler(
+        Publisher(app.log, app.settings.topics),
+        config.engine(),
+        lambda: snapshot_from_view(app.engine),
+        OutcomeFollower(app.log, app.settings.topics.outcomes),
+        pump=pump,
+        max_attempts=config.max_attempts,
+    )
+    return SchedulerWorker(app.log, app.settings.topics, scheduler, partitions=owned)
+
+
+def cmd_scheduler(args: argparse.Namespace) -> int:
+    owned = [int(p) for p in args.owned.split(",")] if args.owned else None
+    with App(_settings(args)) as app:
+        worker = _scheduler_worker(app, args, lambda: None, owned)
+        tune_gc()
+        logging.info("scheduler: answering %d request partitions", len(worker.partitions))
+        try:
+            while True:
+                if not worker.step():
+                    time.sleep(args.idle_wait_s)
+        except KeyboardInterrupt:
+            return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
     settings = _settings(args)
     with App(settings) as app:
         writers = app.writers()
@@ -196,15 +235,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             for writer in writers:
                 writer.catch_up()
 
-        scheduler = Scheduler(
-            Publisher(app.log, app.settings.topics),
-            config.engine(),
-            lambda: snapshot_from_view(app.engine),
-            OutcomeFollower(app.log, app.settings.topics.outcomes),
-            pump=pump,
-            max_attempts=config.max_attempts,
-        )
-        worker = SchedulerWorker(app.log, app.settings.topics, scheduler)
+        worker = _scheduler_worker(app, args, pump, None)
         tune_gc()
         logging.info("serving %d partitions", len(writers))
         try:
@@ -342,6 +373,7 @@ COMMANDS = {
     "tick": cmd_tick,
     "explain": cmd_explain,
     "serve": cmd_serve,
+    "scheduler": cmd_scheduler,
     "request": cmd_request,
 }
 

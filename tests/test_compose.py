@@ -17,7 +17,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE_FILE = ROOT / "docker-compose.yml"
-BERTH_SERVICES = ("berth-migrate", "berth-projector")
+BERTH_SERVICES = ("berth-migrate", "berth-projector", "berth-scheduler")
 
 
 @pytest.fixture(scope="module")
@@ -141,12 +141,13 @@ def test_startup_order(services: dict[str, Any]) -> None:
         return {dep: spec["condition"] for dep, spec in services[name]["depends_on"].items()}
 
     assert conditions("berth-migrate") == {"postgres": "service_healthy"}
-    assert conditions("berth-projector") == {
-        "kafka": "service_healthy",
-        "postgres": "service_healthy",
-        "berth-migrate": "service_completed_successfully",
-    }
-    assert services["berth-projector"]["restart"] == "unless-stopped"
+    for worker in ("berth-projector", "berth-scheduler"):
+        assert conditions(worker) == {
+            "kafka": "service_healthy",
+            "postgres": "service_healthy",
+            "berth-migrate": "service_completed_successfully",
+        }
+        assert services[worker]["restart"] == "unless-stopped"
 
 
 def test_healthchecks(services: dict[str, Any]) -> None:

@@ -67,3 +67,51 @@ def test_claims_through_kafka_and_postgres(kafka_bootstrap: str, postgres_url: s
         )
     assert result.divergence is None
     assert result.verified == result.outcomes > 0
+
+
+def test_the_scheduler_worker_on_kafka_and_postgres(
+    kafka_bootstrap: str, postgres_url: str
+) -> None:
+    import json
+
+    from consumers.scheduler import OutcomeFollower, Scheduler
+    from consumers.scheduler_worker import SchedulerWorker
+    from consumers.snapshot_source import snapshot_from_view
+    from placement.config import SchedulerConfig
+    from schemas.requests import PlacementRequest
+
+    suffix = uuid.uuid4().hex[:8]
+    topics = Topics(*(f"{name}-{suffix}" for name in ("ev", "out", "dead", "req", "place")))
+    settings = Settings(
+        log_url=f"kafka://{kafka_bootstrap}", db_url=postgres_url, partitions=2, topics=topics
+    )
+    with App(settings) as app:
+        edge = Publisher(app.log, topics, clock_ms=lambda: 10**6)
+        edge.publish([e for n in range(2) for e in provider(f"n{n}", ts=1, VCPU=4)])
+        writers = app.writers()
+
+        def pump() -> None:  # stands in for the projector process
+            for writer in writers:
+                writer.catch_up()
+
+        scheduler = Scheduler(
+            edge,
+            SchedulerConfig.default().engine(),
+            lambda: snapshot_from_view(app.engine),
+            OutcomeFollower(app.log, topics.outcomes),
+            pump=pump,
+        )
+        worker = SchedulerWorker(app.log, topics, scheduler)
+        edge.submit(
+            [
+                PlacementRequest(
+                    request_id=f"q{k}", ts_ms=10, project_id="p", resources={"VCPU": 3}
+                )
+                for k in range(3)
+            ]
+        )
+        assert worker.step() == 3
+        answers = [
+            json.loads(r.value) for p in range(2) for r in app.log.read(topics.placements, p, 0, 10)
+        ]
+    assert sorted(a["placed"] for a in answers) == [False, True, True]
