@@ -1,12 +1,13 @@
 """Placements through the scheduler and the embedded ledger, end to end.
 
     python -m bench.end_to_end [--providers 10000] [--requests 20000] [--sample 10]
-    python -m bench.end_to_end --scenario race
+    python -m bench.end_to_end --scenario race [--kafka auto|HOST:PORT]
 
 The sustained scenario publishes the cluster, then places requests in waves
 (one view snapshot per wave) with explain off and then on; the race scenario
 is 600 requests from 8 concurrent publishers for 50 providers that hold
-exactly 400 instances. Progress goes to stderr; the figures are one JSON
+exactly 400 instances: threads on the embedded ledger, or, with --kafka,
+processes with a projector process on Kafka and the view on PostgreSQL. Progress goes to stderr; the figures are one JSON
 object on the last line.
 """
 
@@ -29,7 +30,7 @@ from consumers.scheduler import OutcomeFollower, Scheduled, Scheduler
 from consumers.snapshot_source import LiveSnapshot, snapshot_from_view
 from placement.config import SchedulerConfig
 from placement.engine import Sampling
-from projections.view.tables import inventories
+from projections.view.tables import inventories, partition_offsets
 from schemas.events import Event, Inventory, InventorySet, ProviderRegistered
 from schemas.requests import PlacementRequest
 
@@ -202,6 +203,83 @@ def race(publishers: int = 8, providers: int = 50, requests: int = 600) -> dict[
     }
 
 
+def race_processes(kafka: str, publishers: int = 8, providers: int = 50) -> dict[str, Any]:
+    """The race as the issue states it: publisher processes and a projector
+    process on a Kafka-protocol broker, the view on PostgreSQL."""
+    import subprocess
+    import sys
+    import time
+    from contextlib import ExitStack
+
+    from tests.kafka_broker import running_tansu
+    from tests.postgres import scratch_database
+
+    with ExitStack() as stack:
+        bootstrap = stack.enter_context(running_tansu()) if kafka == "auto" else kafka
+        db = stack.enter_context(scratch_database())
+        log_url = f"kafka://{bootstrap}"
+        settings = Settings(log_url=log_url, db_url=db, partitions=8)
+        with App(settings) as app:
+            edge = Publisher(app.log, clock_ms=lambda: NOW_MS)
+            edge.publish(_cluster(providers, (4, 32_768, 160)))
+        berth = [sys.executable, "-m", "berth.cli"]
+        projector = subprocess.Popen(
+            [*berth, "projector", "--log", log_url, "--db", db, "--idle-wait-s", "0.002"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        stack.callback(projector.kill)
+        started = time.perf_counter()
+        runs = [
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "bench.race_publisher",
+                    "--log",
+                    log_url,
+                    "--db",
+                    db,
+                    "--index",
+                    str(k),
+                    "--of",
+                    str(publishers),
+                ],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+            )
+            for k in range(publishers)
+        ]
+        outputs = [run.communicate(timeout=600)[0] for run in runs]
+        elapsed = time.perf_counter() - started
+        results = [Scheduled.from_dict(r) for out in outputs for r in json.loads(out)]
+        deadline = time.monotonic() + 60
+        with App(settings) as app:
+            while time.monotonic() < deadline:  # let the projector finish the releases
+                ends = [app.log.end_offset(settings.topics.events, p) for p in range(8)]
+                with app.engine.connect() as conn:
+                    query = select(partition_offsets.c.partition, partition_offsets.c.next_offset)
+                    done = {int(p): int(o) for p, o in conn.execute(query)}
+                if all(done.get(p, 0) >= end for p, end in enumerate(ends)):
+                    break
+                time.sleep(0.05)
+            overcommitted = _overcommitted(app)
+    failed = [r for r in results if not r.placed]
+    reasons: dict[str, int] = {}
+    for r in failed:
+        key = r.reason.split(";")[0]
+        reasons[key] = reasons.get(key, 0) + 1
+    return {
+        "race_placed": len(results) - len(failed),
+        "race_failed": len(failed),
+        "race_failed_reasons": reasons,
+        "race_attempts": sum(r.attempts for r in results),
+        "race_overcommitted_providers": overcommitted,
+        "race_s": round(elapsed, 2),
+        "race_publishers": f"{publishers} processes, Kafka (tansu) + PostgreSQL",
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--providers", type=int, default=10_000)
@@ -210,8 +288,15 @@ def main() -> None:
         "--sample", type=float, default=10.0, help="percentage of providers examined per decision"
     )
     parser.add_argument("--scenario", choices=("sustained", "race"), default="sustained")
+    parser.add_argument(
+        "--kafka", default="", help="race on Kafka + PostgreSQL: auto (start tansu) or HOST:PORT"
+    )
     args = parser.parse_args()
     tune_gc()
+    if args.scenario == "race" and args.kafka:
+        note("race: 600 requests, 8 publisher processes, Kafka + PostgreSQL ...")
+        print(json.dumps(race_processes(args.kafka)))
+        return
     if args.scenario == "race":
         note("race: 600 requests, 8 publishers, 50 providers ...")
         print(json.dumps(race()))

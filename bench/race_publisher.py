@@ -1,0 +1,60 @@
+"""One publisher of the distributed race: its share of the requests, through
+its own scheduler, against Kafka and PostgreSQL (see bench.end_to_end).
+
+    python -m bench.race_publisher --log kafka://HOST:PORT --db URL --index K --of 8
+
+Prints one JSON object: the results of its requests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from berth.app import Settings, open_log
+from berth.client import Publisher
+from consumers.scheduler import OutcomeFollower, Scheduler
+from consumers.snapshot_source import LiveSnapshot
+from placement.config import SchedulerConfig
+from projections.view.engine import make_engine
+from schemas.requests import PlacementRequest
+
+NOW_MS = 1_700_000_000_000
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--log", required=True)
+    parser.add_argument("--db", required=True)
+    parser.add_argument("--index", type=int, required=True)
+    parser.add_argument("--of", type=int, required=True)
+    parser.add_argument("--requests", type=int, default=600)
+    args = parser.parse_args()
+    settings = Settings(log_url=args.log, db_url=args.db)
+    log = open_log(settings)
+    engine = make_engine(args.db)
+    scheduler = Scheduler(
+        Publisher(log, settings.topics, clock_ms=lambda: NOW_MS),
+        SchedulerConfig.default().engine(),
+        LiveSnapshot(engine),
+        OutcomeFollower(log, settings.topics.outcomes),
+        max_attempts=10,
+        decision_timeout_s=60.0,
+        poll_interval_s=0.002,
+    )
+    results: list[dict[str, object]] = []
+    for i in range(args.index, args.requests, args.of):
+        request = PlacementRequest(
+            request_id=f"race-{i}",
+            ts_ms=NOW_MS,
+            project_id="ci",
+            resources={"VCPU": 2, "MEMORY_MB": 4096, "DISK_GB": 20},
+        )
+        results.extend(r.to_dict() for r in scheduler.schedule([request]))
+    log.close()
+    engine.dispose()
+    print(json.dumps(results))
+
+
+if __name__ == "__main__":
+    main()
