@@ -7,8 +7,8 @@ The sustained scenario publishes the cluster, then places requests in waves
 (one view snapshot per wave) with explain off and then on; the race scenario
 is 600 requests from 8 concurrent publishers for 50 providers that hold
 exactly 400 instances: threads on the embedded ledger, or, with --kafka,
-processes with a projector process on Kafka and the view on PostgreSQL. Progress goes to stderr; the figures are one JSON
-object on the last line.
+processes with a projector process on Kafka and the view on PostgreSQL.
+Progress goes to stderr; the figures are one JSON object on the last line.
 """
 
 from __future__ import annotations
