@@ -15,7 +15,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, Row, func, or_, select
 
-from placement.model import Provider, Snapshot
+from placement.model import RESOURCE_ARRAYS, Provider, Snapshot
 from projections.view.tables import inventories, partition_offsets, providers, reservations
 
 _ACTIVE = ("held", "consumed")
@@ -136,18 +136,7 @@ class LiveSnapshot:
                 select(inventories).where(inventories.c.provider_id.in_(ids))
             ).all()
         records = list(snapshot.providers)
-        arrays = {
-            name: getattr(snapshot, name).copy()
-            for name in (
-                "total",
-                "reserved",
-                "used",
-                "allocation_ratio",
-                "min_unit",
-                "max_unit",
-                "step_size",
-            )
-        }
+        arrays = {name: getattr(snapshot, name).copy() for name in RESOURCE_ARRAYS}
         for row in changed:
             i = snapshot.row_of[row.provider_id]
             records[i] = _provider(row, {}, {}, {})

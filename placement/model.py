@@ -60,6 +60,18 @@ class Provider:
     metadata: Mapping[str, str] = field(default_factory=dict)
 
 
+RESOURCE_ARRAYS = (
+    "total",
+    "reserved",
+    "used",
+    "allocation_ratio",
+    "min_unit",
+    "max_unit",
+    "step_size",
+)
+"""The snapshot's per provider x class arrays."""
+
+
 def _version(value: Any) -> float:
     # bool is an int subclass but never a version; anything non-numeric counts
     # as a missing version (the oldest) rather than failing the request
@@ -117,15 +129,7 @@ class Snapshot:
             object.__setattr__(self, name, value)
         object.__setattr__(self, "row_of", {p.provider_id: i for i, p in enumerate(providers)})
         shape = (len(self.providers), len(self.classes))
-        for name in (
-            "total",
-            "reserved",
-            "used",
-            "allocation_ratio",
-            "min_unit",
-            "max_unit",
-            "step_size",
-        ):
+        for name in RESOURCE_ARRAYS:
             if getattr(self, name).shape != shape:
                 raise ValueError(f"{name} has shape {getattr(self, name).shape}, not {shape}")
 

@@ -11,6 +11,7 @@ from consumers.snapshot_source import snapshot_from_view
 from consumers.topics import DEFAULT_TOPICS
 from ledger.embedded import EmbeddedLog
 from ledger.log import Append
+from placement.model import RESOURCE_ARRAYS
 from projections.view.engine import make_engine
 from projections.view.migrate import upgrade
 from projections.view.writer import ViewWriter
@@ -76,15 +77,7 @@ def test_a_live_snapshot_matches_a_full_read_as_the_view_changes(tmp_path: Path)
             live_now = live()
             assert live_now.providers == full.providers
             assert live_now.classes == full.classes
-            for name in (
-                "total",
-                "reserved",
-                "used",
-                "allocation_ratio",
-                "min_unit",
-                "max_unit",
-                "step_size",
-            ):
+            for name in RESOURCE_ARRAYS:
                 assert (getattr(live_now, name) == getattr(full, name)).all(), name
 
         edge.publish([e for n in range(6) for e in provider(f"n{n}", ts=1, VCPU=8, DISK_GB=100)])
