@@ -344,7 +344,10 @@ def render(summary: dict[str, Any]) -> str:
         + ", ".join(f"{rc} {share:.1%}" for rc, share in summary["utilisation"].items())
     )
     lines.append(f"overcommitted providers: {summary['overcommitted_providers']}")
-    lines.append(f"log and view in {summary['data_dir']} (try: berth replay --verify)")
+    lines.append(
+        f"log and view in {summary['data_dir']} "
+        f"(try: berth replay --data-dir {summary['data_dir']} --verify)"
+    )
     return "\n".join(lines)
 
 
