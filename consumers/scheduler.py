@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from berth.client import Publisher
@@ -145,7 +145,7 @@ class Scheduler:
         snapshot = self.snapshot()
         rows = {p.provider_id: i for i, p in enumerate(snapshot.providers)}
         used = snapshot.used.copy()
-        working = replace(snapshot, used=used)
+        working = snapshot.with_used(used)
         claims: list[Claim] = []
         for p in active:
             p.attempts += 1

@@ -7,6 +7,7 @@ resource filters and weighers work on whole columns at once.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -136,6 +137,15 @@ class Snapshot:
     @property
     def size(self) -> int:
         return len(self.providers)
+
+    def with_used(self, used: IntArray) -> Snapshot:
+        """The same snapshot with other usage (``replace`` would recompute every
+        derived column, which only the providers determine)."""
+        if used.shape != self.used.shape:
+            raise ValueError(f"used has shape {used.shape}, not {self.used.shape}")
+        twin = copy.copy(self)
+        object.__setattr__(twin, "used", used)
+        return twin
 
     def column(self, resource_class: str) -> int | None:
         try:

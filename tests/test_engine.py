@@ -120,3 +120,12 @@ def test_a_sample_that_cannot_place_falls_back_to_every_provider() -> None:
     snapshot = cluster([1, 1, 1, 1, 1, 1, 1, 1, 1, 8])
     placement = engine.place(snapshot, Request("q", {"VCPU": 4}))
     assert placement.providers == ("p9",)
+
+
+def test_with_used_changes_only_the_usage() -> None:
+    snapshot = cluster([4, 8], ["enabled", "disabled"])
+    twin = snapshot.with_used(np.array([[3], [1]], dtype=np.int64))
+    assert twin.used.tolist() == [[3], [1]] and snapshot.used.tolist() == [[0], [0]]
+    assert twin.enabled.tolist() == [True, False] and twin.row_of == {"p0": 0, "p1": 1}
+    placement = Engine([FreeVcpu(), Enabled()]).place(twin, Request("q", {"VCPU": 2}))
+    assert not placement.placed  # p0 has 1 left, p1 is disabled
