@@ -106,3 +106,22 @@ def test_a_filter_that_does_not_apply_rejects_nothing(case: tuple[Snapshot, Requ
         ], f.name
         dropped = rows[~f.mask(ctx, rows)]
         assert f.reasons(ctx, dropped) == [f.reject(ctx, int(r)) for r in dropped], f.name
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(cases())
+def test_an_idle_weigher_would_have_added_nothing(case: tuple[Snapshot, Request]) -> None:
+    """The handler skips weighers that say they are idle: their contribution
+    must be exactly zero for every candidate."""
+    from placement.registry import WEIGHERS
+    from placement.weighers.base import normalize
+
+    snapshot, request = case
+    ctx = Context.start(snapshot, request)
+    rows = np.arange(snapshot.size, dtype=np.int64)
+    for name, cls in WEIGHERS.items():
+        w = cls(weight_setting="cpu=1.0") if name == "MetricsWeigher" else cls()  # type: ignore[call-arg]
+        if w.idle(ctx):
+            raw = np.asarray(w.weigh(ctx, rows), dtype=np.float64)
+            contribution = w.multipliers(ctx, rows) * normalize(raw, w.minval, w.maxval)
+            assert not contribution.any(), name

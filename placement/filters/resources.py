@@ -86,25 +86,45 @@ class ResourceFilter(HostFilter):
     per_pick = True
 
     def __init__(self) -> None:
-        # Ratios depend only on the snapshot, which every pick of a request
-        # (and often many requests) shares; keep the last one's.
-        self._ratios: tuple[Snapshot, FloatArray] | None = None
+        # Capacity and the unit rules depend only on the inventories, which
+        # every request on a snapshot (and its usage-only twins) shares, so
+        # they are computed once per inventory table, not per decision.
+        self._inventory: tuple[IntArray, object] | None = None
+        self._capacity: IntArray = np.zeros((0, 0), dtype=np.int64)
+        self._units: dict[tuple[int, int], BoolArray] = {}
 
-    def _ratio_for(self, snapshot: Snapshot) -> FloatArray:
-        cached = self._ratios
-        if cached is not None and cached[0] is snapshot:
-            return cached[1]
-        ratios = effective_ratios(snapshot)
-        self._ratios = (snapshot, ratios)
-        return ratios
+    def _tables(self, snapshot: Snapshot) -> IntArray:
+        key = self._inventory
+        if key is None or key[0] is not snapshot.total or key[1] is not snapshot.aggregates:
+            ratios = effective_ratios(snapshot)
+            usable = snapshot.total - snapshot.reserved
+            self._capacity = (usable * ratios).astype(np.int64)
+            self._units = {}
+            self._inventory = (snapshot.total, snapshot.aggregates)
+        return self._capacity
+
+    def _unit_rules(self, snapshot: Snapshot, column: int, amount: int) -> BoolArray:
+        """Providers that have the class and allow ``amount`` by their unit rules."""
+        self._tables(snapshot)
+        rules = self._units.get((column, amount))
+        if rules is None:
+            step = np.maximum(snapshot.step_size[:, column], 1)
+            rules = (
+                (snapshot.total[:, column] > 0)
+                & (snapshot.min_unit[:, column] <= amount)
+                & (amount <= snapshot.max_unit[:, column])
+                & (amount % step == 0)
+            )
+            if len(self._units) > 1024:
+                self._units.clear()
+            self._units[(column, amount)] = rules
+        return rules
 
     def _free(self, ctx: Context, rows: IntArray, column: int) -> IntArray:
-        snap = ctx.snapshot
-        ratio = self._ratio_for(snap)[rows, column]
-        usable = snap.total[rows, column] - snap.reserved[rows, column]
-        capacity: IntArray = (usable * ratio).astype(np.int64)
+        capacity = self._tables(ctx.snapshot)[rows, column]
         used: IntArray = ctx.used[rows, column]
-        return capacity - used
+        free: IntArray = capacity - used
+        return free
 
     def mask(self, ctx: Context, rows: IntArray) -> BoolArray:
         snap = ctx.snapshot
@@ -115,10 +135,7 @@ class ResourceFilter(HostFilter):
             j = snap.column(rc)
             if j is None:
                 return np.zeros(len(rows), dtype=np.bool_)
-            step = np.maximum(snap.step_size[rows, j], 1)
-            ok &= snap.total[rows, j] > 0
-            ok &= (snap.min_unit[rows, j] <= amount) & (amount <= snap.max_unit[rows, j])
-            ok &= amount % step == 0
+            ok &= self._unit_rules(snap, j, amount)[rows]
             ok &= amount <= self._free(ctx, rows, j)
         return ok
 

@@ -60,6 +60,9 @@ class ServerGroupSoftAffinityWeigher(Weigher):
         super().__init__(multiplier)
         _warn_if_negative(self, "soft anti-affinity")
 
+    def idle(self, ctx: Context) -> bool:
+        return ctx.request.group_policy != "soft-affinity" or ctx.request.group_id is None
+
     def weigh(self, ctx: Context, rows: IntArray) -> FloatArray:
         return _members_on(ctx, rows, "soft-affinity")
 
@@ -71,6 +74,9 @@ class ServerGroupSoftAntiAffinityWeigher(Weigher):
     def __init__(self, multiplier: float = 1.0) -> None:
         super().__init__(multiplier)
         _warn_if_negative(self, "soft affinity")
+
+    def idle(self, ctx: Context) -> bool:
+        return ctx.request.group_policy != "soft-anti-affinity" or ctx.request.group_id is None
 
     def weigh(self, ctx: Context, rows: IntArray) -> FloatArray:
         return -_members_on(ctx, rows, "soft-anti-affinity")

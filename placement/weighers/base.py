@@ -37,6 +37,12 @@ class Weigher(ABC):
     def __init__(self, multiplier: float = 1.0) -> None:
         self.multiplier = multiplier
 
+    def idle(self, ctx: Context) -> bool:
+        """True when this weigher would add exactly 0.0 to every candidate
+        (nothing in the request or the snapshot for it to tell apart), so the
+        handler can skip it."""
+        return False
+
     @abstractmethod
     def weigh(self, ctx: Context, rows: IntArray) -> FloatArray:
         """Raw weights of ``rows`` (higher is preferred before multiplying)."""

@@ -30,6 +30,9 @@ class BuildFailureWeigher(Weigher):
     def __init__(self, multiplier: float = 1000000.0) -> None:
         super().__init__(multiplier)
 
+    def idle(self, ctx: Context) -> bool:
+        return not ctx.snapshot.build_failures.any()
+
     def weigh(self, ctx: Context, rows: IntArray) -> FloatArray:
         failures: FloatArray = ctx.snapshot.build_failures[rows].astype(np.float64)
         return failures

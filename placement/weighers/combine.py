@@ -26,6 +26,8 @@ def weigh_all(weighers: Sequence[Weigher], ctx: Context, rows: IntArray) -> Floa
     if len(rows) <= 1:
         return total
     for weigher in weighers:
+        if weigher.idle(ctx):
+            continue
         raw = np.asarray(weigher.weigh(ctx, rows), dtype=np.float64)
         if raw.shape != (len(rows),):
             raise ValueError(

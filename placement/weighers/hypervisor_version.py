@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+import numpy as np
+
 from placement.filters.base import Context
 from placement.model import FloatArray, IntArray
 from placement.weighers.base import Weigher
@@ -21,6 +23,9 @@ class HypervisorVersionWeigher(Weigher):
 
     def __init__(self, multiplier: float = 1.0) -> None:
         super().__init__(multiplier)
+
+    def idle(self, ctx: Context) -> bool:
+        return bool(np.ptp(ctx.snapshot.hypervisor_version) == 0) if ctx.snapshot.size else True
 
     def weigh(self, ctx: Context, rows: IntArray) -> FloatArray:
         versions: FloatArray = ctx.snapshot.hypervisor_version[rows]

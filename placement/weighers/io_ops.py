@@ -26,6 +26,9 @@ class IoOpsWeigher(Weigher):
     def __init__(self, multiplier: float = -1.0) -> None:
         super().__init__(multiplier)
 
+    def idle(self, ctx: Context) -> bool:
+        return not ctx.picked and not ctx.snapshot.num_io_ops.any()
+
     def weigh(self, ctx: Context, rows: IntArray) -> FloatArray:
         snapshot = ctx.snapshot
         ops = snapshot.num_io_ops[rows] + picks_per_row(ctx.picked, rows, snapshot.size)

@@ -25,6 +25,9 @@ class TagAffinityWeigher(Weigher):
     def __init__(self, multiplier: float = 1.0) -> None:
         super().__init__(multiplier)
 
+    def idle(self, ctx: Context) -> bool:
+        return not ctx.request.tags.prefer_with and not ctx.request.tags.prefer_without
+
     def weigh(self, ctx: Context, rows: IntArray) -> FloatArray:
         rules = ctx.request.tags
         if not rules.prefer_with and not rules.prefer_without:
