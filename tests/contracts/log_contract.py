@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import uuid
+from abc import ABC, abstractmethod
 from collections.abc import Iterator
 
 import pytest
@@ -26,9 +27,12 @@ def read_all(log: Log, topic: str, partition: int, offset: int = 0) -> list[Reco
         out.extend(batch)
 
 
-class LogContract:
+class LogContract(ABC):
+    """Every backend's subclass says how to make a fresh log."""
+
+    @abstractmethod
     def make_log(self) -> Log:
-        raise NotImplementedError
+        """A new, empty log for one test."""
 
     @pytest.fixture
     def log(self) -> Iterator[Log]:
