@@ -125,22 +125,7 @@ def _claim(state: PartitionState, claim: Claim, out: Emitter) -> None:
     touched = state.touched
     for provider, amounts in items:
         touched.add(provider.provider_id)
-        held = provider.held
-        index = provider.layout.index
-        for rc, amount in amounts:
-            held[index[rc]] += amount
-        provider.active += 1
-        if tags:
-            counts = provider.tag_counts
-            if counts is None:
-                counts = provider.tag_counts = {}
-            for tag in tags:
-                counts[tag] = counts.get(tag, 0) + 1
-        if group is not None:
-            groups = provider.group_counts
-            if groups is None:
-                groups = provider.group_counts = {}
-            groups[group] = groups.get(group, 0) + 1
+        provider.take(amounts, provider.held, tags, group)
     expires_at = state.clock_ms + claim.lease_ms
     state.reservations[rid] = Reservation(
         rid, tuple(items), HELD, expires_at, fingerprint(claim, shapes), group, tags

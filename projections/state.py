@@ -70,6 +70,27 @@ class ProviderState:
     tag_counts: dict[str, int] | None = None
     group_counts: dict[str, int] | None = None
 
+    def take(
+        self, amounts: Amounts, used: list[int], tags: frozenset[str], group: str | None
+    ) -> None:
+        """Count one reservation's amounts into ``used`` (``held`` or
+        ``consumed``) and its tags and group into this provider's counts."""
+        index = self.layout.index
+        for rc, amount in amounts:
+            used[index[rc]] += amount
+        self.active += 1
+        if tags:
+            counts = self.tag_counts
+            if counts is None:
+                counts = self.tag_counts = {}
+            for tag in tags:
+                counts[tag] = counts.get(tag, 0) + 1
+        if group is not None:
+            groups = self.group_counts
+            if groups is None:
+                groups = self.group_counts = {}
+            groups[group] = groups.get(group, 0) + 1
+
     def free(self, resource_class: str) -> int:
         """Capacity left for new claims of one class (0 if not provided)."""
         i = self.layout.index.get(resource_class)

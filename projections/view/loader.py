@@ -109,17 +109,7 @@ def _load_reservations(conn: Connection, state: PartitionState) -> None:
         state.reservations[row.reservation_id] = reservation
         for provider, amounts in items:
             used = provider.held if status == HELD else provider.consumed
-            for rc, amount in amounts:
-                used[provider.layout.index[rc]] += amount
-            provider.active += 1
-            if tags:
-                counts = provider.tag_counts = provider.tag_counts or {}
-                for tag in tags:
-                    counts[tag] = counts.get(tag, 0) + 1
-            if claim.anti_affinity_group is not None:
-                groups = provider.group_counts = provider.group_counts or {}
-                group = claim.anti_affinity_group
-                groups[group] = groups.get(group, 0) + 1
+            provider.take(amounts, used, tags, claim.anti_affinity_group)
         if status == HELD:
             state.expiry.append((row.expires_at_ms, row.reservation_id))
     heapq.heapify(state.expiry)
