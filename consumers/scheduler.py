@@ -17,7 +17,7 @@ from typing import Any
 
 from berth.client import Publisher
 from ledger.log import Log
-from placement.engine import Engine
+from placement.engine import Engine, demand_row
 from placement.model import Hints, Request, Snapshot, TagRules
 from schemas.events import Claim, ClaimItem, Release
 from schemas.outcomes import Kind, Outcome
@@ -155,14 +155,12 @@ class Scheduler:
                 trace = placement.trace.lines() if placement.trace else []
                 self._fail(p, placement.reason, tuple(trace))
                 continue
+            demand = demand_row(snapshot, p.request.resources)
             for instance, pid in zip(p.left, placement.providers, strict=True):
                 claim = _claim(p, instance, pid, self.generation)
                 p.proposed[claim.reservation_id] = (instance, pid)
                 claims.append(claim)
-                for rc, amount in p.request.resources.items():
-                    column = snapshot.column(rc)
-                    if column is not None:
-                        used[rows[pid], column] += amount
+                used[rows[pid]] += demand
         return claims
 
     def _await(self, reservation_ids: list[str]) -> None:

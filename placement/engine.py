@@ -166,7 +166,7 @@ class Engine:
     ) -> Placement:
         ctx = Context.start(snapshot, request)
         run = _Run(ctx, explain, np.zeros(snapshot.size, dtype=np.bool_))
-        demand = _demand(snapshot, request.resources)
+        demand = demand_row(snapshot, request.resources)
         for f in self.once:
             if f.applies(request):
                 rows = run.apply(f, rows)
@@ -201,7 +201,7 @@ class Engine:
         return weigh_all(self.weighers, ctx, rows)
 
 
-def _demand(snapshot: Snapshot, resources: Mapping[str, int]) -> IntArray:
+def demand_row(snapshot: Snapshot, resources: Mapping[str, int]) -> IntArray:
     """The request's amounts as a row over the snapshot's classes (classes the
     snapshot lacks are the resource filter's business)."""
     demand = np.zeros(len(snapshot.classes), dtype=np.int64)
