@@ -18,6 +18,7 @@ import json
 import random
 import tempfile
 import threading
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -140,6 +141,21 @@ def sustained(
     }
 
 
+def _race_figures(
+    results: list[Scheduled], overcommitted: int, elapsed_s: float, publishers: str
+) -> dict[str, Any]:
+    failed = Counter(r.reason.split(";")[0] for r in results if not r.placed)
+    return {
+        "race_placed": sum(r.placed for r in results),
+        "race_failed": sum(failed.values()),
+        "race_failed_reasons": dict(failed),
+        "race_attempts": sum(r.attempts for r in results),
+        "race_overcommitted_providers": overcommitted,
+        "race_s": round(elapsed_s, 2),
+        "race_publishers": publishers,
+    }
+
+
 def race(publishers: int = 8, providers: int = 50, requests: int = 600) -> dict[str, Any]:
     """Threads, not processes: the embedded log belongs to one process."""
     with tempfile.TemporaryDirectory(prefix="berth-race-") as tmp:
@@ -188,19 +204,7 @@ def race(publishers: int = 8, providers: int = 50, requests: int = 600) -> dict[
             writer.catch_up()
         overcommitted = _overcommitted(app)
         app.close()
-    failed = [r for r in results if not r.placed]
-    reasons: dict[str, int] = {}
-    for r in failed:
-        reasons[r.reason.split(";")[0]] = reasons.get(r.reason.split(";")[0], 0) + 1
-    return {
-        "race_placed": len(results) - len(failed),
-        "race_failed": len(failed),
-        "race_failed_reasons": reasons,
-        "race_attempts": sum(r.attempts for r in results),
-        "race_overcommitted_providers": overcommitted,
-        "race_s": round(t[0], 2),
-        "race_publishers": f"{publishers} threads",
-    }
+    return _race_figures(results, overcommitted, t[0], f"{publishers} threads")
 
 
 def race_processes(kafka: str, publishers: int = 8, providers: int = 50) -> dict[str, Any]:
@@ -264,20 +268,8 @@ def race_processes(kafka: str, publishers: int = 8, providers: int = 50) -> dict
                     break
                 time.sleep(0.05)
             overcommitted = _overcommitted(app)
-    failed = [r for r in results if not r.placed]
-    reasons: dict[str, int] = {}
-    for r in failed:
-        key = r.reason.split(";")[0]
-        reasons[key] = reasons.get(key, 0) + 1
-    return {
-        "race_placed": len(results) - len(failed),
-        "race_failed": len(failed),
-        "race_failed_reasons": reasons,
-        "race_attempts": sum(r.attempts for r in results),
-        "race_overcommitted_providers": overcommitted,
-        "race_s": round(elapsed, 2),
-        "race_publishers": f"{publishers} processes, Kafka (tansu) + PostgreSQL",
-    }
+    how = f"{publishers} processes, Kafka (tansu) + PostgreSQL"
+    return _race_figures(results, overcommitted, elapsed, how)
 
 
 def main() -> None:
