@@ -67,15 +67,6 @@ class ViewWriter:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
 
-    def committed_offset(self, partition: int) -> int:
-        with self.engine.connect() as conn:
-            row = conn.execute(
-                select(partition_offsets.c.next_offset).where(
-                    partition_offsets.c.partition == partition
-                )
-            ).first()
-        return 0 if row is None else int(row[0])
-
     def commit(self, state: PartitionState, batch: Batch) -> bool:
         """Write ``batch`` and its end offset atomically. False if the view
         already holds it (a redelivery); :class:`StaleBatch` on a gap."""
