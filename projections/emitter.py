@@ -24,6 +24,7 @@ class Emitter:
         subject: str,
         reasons: tuple[Reason, ...] = (),
         expires_at_ms: int | None = None,
+        identifiers: tuple[tuple[str, str], ...] = (),
     ) -> None:
         out = self.out
         out.append(
@@ -37,6 +38,7 @@ class Emitter:
                 self.state.clock_ms,
                 reasons,
                 expires_at_ms,
+                identifiers,
             )
         )
 
@@ -50,3 +52,14 @@ def missing_provider(state: PartitionState, provider_id: str) -> Reason:
             detail=f"provider belongs to partition {home}, not {state.partition}",
         )
     return Reason(Code.PROVIDER_NOT_FOUND, provider_id)
+
+
+def missing_pool(state: PartitionState, pool_id: str) -> Reason:
+    home = partition_for(pool_id.encode(), state.partitions)
+    if home != state.partition:
+        return Reason(
+            Code.POOL_WRONG_PARTITION,
+            pool_id,
+            detail=f"pool belongs to partition {home}, not {state.partition}",
+        )
+    return Reason(Code.POOL_NOT_FOUND, pool_id)

@@ -16,22 +16,29 @@ from __future__ import annotations
 import bisect
 from array import array
 from collections.abc import Iterable
+from dataclasses import dataclass
+
+from schemas.pool_space import MAX_SPAN, PoolSpace
 
 
 class IntervalPool:
-    """Free identifiers in ``[first, last]``, less ``excluded``."""
+    """Free identifiers in ``[first, last]``, less ``excluded``.
+
+    Intervals are kept as offsets from ``first`` in unsigned 64-bit arrays, so a
+    pool may span up to 2**64 identifiers (an IPv6 /64) at 16 bytes an interval.
+    """
 
     __slots__ = ("_ends", "_free", "_starts", "first", "last")
 
     def __init__(self, first: int, last: int, excluded: Iterable[int] = ()) -> None:
         if first > last:
             raise ValueError(f"empty range {first}..{last}")
+        if last - first > MAX_SPAN:
+            raise ValueError(f"a pool spans at most 2**64 identifiers, not {last - first + 1}")
         self.first = first
         self.last = last
-        # free intervals [start, end], sorted and disjoint, as two arrays of
-        # 64-bit ints: 16 bytes an interval, however fragmented the pool gets
-        self._starts = array("q", [first])
-        self._ends = array("q", [last])
+        self._starts = array("Q", [0])
+        self._ends = array("Q", [last - first])
         self._free = last - first + 1
         for identifier in sorted(set(excluded)):
             if first <= identifier <= last:
@@ -46,39 +53,45 @@ class IntervalPool:
         return len(self._starts)
 
     def is_free(self, identifier: int) -> bool:
-        i = bisect.bisect_right(self._starts, identifier) - 1
-        return i >= 0 and identifier <= self._ends[i]
+        if not self.first <= identifier <= self.last:
+            return False
+        offset = identifier - self.first
+        i = bisect.bisect_right(self._starts, offset) - 1
+        return i >= 0 and offset <= self._ends[i]
 
     def take_lowest(self) -> int | None:
         """Take the lowest free identifier (None when the pool is exhausted)."""
         if not self._starts:
             return None
-        identifier = self._starts[0]
+        offset = self._starts[0]
         self._free -= 1
-        if identifier == self._ends[0]:
+        if offset == self._ends[0]:
             del self._starts[0]
             del self._ends[0]
         else:
-            self._starts[0] = identifier + 1
-        return identifier
+            self._starts[0] = offset + 1
+        return self.first + offset
 
     def take(self, identifier: int) -> bool:
         """Take ``identifier`` if it is free; False if it is not."""
-        i = bisect.bisect_right(self._starts, identifier) - 1
-        if i < 0 or identifier > self._ends[i]:
+        if not self.first <= identifier <= self.last:
+            return False
+        offset = identifier - self.first
+        i = bisect.bisect_right(self._starts, offset) - 1
+        if i < 0 or offset > self._ends[i]:
             return False
         start, end = self._starts[i], self._ends[i]
         self._free -= 1
         if start == end:
             del self._starts[i]
             del self._ends[i]
-        elif identifier == start:
-            self._starts[i] = identifier + 1
-        elif identifier == end:
-            self._ends[i] = identifier - 1
+        elif offset == start:
+            self._starts[i] = offset + 1
+        elif offset == end:
+            self._ends[i] = offset - 1
         else:  # split the interval around it
-            self._ends[i] = identifier - 1
-            self._starts.insert(i + 1, identifier + 1)
+            self._ends[i] = offset - 1
+            self._starts.insert(i + 1, offset + 1)
             self._ends.insert(i + 1, end)
         return True
 
@@ -88,18 +101,37 @@ class IntervalPool:
         if not self.first <= identifier <= self.last or self.is_free(identifier):
             return False
         self._free += 1
-        i = bisect.bisect_right(self._starts, identifier)  # first interval after it
-        joins_left = i > 0 and self._ends[i - 1] == identifier - 1
-        joins_right = i < len(self._starts) and self._starts[i] == identifier + 1
+        offset = identifier - self.first
+        starts, ends = self._starts, self._ends
+        i = bisect.bisect_right(starts, offset)  # first interval after it
+        joins_left = i > 0 and ends[i - 1] == offset - 1
+        joins_right = i < len(starts) and starts[i] == offset + 1
         if joins_left and joins_right:
-            self._ends[i - 1] = self._ends[i]
-            del self._starts[i]
-            del self._ends[i]
+            ends[i - 1] = ends[i]
+            del starts[i]
+            del ends[i]
         elif joins_left:
-            self._ends[i - 1] = identifier
+            ends[i - 1] = offset
         elif joins_right:
-            self._starts[i] = identifier
+            starts[i] = offset
         else:
-            self._starts.insert(i, identifier)
-            self._ends.insert(i, identifier)
+            starts.insert(i, offset)
+            ends.insert(i, offset)
         return True
+
+
+@dataclass(slots=True, eq=False)
+class PoolState:
+    """One pool in a partition's state: its space and its free identifiers."""
+
+    pool_id: str
+    space: PoolSpace
+    free: IntervalPool
+
+    @classmethod
+    def of(cls, pool_id: str, space: PoolSpace) -> PoolState:
+        return cls(pool_id, space, IntervalPool(space.first, space.last, space.excluded))
+
+    @property
+    def taken(self) -> int:
+        return self.space.size - len(self.free)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from projections.pools import PoolState
 from schemas.events import Inventory
 
 HELD = 0
@@ -99,6 +100,10 @@ class ProviderState:
         return self.layout.limits[i].capacity - self.held[i] - self.consumed[i]
 
 
+Taken = tuple[tuple[PoolState, int], ...]
+"""Identifiers a reservation holds: (pool, identifier as an integer) pairs."""
+
+
 @dataclass(slots=True, eq=False)
 class Reservation:
     """An active (held or consumed) reservation."""
@@ -110,6 +115,21 @@ class Reservation:
     fingerprint: int
     group: str | None = None
     tags: frozenset[str] = frozenset()
+    consumer_id: str = ""
+    identifiers: Taken = ()
+    transaction: str | None = None
+    """Set while the hold is pending its transaction's decision."""
+    lease_ms: int = 0
+    """The lease a pending hold gets once its transaction commits."""
+
+
+@dataclass(slots=True, eq=False)
+class PendingTransaction:
+    """A transaction's pending holds in this partition."""
+
+    priority: tuple[int, str]
+    """(priority, transaction id): the smaller is the older, which wins conflicts."""
+    reservation_ids: list[str]
 
 
 @dataclass(slots=True, eq=False)
@@ -130,6 +150,11 @@ class PartitionState:
     """Providers whose usage changed since the view last drained this set."""
     reshaped: set[str] = field(default_factory=set)
     """Providers registered, retired or otherwise changed beyond usage."""
+    pools: dict[str, PoolState] = field(default_factory=dict)
+    pools_touched: set[str] = field(default_factory=set)
+    """Pools defined or whose free count changed since the view last drained it."""
+    transactions: dict[str, PendingTransaction] = field(default_factory=dict)
+    """Transactions with pending holds here, awaiting their decision."""
     _layouts: dict[tuple[tuple[str, Limits], ...], Layout] = field(default_factory=dict)
     _shapes: dict[Amounts, Amounts] = field(default_factory=dict)
 

@@ -10,6 +10,8 @@ from typing import Annotated, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from schemas.pool_space import PoolSpace
+
 MAX_AMOUNT = 2**31 - 1
 """Largest amount or inventory total (Placement's MAX_INT)."""
 
@@ -98,9 +100,7 @@ class ProviderStateSet(ProviderEvent):
 
 class TraitsSet(ProviderEvent):
     type: Literal["traits_set"] = "traits_set"
-    traits: frozenset[Annotated[str, Field(min_length=1, max_length=255)]] = Field(
-        max_length=1024
-    )
+    traits: frozenset[Annotated[str, Field(min_length=1, max_length=255)]] = Field(max_length=1024)
 
 
 class AggregatesSet(ProviderEvent):
@@ -113,19 +113,27 @@ class ClaimItem(Model):
     resources: dict[ResourceClass, Amount] = Field(min_length=1, max_length=64)
 
 
-class Claim(EventBase):
-    """A conditional claim: held only if every item still fits, in log order.
+class IdentifierItem(Model):
+    """One identifier from a pool: ``value`` names a specific one (an address,
+    a VNI), or is omitted for the lowest free identifier."""
 
-    Items on several providers (all in the partition of ``partition_key``) are
-    all or nothing. ``anti_affinity_group`` and the tag requirements are hard
-    rules the partition checks against what is already placed there.
+    pool_id: Identifier
+    value: Identifier | None = None
+
+
+class ClaimSpec(Model):
+    """What one reservation asks for: amounts on providers and identifiers from
+    pools, all in one partition, all or nothing.
+
+    ``anti_affinity_group`` and the tag requirements are hard rules the
+    partition checks against what is already placed there.
     """
 
-    type: Literal["claim"] = "claim"
     reservation_id: Identifier
     consumer_id: Identifier
     project_id: Identifier
-    items: tuple[ClaimItem, ...] = Field(min_length=1, max_length=64)
+    items: tuple[ClaimItem, ...] = Field(default=(), max_length=64)
+    identifiers: tuple[IdentifierItem, ...] = Field(default=(), max_length=64)
     lease_ms: int = Field(default=DEFAULT_LEASE_MS, ge=1, le=MAX_LEASE_MS)
     anti_affinity_group: Identifier | None = None
     tags: frozenset[Tag] = Field(default=frozenset(), max_length=64)
@@ -138,6 +146,107 @@ class Claim(EventBase):
         if len(items) > 1 and len({item.provider_id for item in items}) != len(items):
             raise ValueError("items must name each provider at most once")
         return items
+
+    @field_validator("identifiers")
+    @classmethod
+    def _distinct_identifiers(
+        cls, identifiers: tuple[IdentifierItem, ...]
+    ) -> tuple[IdentifierItem, ...]:
+        named = [(i.pool_id, i.value) for i in identifiers if i.value is not None]
+        if len(set(named)) != len(named):
+            raise ValueError("identifiers must name each specific identifier at most once")
+        return identifiers
+
+    @model_validator(mode="after")
+    def _asks_for_something(self) -> Self:
+        if not self.items and not self.identifiers:
+            raise ValueError("a claim needs at least one item or identifier")
+        return self
+
+
+class Claim(EventBase, ClaimSpec):
+    """A conditional claim: held only if everything still fits, in log order."""
+
+    type: Literal["claim"] = "claim"
+
+
+class TransactionRef(Model):
+    """The transaction a set of claims belongs to. Its claims are held pending
+    until the coordinator's decision, and at most until ``deadline_ms`` on the
+    partition clock (presumed abort). ``priority`` orders transactions by age
+    (smaller is older): an older transaction's claim may abort a younger one's
+    pending holds that stand in its way, so the oldest always progresses."""
+
+    transaction_id: Identifier
+    priority: int = Field(ge=0)
+    deadline_ms: int = Field(ge=0)
+
+
+class ClaimSet(EventBase):
+    """Several reservations decided in one record of one partition.
+
+    ``atomic`` (the default) holds all of them or none; otherwise each is
+    decided on its own, in order. With ``transaction`` the holds are pending
+    until a :class:`TransactionDecision` commits or aborts them.
+    """
+
+    type: Literal["claim_set"] = "claim_set"
+    claims: tuple[ClaimSpec, ...] = Field(min_length=1, max_length=1000)
+    atomic: bool = True
+    transaction: TransactionRef | None = None
+
+    @field_validator("claims")
+    @classmethod
+    def _distinct_reservations(cls, claims: tuple[ClaimSpec, ...]) -> tuple[ClaimSpec, ...]:
+        if len({c.reservation_id for c in claims}) != len(claims):
+            raise ValueError("claims must have distinct reservation ids")
+        return claims
+
+
+class TransactionDecision(EventBase):
+    """The coordinator's decision, appended to every partition it involved."""
+
+    type: Literal["transaction_decision"] = "transaction_decision"
+    transaction_id: Identifier
+    commit: bool
+
+
+PoolKind = Literal["ipv4", "ipv6", "vni", "vlan", "range", "set"]
+
+
+class PoolDefined(EventBase):
+    """A pool of identifiers, kept in the partition of ``pool_id``.
+
+    ``ipv4``/``ipv6`` take ``cidr`` (the network and, for IPv4, the broadcast
+    address are never handed out; add the gateway to ``excluded``); ``vni``
+    (1 .. 16,777,215) and ``vlan`` (1 .. 4094) may narrow their range with
+    ``first``/``last``; ``range`` needs both; ``set`` takes ``members``.
+    Redefining a pool replaces it only while none of it is taken.
+    """
+
+    type: Literal["pool_defined"] = "pool_defined"
+    pool_id: Identifier
+    kind: PoolKind
+    cidr: str | None = None
+    first: int | None = Field(default=None, ge=0)
+    last: int | None = Field(default=None, ge=0)
+    members: tuple[Identifier, ...] = Field(default=(), max_length=100_000)
+    excluded: frozenset[Identifier] = Field(default=frozenset(), max_length=100_000)
+
+    @model_validator(mode="after")
+    def _well_formed(self) -> Self:
+        if self.partition_key != self.pool_id:
+            raise ValueError("partition_key must equal pool_id")
+        PoolSpace.of(self)  # raises ValueError on a bad range, CIDR or member
+        return self
+
+
+class ReleaseConsumer(EventBase):
+    """Releases every reservation of a consumer in this partition (deleting an
+    instance); the client appends one to each partition."""
+
+    type: Literal["release_consumer"] = "release_consumer"
+    consumer_id: Identifier
 
 
 class ReservationEvent(EventBase):
@@ -171,6 +280,10 @@ Event = Annotated[
     | TraitsSet
     | AggregatesSet
     | Claim
+    | ClaimSet
+    | TransactionDecision
+    | PoolDefined
+    | ReleaseConsumer
     | Consume
     | Release
     | Renew

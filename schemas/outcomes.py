@@ -24,6 +24,13 @@ class Kind:
     RENEWED = "renewed"
     NOOP = "noop"
     APPLIED = "applied"
+    PREPARED = "prepared"
+    """Held pending a transaction's decision, until its deadline at the latest."""
+    COMMITTED = "committed"
+    """A prepared hold the coordinator committed: now an ordinary hold."""
+    ABORTED = "aborted"
+    """A prepared hold given back: the coordinator aborted, or an older
+    transaction needed the capacity (wound-wait)."""
 
 
 class Code(IntEnum):
@@ -45,6 +52,15 @@ class Code(IntEnum):
     ANTI_AFFINITY_CONFLICT = 30
     REQUIRED_TAG_ABSENT = 31
     FORBIDDEN_TAG_PRESENT = 32
+    POOL_NOT_FOUND = 40
+    POOL_WRONG_PARTITION = 41
+    IDENTIFIER_NOT_IN_POOL = 42
+    IDENTIFIER_TAKEN = 43
+    POOL_EXHAUSTED = 44
+    POOL_IN_USE = 45
+    BATCH_MEMBER_REJECTED = 46
+    TRANSACTION_DEADLINE_PASSED = 47
+    WOUNDED = 48
     # no-op reasons: the record was valid but changed nothing
     DUPLICATE = 50
     UNKNOWN_RESERVATION = 51
@@ -52,6 +68,7 @@ class Code(IntEnum):
     ALREADY_FINAL = 53
     NOT_HELD = 54
     ALREADY_REGISTERED = 55
+    NO_PENDING_CLAIMS = 56
 
 
 class Reason(NamedTuple):
@@ -115,6 +132,8 @@ class Outcome(NamedTuple):
     clock_ms: int
     reasons: tuple[Reason, ...] = NO_REASONS
     expires_at_ms: int | None = None
+    identifiers: tuple[tuple[str, str], ...] = ()
+    """(pool id, identifier) pairs a reservation was given, or gave back."""
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -130,10 +149,12 @@ class Outcome(NamedTuple):
             data["reasons"] = [reason.to_dict() for reason in self.reasons]
         if self.expires_at_ms is not None:
             data["expires_at_ms"] = self.expires_at_ms
+        if self.identifiers:
+            data["identifiers"] = [list(pair) for pair in self.identifiers]
         return data
 
     def to_json(self) -> bytes:
-        if self.reasons:
+        if self.reasons or self.identifiers:
             return _compact(self.to_dict()).encode()
         # the common case by hand: json.dumps costs several times more per outcome
         expires = "" if self.expires_at_ms is None else f',"expires_at_ms":{self.expires_at_ms}'
@@ -155,6 +176,7 @@ class Outcome(NamedTuple):
             clock_ms=data["clock_ms"],
             reasons=tuple(Reason.from_dict(r) for r in data.get("reasons", ())),
             expires_at_ms=data.get("expires_at_ms"),
+            identifiers=tuple((pool, value) for pool, value in data.get("identifiers", ())),
         )
 
     @classmethod

@@ -28,17 +28,21 @@ from projections.state import CONSUMED, HELD, PartitionState
 from schemas.codec import decode_event, encode_event
 from schemas.events import (
     Claim,
+    ClaimSet,
     Consume,
     Event,
     Inventory,
     InventorySet,
+    PoolDefined,
     ProviderRegistered,
     ProviderRetired,
     ProviderStateName,
     ProviderStateSet,
     Release,
+    ReleaseConsumer,
     Renew,
     Tick,
+    TransactionDecision,
 )
 from schemas.outcomes import Code, Kind, Outcome
 from tests import builders as b
@@ -435,6 +439,8 @@ class Reference:
             return [self.reservation_event(event)]
         if isinstance(event, Tick):
             return []
+        if isinstance(event, ClaimSet | TransactionDecision | PoolDefined | ReleaseConsumer):
+            raise NotImplementedError("this reference models single claims only")
         pid = event.provider_id
         if isinstance(event, ProviderRegistered):
             if pid in self.providers:
@@ -602,6 +608,21 @@ def test_projector_matches_the_naive_reference(events: list[Event]) -> None:
         reference.check(state)
 
 
+POOL_AND_TRANSACTION_CODES = {
+    Code.POOL_NOT_FOUND,
+    Code.POOL_WRONG_PARTITION,
+    Code.IDENTIFIER_NOT_IN_POOL,
+    Code.IDENTIFIER_TAKEN,
+    Code.POOL_EXHAUSTED,
+    Code.POOL_IN_USE,
+    Code.BATCH_MEMBER_REJECTED,
+    Code.TRANSACTION_DEADLINE_PASSED,
+    Code.WOUNDED,
+    Code.NO_PENDING_CLAIMS,
+}
+"""Reached by the generator of tests/test_transaction_properties.py instead."""
+
+
 def test_the_generator_reaches_the_interesting_cases() -> None:
     """Guard against a generator that silently stops exercising the rules."""
     seen: set[object] = set()
@@ -625,6 +646,6 @@ def test_the_generator_reaches_the_interesting_cases() -> None:
         Kind.RENEWED,
         Kind.NOOP,
         Kind.APPLIED,
-        *Code,
+        *(set(Code) - POOL_AND_TRANSACTION_CODES),
     }
     assert wanted <= seen, sorted(map(str, wanted - seen))

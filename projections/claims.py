@@ -1,0 +1,386 @@
+"""Deciding claims: one reservation, or a set of them in one record.
+
+A claim takes effect only if everything it asks for still fits, in log order.
+A set is atomic by default (all of its claims or none); with a transaction its
+holds are pending until the coordinator decides, and an older transaction may
+abort a younger one's pending holds that stand in its way (wound-wait), so the
+oldest transaction always makes progress and two batches cannot livelock.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from projections.emitter import Emitter, missing_pool, missing_provider
+from projections.holds import finish, give_back, hold, named
+from projections.pools import PoolState
+from projections.state import (
+    Amounts,
+    PartitionState,
+    PendingTransaction,
+    ProviderState,
+    Reservation,
+    Taken,
+)
+from schemas.events import Claim, ClaimSet, ClaimSpec, IdentifierItem, TransactionRef
+from schemas.outcomes import Code, Kind, Outcome, Reason
+
+Shapes = tuple[tuple[str, Amounts], ...]
+
+
+def fingerprint(spec: ClaimSpec, shapes: Shapes) -> int:
+    """A digest of a claim's content, to tell a duplicate from a reused id.
+
+    It is compared only within one process (a restarted writer recomputes it
+    from the view), so Python's per-process string hashing is good enough.
+    """
+    return hash(
+        (
+            spec.consumer_id,
+            spec.project_id,
+            shapes,
+            tuple((i.pool_id, i.value) for i in spec.identifiers) if spec.identifiers else (),
+            spec.lease_ms,
+            spec.anti_affinity_group,
+            spec.tags,
+            spec.require_with_tags,
+            spec.require_without_tags,
+        )
+    )
+
+
+def claim_shapes(state: PartitionState, spec: ClaimSpec) -> Shapes:
+    """Each item's provider id and interned amounts."""
+    items = spec.items
+    shape = state.shape
+    if len(items) == 1:
+        item = items[0]
+        return ((item.provider_id, shape(item.resources)),)
+    return tuple((item.provider_id, shape(item.resources)) for item in items)
+
+
+def claim(state: PartitionState, event: Claim, out: Emitter) -> None:
+    """One reservation: the hot path."""
+    rid = event.reservation_id
+    shapes = claim_shapes(state, event)
+    if _already_decided(state, event, shapes, out):
+        return
+    reasons: list[Reason] = []
+    items, picks = _decide(state, event, shapes, reasons)
+    if reasons:
+        out.emit(Kind.REJECTED, rid, tuple(reasons))
+        return
+    expires_at = state.clock_ms + event.lease_ms
+    reservation = hold(state, event, items, picks, expires_at, fingerprint(event, shapes))
+    if picks:
+        out.emit(Kind.ACCEPTED, rid, expires_at_ms=expires_at, identifiers=named(reservation))
+        return
+    emitted = out.out
+    emitted.append(
+        Outcome(
+            state.partition,
+            out.offset,
+            len(emitted),
+            Kind.ACCEPTED,
+            out.event_id,
+            rid,
+            state.clock_ms,
+            (),
+            expires_at,
+        )
+    )
+
+
+class _Decided(NamedTuple):
+    spec: ClaimSpec
+    reservation: Reservation | None
+    reasons: tuple[Reason, ...]
+
+
+def claim_set(state: PartitionState, event: ClaimSet, out: Emitter) -> None:
+    txn = event.transaction
+    if txn is not None and state.clock_ms > txn.deadline_ms:
+        late = Reason(
+            Code.TRANSACTION_DEADLINE_PASSED,
+            detail=f"deadline {txn.deadline_ms}, partition clock {state.clock_ms}",
+        )
+        for spec in event.claims:
+            out.emit(Kind.REJECTED, spec.reservation_id, (late,))
+        return
+    fresh = [
+        (spec, shapes)
+        for spec in event.claims
+        if not _already_decided(state, spec, shapes := claim_shapes(state, spec), out)
+    ]
+    if not fresh:
+        return
+    decided = _decide_set(state, event, fresh)
+    failed = [d for d in decided if d.reservation is None]
+    if failed and txn is not None and _wound(state, txn, failed, out):
+        if event.atomic:
+            decided = _decide_set(state, event, fresh)
+        else:
+            again = {d.spec.reservation_id for d in failed}
+            retried = {
+                d.spec.reservation_id: d
+                for d in _decide_set(
+                    state, event, [f for f in fresh if f[0].reservation_id in again]
+                )
+            }
+            decided = [retried.get(d.spec.reservation_id, d) for d in decided]
+    _emit_set(event, decided, out)
+
+
+def _decide_set(
+    state: PartitionState, event: ClaimSet, fresh: list[tuple[ClaimSpec, Shapes]]
+) -> list[_Decided]:
+    txn = event.transaction
+    decided: list[_Decided] = []
+    for spec, shapes in fresh:
+        reasons: list[Reason] = []
+        items, picks = _decide(state, spec, shapes, reasons)
+        if reasons:
+            decided.append(_Decided(spec, None, tuple(reasons)))
+            if event.atomic:
+                break
+            continue
+        expires_at = state.clock_ms + spec.lease_ms if txn is None else txn.deadline_ms
+        print_ = fingerprint(spec, shapes)
+        if txn is None:
+            reservation = hold(state, spec, items, picks, expires_at, print_)
+        else:
+            reservation = hold(state, spec, items, picks, expires_at, print_, txn.transaction_id)
+            pending = state.transactions.get(txn.transaction_id)
+            if pending is None:
+                pending = state.transactions[txn.transaction_id] = PendingTransaction(
+                    (txn.priority, txn.transaction_id), []
+                )
+            pending.reservation_ids.append(spec.reservation_id)
+        decided.append(_Decided(spec, reservation, ()))
+    if event.atomic and decided[-1].reservation is None:
+        for d in decided[:-1]:
+            assert d.reservation is not None
+            give_back(state, d.reservation)  # undone, not finished: it never took effect
+        return [d for d in decided if d.reservation is None]
+    return decided
+
+
+def _emit_set(event: ClaimSet, decided: list[_Decided], out: Emitter) -> None:
+    kind = Kind.ACCEPTED if event.transaction is None else Kind.PREPARED
+    if event.atomic and decided and decided[0].reservation is None:
+        failed = decided[0]
+        together = (
+            Reason(
+                Code.BATCH_MEMBER_REJECTED,
+                detail=f"{failed.spec.reservation_id} did not fit and the set is atomic",
+            ),
+        )
+        for spec in event.claims:
+            rid = spec.reservation_id
+            if rid == failed.spec.reservation_id:
+                out.emit(Kind.REJECTED, rid, failed.reasons)
+            elif rid not in out.state.reservations and rid not in out.state.finished:
+                out.emit(Kind.REJECTED, rid, together)
+        return
+    for d in decided:
+        r = d.reservation
+        if r is None:
+            out.emit(Kind.REJECTED, d.spec.reservation_id, d.reasons)
+        else:
+            out.emit(kind, r.reservation_id, expires_at_ms=r.expires_at_ms, identifiers=named(r))
+
+
+def abort_pending(
+    state: PartitionState, transaction_id: str, out: Emitter, reasons: tuple[Reason, ...] = ()
+) -> None:
+    """Give back every pending hold of a transaction here."""
+    pending = state.transactions.get(transaction_id)
+    if pending is None:
+        return
+    for rid in list(pending.reservation_ids):
+        reservation = state.reservations[rid]
+        given = named(reservation)
+        finish(state, reservation)
+        out.emit(Kind.ABORTED, rid, reasons, identifiers=given)
+
+
+_CONTESTED = frozenset(
+    {
+        Code.INSUFFICIENT_CAPACITY,
+        Code.ANTI_AFFINITY_CONFLICT,
+        Code.IDENTIFIER_TAKEN,
+        Code.POOL_EXHAUSTED,
+    }
+)
+
+
+def _wound(
+    state: PartitionState, txn: TransactionRef, failed: list[_Decided], out: Emitter
+) -> bool:
+    """Abort the younger transactions whose pending holds are on a provider or
+    pool where ``txn`` did not fit; True if there were any."""
+    blocked = {
+        reason.provider_id
+        for d in failed
+        for reason in d.reasons
+        if reason.code in _CONTESTED and reason.provider_id is not None
+    }
+    if not blocked:
+        return False
+    mine = (txn.priority, txn.transaction_id)
+    victims = sorted(
+        (pending.priority, tid)
+        for tid, pending in state.transactions.items()
+        if pending.priority > mine
+        and any(_stands_on(state.reservations[rid], blocked) for rid in pending.reservation_ids)
+    )
+    wounded = (Reason(Code.WOUNDED, detail=f"by older transaction {txn.transaction_id}"),)
+    for _, tid in victims:
+        abort_pending(state, tid, out, wounded)
+    return bool(victims)
+
+
+def _stands_on(reservation: Reservation, blocked: set[str]) -> bool:
+    return any(p.provider_id in blocked for p, _ in reservation.items) or any(
+        pool.pool_id in blocked for pool, _ in reservation.identifiers
+    )
+
+
+def _already_decided(state: PartitionState, spec: ClaimSpec, shapes: Shapes, out: Emitter) -> bool:
+    """Answer a claim whose reservation id was seen before; False if it is new."""
+    rid = spec.reservation_id
+    existing = state.reservations.get(rid)
+    known = existing.fingerprint if existing is not None else state.finished.get(rid)
+    if known is None:
+        return False
+    if known == fingerprint(spec, shapes):
+        out.emit(Kind.NOOP, rid, (Reason(Code.DUPLICATE, detail="claim already decided"),))
+    else:
+        reason = Reason(
+            Code.RESERVATION_ID_CONFLICT,
+            detail="reservation id already used by a claim with other content",
+        )
+        out.emit(Kind.REJECTED, rid, (reason,))
+    return True
+
+
+def _decide(
+    state: PartitionState, spec: ClaimSpec, shapes: Shapes, reasons: list[Reason]
+) -> tuple[list[tuple[ProviderState, Amounts]], Taken]:
+    """Check every item; on success take the claim's identifiers from their
+    pools (the caller holds them). Reasons are appended, never raised."""
+    providers = state.providers
+    group = spec.anti_affinity_group
+    constrained = group is not None or spec.require_with_tags or spec.require_without_tags
+    items: list[tuple[ProviderState, Amounts]] = []
+    for provider_id, amounts in shapes:
+        provider = providers.get(provider_id)
+        if provider is None:
+            reasons.append(missing_provider(state, provider_id))
+            continue
+        if provider.state != "enabled":
+            reasons.append(Reason(Code.PROVIDER_NOT_ENABLED, provider_id, detail=provider.state))
+            continue
+        if not _misfits(provider, amounts, reasons) and constrained:
+            _check_tags(provider, spec, reasons)
+        items.append((provider, amounts))
+    if not spec.identifiers or reasons:
+        return items, ()
+    return items, _pick(state, spec.identifiers, reasons)
+
+
+def _pick(
+    state: PartitionState, wanted: tuple[IdentifierItem, ...], reasons: list[Reason]
+) -> Taken:
+    """Take the named identifiers, then the lowest free ones for the rest; all
+    or none (what was taken is given back if anything is missing)."""
+    pools = state.pools
+    taken: list[tuple[PoolState, int]] = []
+    anys: dict[str, int] = {}
+    for item in wanted:
+        pool = pools.get(item.pool_id)
+        if pool is None:
+            reasons.append(missing_pool(state, item.pool_id))
+            continue
+        if item.value is None:
+            anys[item.pool_id] = anys.get(item.pool_id, 0) + 1
+            continue
+        value = pool.space.to_int(item.value)
+        if value is None:
+            reasons.append(Reason(Code.IDENTIFIER_NOT_IN_POOL, item.pool_id, detail=item.value))
+        elif not pool.free.take(value):
+            reasons.append(Reason(Code.IDENTIFIER_TAKEN, item.pool_id, detail=item.value))
+        else:
+            taken.append((pool, value))
+    for pool_id, count in anys.items():
+        pool = pools[pool_id]
+        free = len(pool.free)
+        if count > free:
+            reasons.append(Reason(Code.POOL_EXHAUSTED, pool_id, requested=count, available=free))
+            continue
+        for _ in range(count):
+            value = pool.free.take_lowest()
+            assert value is not None
+            taken.append((pool, value))
+    picks = tuple(taken)
+    if reasons:
+        for pool, value in picks:
+            pool.free.give_back(value)
+        return ()
+    return picks
+
+
+def _misfits(provider: ProviderState, amounts: Amounts, reasons: list[Reason]) -> bool:
+    """Append, per resource class, the first check that fails; report whether
+    any failed (True means the amounts do NOT all fit)."""
+    layout = provider.layout
+    index = layout.index
+    held = provider.held
+    consumed = provider.consumed
+    failed = False
+    for rc, amount in amounts:
+        i = index.get(rc)
+        if i is None:
+            reasons.append(
+                Reason(Code.RESOURCE_CLASS_NOT_PROVIDED, provider.provider_id, rc, amount, 0)
+            )
+            failed = True
+            continue
+        limits = layout.limits[i]
+        free = limits.capacity - held[i] - consumed[i]
+        if amount < limits.min_unit:
+            code = Code.BELOW_MIN_UNIT
+            detail = f"min_unit {limits.min_unit}"
+        elif amount > limits.max_unit:
+            code = Code.ABOVE_MAX_UNIT
+            detail = f"max_unit {limits.max_unit}"
+        elif amount % limits.step_size:
+            code = Code.NOT_A_STEP_MULTIPLE
+            detail = f"step_size {limits.step_size}"
+        elif amount > free:
+            code = Code.INSUFFICIENT_CAPACITY
+            detail = ""
+        else:
+            continue
+        reasons.append(Reason(code, provider.provider_id, rc, amount, free, detail))
+        failed = True
+    return failed
+
+
+def _check_tags(provider: ProviderState, spec: ClaimSpec, reasons: list[Reason]) -> None:
+    group = spec.anti_affinity_group
+    if group is not None and provider.group_counts and provider.group_counts.get(group):
+        reasons.append(
+            Reason(
+                Code.ANTI_AFFINITY_CONFLICT,
+                provider.provider_id,
+                detail=f"group {group} already has a member here",
+            )
+        )
+    counts = provider.tag_counts or {}
+    for tag in sorted(spec.require_with_tags):
+        if not counts.get(tag):
+            reasons.append(Reason(Code.REQUIRED_TAG_ABSENT, provider.provider_id, detail=tag))
+    for tag in sorted(spec.require_without_tags):
+        if counts.get(tag):
+            reasons.append(Reason(Code.FORBIDDEN_TAG_PRESENT, provider.provider_id, detail=tag))
