@@ -107,11 +107,28 @@ def claim_set(state: PartitionState, event: ClaimSet, out: Emitter) -> None:
         for spec in event.claims:
             out.emit(Kind.REJECTED, spec.reservation_id, (late,))
         return
-    fresh = [
-        (spec, shapes)
-        for spec in event.claims
-        if not _already_decided(state, spec, shapes := claim_shapes(state, spec), out)
-    ]
+    fresh: list[tuple[ClaimSpec, Shapes]] = []
+    conflicts: list[str] = []
+    for spec in event.claims:
+        shapes = claim_shapes(state, spec)
+        seen = _seen_before(state, spec, shapes)
+        if seen is None:
+            fresh.append((spec, shapes))
+        elif seen.code == Code.DUPLICATE:
+            out.emit(Kind.NOOP, spec.reservation_id, (seen,))
+        else:
+            out.emit(Kind.REJECTED, spec.reservation_id, (seen,))
+            conflicts.append(spec.reservation_id)
+    if conflicts and event.atomic:
+        together = (
+            Reason(
+                Code.BATCH_MEMBER_REJECTED,
+                detail=f"{conflicts[0]} reuses a reservation id and the set is atomic",
+            ),
+        )
+        for spec, _ in fresh:
+            out.emit(Kind.REJECTED, spec.reservation_id, together)
+        return
     if not fresh:
         return
     decided = _decide_set(state, event, fresh)
@@ -248,20 +265,32 @@ def _stands_on(reservation: Reservation, blocked: set[str]) -> bool:
 
 def _already_decided(state: PartitionState, spec: ClaimSpec, shapes: Shapes, out: Emitter) -> bool:
     """Answer a claim whose reservation id was seen before; False if it is new."""
+    seen = _seen_before(state, spec, shapes)
+    if seen is None:
+        return False
+    kind = Kind.NOOP if seen.code == Code.DUPLICATE else Kind.REJECTED
+    out.emit(kind, spec.reservation_id, (seen,))
+    return True
+
+
+def _seen_before(state: PartitionState, spec: ClaimSpec, shapes: Shapes) -> Reason | None:
+    """Why a claim's reservation id is not new (a duplicate, or a reuse with
+    other content), or None if it is."""
     rid = spec.reservation_id
     existing = state.reservations.get(rid)
     known = existing.fingerprint if existing is not None else state.finished.get(rid)
     if known is None:
-        return False
+        return None
     if known == fingerprint(spec, shapes):
-        out.emit(Kind.NOOP, rid, (Reason(Code.DUPLICATE, detail="claim already decided"),))
-    else:
-        reason = Reason(
-            Code.RESERVATION_ID_CONFLICT,
-            detail="reservation id already used by a claim with other content",
-        )
-        out.emit(Kind.REJECTED, rid, (reason,))
-    return True
+        return _DUPLICATE
+    return _CONFLICT
+
+
+_DUPLICATE = Reason(Code.DUPLICATE, detail="claim already decided")
+_CONFLICT = Reason(
+    Code.RESERVATION_ID_CONFLICT,
+    detail="reservation id already used by a claim with other content",
+)
 
 
 def _decide(
