@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -11,11 +12,12 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Never
+from typing import TYPE_CHECKING, Never, get_args
 
 from tqdm import tqdm
 
 from berth.app import DEFAULT_DATA_DIR, DEFAULT_PARTITIONS, App, Settings, tune_gc
+from schemas.events import PoolKind
 
 if TYPE_CHECKING:
     from consumers.scheduler_worker import SchedulerWorker
@@ -85,6 +87,41 @@ def build_parser() -> argparse.ArgumentParser:
 
     tick = sub.add_parser("tick", help="advance every partition's clock to now")
     backend_options(tick)
+
+    reaper = sub.add_parser(
+        "reaper", help="tick every partition on a schedule so abandoned holds expire"
+    )
+    backend_options(reaper)
+    reaper.add_argument(
+        "--interval", type=float, default=1.0, help="seconds between rounds of ticks (1)"
+    )
+    reaper.add_argument(
+        "--rounds", type=int, default=None, help="stop after N rounds (default: when interrupted)"
+    )
+
+    delete = sub.add_parser(
+        "delete-consumer", help="release everything a consumer holds, in every partition"
+    )
+    backend_options(delete)
+    delete.add_argument("consumer_id")
+
+    pool = sub.add_parser("pool", help="identifier pools (addresses, VNIs, VLANs, ranges, sets)")
+    pool_sub = pool.add_subparsers(dest="pool_command", required=True)
+    define = pool_sub.add_parser(
+        "define", help="define a pool, or redefine one while none of it is taken"
+    )
+    backend_options(define)
+    define.add_argument("pool_id")
+    define.add_argument("--kind", required=True, choices=get_args(PoolKind))
+    define.add_argument("--cidr", default=None, help="ipv4/ipv6: the network, e.g. 10.0.0.0/24")
+    define.add_argument("--first", type=int, default=None, help="vni/vlan/range: first id")
+    define.add_argument("--last", type=int, default=None, help="vni/vlan/range: last id")
+    define.add_argument(
+        "--member", action="append", default=[], help="set: a member (repeat for each)"
+    )
+    define.add_argument(
+        "--exclude", action="append", default=[], help="never hand out this id (repeatable)"
+    )
 
     explain = sub.add_parser("explain", help="rank providers for a request and say why not")
     backend_options(explain)
@@ -317,6 +354,64 @@ def cmd_tick(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_reaper(args: argparse.Namespace) -> int:
+    import threading
+
+    from berth.client import Publisher
+    from consumers.reaper import Reaper
+
+    if args.interval <= 0:
+        print("berth: --interval must be positive", file=sys.stderr)
+        return 2
+    settings = _settings(args)
+    # the reaper only appends: it has no use for the view, so leave its schema alone
+    with App(settings, migrate=False) as app:
+        reaper = Reaper(Publisher(app.log, app.settings.topics), args.interval)
+        logging.info(
+            "reaper: ticking %d partitions every %g s", len(reaper.partitions), args.interval
+        )
+        with contextlib.suppress(KeyboardInterrupt):
+            reaper.run(threading.Event(), rounds=args.rounds)
+    return 0
+
+
+def cmd_delete_consumer(args: argparse.Namespace) -> int:
+    from berth.client import Publisher
+    from schemas.codec import EventDecodeError
+
+    with App(_settings(args), migrate=False) as app:
+        try:
+            placed = Publisher(app.log, app.settings.topics).release_consumer(args.consumer_id)
+        except EventDecodeError as error:
+            print(f"berth: {error}", file=sys.stderr)
+            return 2
+    appended = [{"partition": partition, "offset": offset} for partition, offset in placed]
+    print(json.dumps({"consumer_id": args.consumer_id, "appended": appended}))
+    return 0
+
+
+def cmd_pool(args: argparse.Namespace) -> int:
+    from berth.client import Publisher, PublishError
+    from schemas.codec import EventDecodeError
+
+    with App(_settings(args), migrate=False) as app:
+        try:
+            partition, offset = Publisher(app.log, app.settings.topics).define_pool(
+                args.pool_id,
+                args.kind,
+                cidr=args.cidr,
+                first=args.first,
+                last=args.last,
+                members=args.member,
+                excluded=args.exclude,
+            )
+        except (EventDecodeError, PublishError) as error:
+            print(f"berth: pool {args.pool_id}: {error}", file=sys.stderr)
+            return 2
+    print(json.dumps({"pool_id": args.pool_id, "partition": partition, "offset": offset}))
+    return 0
+
+
 def cmd_explain(args: argparse.Namespace) -> int:
     from consumers.snapshot_source import snapshot_from_view
     from placement.config import ConfigError, SchedulerConfig
@@ -371,6 +466,9 @@ COMMANDS = {
     "migrate": cmd_migrate,
     "publish": cmd_publish,
     "tick": cmd_tick,
+    "reaper": cmd_reaper,
+    "delete-consumer": cmd_delete_consumer,
+    "pool": cmd_pool,
     "explain": cmd_explain,
     "serve": cmd_serve,
     "scheduler": cmd_scheduler,

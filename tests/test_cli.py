@@ -1,8 +1,10 @@
-"""The CLI end to end on the embedded default: demo, replay --verify, publish."""
+"""The CLI end to end on the embedded default: demo, replay --verify, publish,
+the reaper, pools and deleting a consumer."""
 
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -10,6 +12,7 @@ import pytest
 from berth.app import App, Settings
 from berth.cli import main
 from ledger.log import Append
+from ledger.partitioner import partition_for
 from schemas.outcomes import Kind, Outcome
 
 
@@ -146,3 +149,133 @@ def test_explain_tells_the_story_of_a_request_that_fits_nowhere(
     code = main(["explain", "--data-dir", str(data), "--resources", "VCPU=1", "--json"])
     story = json.loads(capsys.readouterr().out)
     assert code == 0 and story["placed"] and len(story["providers"]) == 1
+
+
+# --- the reaper, deleting a consumer, pools ---------------------------------
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def key_in(partition: int, prefix: str, partitions: int) -> str:
+    return next(
+        f"{prefix}{k}"
+        for k in range(1000)
+        if partition_for(f"{prefix}{k}".encode(), partitions) == partition
+    )
+
+
+def publish_lines(data: Path, events: list[dict[str, object]], *options: str) -> None:
+    source = data.parent / f"{data.name}-events.jsonl"
+    source.write_text("".join(json.dumps(e) + "\n" for e in events))
+    assert main(["publish", "--data-dir", str(data), *options, str(source)]) == 0
+
+
+def decisions(data: Path) -> list[Outcome]:
+    """Run the partition writers over everything published so far."""
+    with App(Settings(data_dir=data)) as app:
+        outcomes = []
+        for writer in app.writers():
+            while (batch := writer.step()) is not None:
+                outcomes += [o for applied in batch.applied for o in applied.outcomes]
+    return outcomes
+
+
+def test_reaper_ticks_every_partition_and_expires_an_abandoned_hold(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = tmp_path / "d"
+    node = key_in(1, "n", 3)
+    started = now_ms() - 60_000  # an instance that asked a minute ago, then vanished
+    publish_lines(
+        data,
+        [
+            {"type": "provider_registered", "event_id": "e1", "ts_ms": started,
+             "partition_key": node, "provider_id": node, "name": node},
+            {"type": "inventory_set", "event_id": "e2", "ts_ms": started, "partition_key": node,
+             "provider_id": node, "inventories": {"VCPU": {"total": 2}}},
+            {"type": "claim", "event_id": "e3", "ts_ms": started, "partition_key": node,
+             "reservation_id": "r1", "consumer_id": "vm-1", "project_id": "p",
+             "items": [{"provider_id": node, "resources": {"VCPU": 2}}], "lease_ms": 1000},
+        ],
+        "--partitions", "3",
+    )  # fmt: skip
+    assert main(["reaper", "--data-dir", str(data), "--interval", "0.01", "--rounds", "2"]) == 0
+    with App(Settings(data_dir=data)) as app:
+        ends = [app.log.end_offset(app.settings.topics.events, p) for p in range(3)]
+    # two ticks each from the reaper's rounds, and node's three events
+    assert ends == [2, 5, 2]
+    outcomes = decisions(data)
+    assert [(o.kind, o.subject) for o in outcomes if o.kind != Kind.APPLIED] == [
+        (Kind.ACCEPTED, "r1"),
+        (Kind.EXPIRED, "r1"),
+    ]
+    assert main(["reaper", "--data-dir", str(data), "--interval", "0"]) == 2
+
+
+def test_pool_define_and_delete_consumer_end_to_end(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = tmp_path / "d"
+    partitions = 4
+    node, pool_id = key_in(0, "n", partitions), key_in(3, "vnis-", partitions)
+    ts = now_ms()
+    assert main(["tick", "--data-dir", str(data), "--partitions", str(partitions)]) == 0
+    code = main(
+        ["pool", "define", pool_id, "--data-dir", str(data), "--kind", "vni",
+         "--first", "5000", "--last", "5002", "--exclude", "5001"]
+    )  # fmt: skip
+    assert code == 0
+    defined = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert defined == {"pool_id": pool_id, "partition": 3, "offset": 1}
+
+    def take(rid: str, consumer: str, value: str | None = None) -> dict[str, object]:
+        wanted = {"pool_id": pool_id} if value is None else {"pool_id": pool_id, "value": value}
+        return {"type": "claim", "event_id": f"e-{rid}", "ts_ms": ts, "partition_key": pool_id,
+                "reservation_id": rid, "consumer_id": consumer, "project_id": "p",
+                "identifiers": [wanted], "lease_ms": 600_000}  # fmt: skip
+
+    publish_lines(
+        data,
+        [
+            {"type": "provider_registered", "event_id": "e1", "ts_ms": ts, "partition_key": node,
+             "provider_id": node, "name": node},
+            {"type": "inventory_set", "event_id": "e2", "ts_ms": ts, "partition_key": node,
+             "provider_id": node, "inventories": {"VCPU": {"total": 2}}},
+            {"type": "claim", "event_id": "e3", "ts_ms": ts, "partition_key": node,
+             "reservation_id": "vm-1-cpu", "consumer_id": "vm-1", "project_id": "p",
+             "items": [{"provider_id": node, "resources": {"VCPU": 2}}], "lease_ms": 600_000},
+            take("vm-1-vni", "vm-1"),  # the lowest free: 5000
+            take("vm-2-vni", "vm-2"),  # 5002: 5001 is excluded
+            take("vm-3-vni", "vm-3"),  # none left
+        ],
+    )  # fmt: skip
+    capsys.readouterr()
+    assert main(["delete-consumer", "vm-1", "--data-dir", str(data)]) == 0
+    deleted = json.loads(capsys.readouterr().out)
+    assert deleted["consumer_id"] == "vm-1"
+    assert [a["partition"] for a in deleted["appended"]] == list(range(partitions))
+    publish_lines(data, [take("vm-4-vni", "vm-4", "5000")])  # free again
+
+    outcomes = [o for o in decisions(data) if o.kind not in (Kind.APPLIED, Kind.NOOP)]
+    assert [(o.partition, o.kind, o.subject, o.identifiers) for o in outcomes] == [
+        (0, Kind.ACCEPTED, "vm-1-cpu", ()),
+        (0, Kind.RELEASED, "vm-1-cpu", ()),
+        (3, Kind.ACCEPTED, "vm-1-vni", ((pool_id, "5000"),)),
+        (3, Kind.ACCEPTED, "vm-2-vni", ((pool_id, "5002"),)),
+        (3, Kind.REJECTED, "vm-3-vni", ()),
+        (3, Kind.RELEASED, "vm-1-vni", ((pool_id, "5000"),)),
+        (3, Kind.ACCEPTED, "vm-4-vni", ((pool_id, "5000"),)),
+    ]
+
+
+def test_pool_define_reports_a_bad_definition(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = str(tmp_path / "d")
+    code = main(["pool", "define", "net", "--data-dir", data, "--kind", "ipv4", "--first", "1"])
+    assert code == 2
+    assert "berth: pool net:" in capsys.readouterr().err
+    assert main(["pool", "define", "lan", "--data-dir", data, "--kind", "set",
+                 "--member", "a", "--member", "b"]) == 0  # fmt: skip
