@@ -31,7 +31,8 @@ _DECISIONS = (Kind.ACCEPTED, Kind.REJECTED)
 
 class OutcomeFollower:
     """Follows the outcomes topic from its end at creation, keeping the
-    decisions on the claims it was asked to watch."""
+    decisions on the claims it was asked to watch (``watched``), and every
+    outcome of the subjects of transactions (``followed``)."""
 
     def __init__(self, log_: Log, topic: str) -> None:
         self.log = log_
@@ -40,6 +41,8 @@ class OutcomeFollower:
         self.offsets = [log_.end_offset(topic, p) for p in range(partitions)]
         self.decided: dict[str, Outcome] = {}
         self.watched: set[str] = set()
+        self.history: dict[str, list[Outcome]] = {}
+        """Subject -> its outcomes in log order, for the subjects followed."""
 
     def poll(self) -> None:
         for partition, offset in enumerate(self.offsets):
@@ -47,9 +50,21 @@ class OutcomeFollower:
                 offset = records[-1].offset + 1
                 for record in records:
                     outcome = Outcome.from_json(record.value)
-                    if outcome.subject in self.watched and outcome.kind in _DECISIONS:
-                        self.decided[outcome.subject] = outcome
+                    subject = outcome.subject
+                    if subject in self.watched and outcome.kind in _DECISIONS:
+                        self.decided[subject] = outcome
+                    seen = self.history.get(subject)
+                    if seen is not None:
+                        seen.append(outcome)
             self.offsets[partition] = offset
+
+    def follow(self, subjects: Sequence[str]) -> None:
+        for subject in subjects:
+            self.history.setdefault(subject, [])
+
+    def forget(self, subjects: Sequence[str]) -> None:
+        for subject in subjects:
+            self.history.pop(subject, None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,13 +232,17 @@ class Scheduler:
 
 
 def _engine_request(p: _Pending) -> Request:
-    r = p.request
+    return engine_request(p.request, len(p.left), frozenset(p.tried))
+
+
+def engine_request(r: PlacementRequest, instances: int, tried: frozenset[str]) -> Request:
+    """The engine's view of ``instances`` more instances of a request."""
     return Request(
         request_id=r.request_id,
         resources=r.resources,
         project_id=r.project_id,
         user_id=r.user_id or "",
-        num_instances=len(p.left),
+        num_instances=instances,
         flavor_name=r.flavor_name,
         extra_specs=r.extra_specs,
         image_properties=r.image_properties,
@@ -239,7 +258,7 @@ def _engine_request(p: _Pending) -> Request:
             prefer_with=r.prefer_with_tags,
             prefer_without=r.prefer_without_tags,
         ),
-        tried_providers=frozenset(p.tried),
+        tried_providers=tried,
     )
 
 

@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import json
 import logging
+from typing import Any
 
 from pydantic import ValidationError
 
+from consumers.batches import BatchResult, BatchScheduler
 from consumers.scheduler import Scheduled, Scheduler
 from consumers.topics import Topics
 from ledger.log import Append, Log
-from schemas.requests import PlacementRequest
+from schemas.requests import BatchRequest, PlacementRequest
 
 log = logging.getLogger(__name__)
 
@@ -32,19 +34,29 @@ class SchedulerWorker:
         scheduler: Scheduler,
         partitions: list[int] | None = None,
         batch_size: int = 200,
+        batches: BatchScheduler | None = None,
     ) -> None:
+        """``batches`` places batch requests and requests that take pool
+        identifiers (they are transactions); without it they are refused."""
         self.log = log_
         self.topics = topics
         count = log_.partition_count(topics.requests)
         self.partitions = list(range(count)) if partitions is None else partitions
         self.batch_size = batch_size
-        self.next_offsets = self._resume()
         self.scheduler = scheduler
+        self.batches = batches
+        self.queued_at: dict[str, tuple[int, int]] = {}
+        """Queued batch id -> its request's (partition, offset)."""
+        self.next_offsets = self._resume()
         # a new generation per start: end of the placements topic is unique
         self.scheduler.generation = "g" + "-".join(
             str(log_.end_offset(topics.placements, p))
             for p in range(log_.partition_count(topics.placements))
         )
+        if batches is not None:
+            batches.generation = self.scheduler.generation
+            batches.coordinator.recover()
+            self._requeue()
 
     def _resume(self) -> dict[int, int]:
         """Next request offset per partition, and the answers given so far, from
@@ -58,13 +70,54 @@ class SchedulerWorker:
                 for record in records:
                     data = json.loads(record.value)
                     source = data.pop("source")
-                    self.answered[data["request_id"]] = Scheduled.from_dict(data)
+                    rid = data["request_id"]
+                    if data.get("status") == "queued":
+                        if source[0] in nexts:
+                            self.queued_at[rid] = (source[0], source[1])
+                    else:
+                        self.queued_at.pop(rid, None)
+                        self.answered[rid] = Scheduled.from_dict(data)
                     if source[0] in nexts:
                         nexts[source[0]] = max(nexts[source[0]], source[1] + 1)
         return nexts
 
+    def _requeue(self) -> None:
+        """Queue again the batches that were waiting when the last worker stopped."""
+        assert self.batches is not None
+        for partition, offset in sorted(self.queued_at.values(), key=lambda s: s[1]):
+            (record,) = self.log.read(self.topics.requests, partition, offset, 1)
+            self.batches.enqueue(BatchRequest.model_validate_json(record.value))
+
+    def _drain_queue(self) -> None:
+        if self.batches is None or not self.batches.queue:
+            return
+        for result in self.batches.drain_queue():
+            partition, offset = self.queued_at.pop(result.batch_id)
+            self._publish(partition, [(offset, result)])
+
+    def _publish(self, partition: int, results: list[tuple[int, Scheduled | BatchResult]]) -> None:
+        appends = []
+        for offset, result in results:
+            if isinstance(result, Scheduled):
+                self.answered[result.request_id] = result
+            elif result.status != "queued":
+                self.answered[result.batch_id] = Scheduled.from_dict(result.to_dict())
+            data: dict[str, Any] = {**result.to_dict(), "source": [partition, offset]}
+            key = data["request_id"].encode()
+            appends.append(Append(partition, key, json.dumps(data).encode()))
+        self.log.append(self.topics.placements, appends)
+
+    def _batch(self, partition: int, offset: int, batch: BatchRequest) -> BatchResult:
+        if self.batches is None:
+            return BatchResult(batch.batch_id, "failed", reason="this worker places no batches")
+        result = self.batches.place(batch)
+        if result.status == "queued":
+            self.queued_at[batch.batch_id] = (partition, offset)
+        return result
+
     def step(self) -> int:
         """Answer the next batch of requests of every partition; how many."""
+        self._drain_queue()
         answered = 0
         for partition in self.partitions:
             records = self.log.read(
@@ -73,9 +126,17 @@ class SchedulerWorker:
             if not records:
                 continue
             valid: list[tuple[int, PlacementRequest]] = []
-            results: list[tuple[int, Scheduled]] = []
+            results: list[tuple[int, Scheduled | BatchResult]] = []
             for record in records:
                 try:
+                    if b'"type":"batch"' in record.value:
+                        batch = BatchRequest.model_validate_json(record.value)
+                        if batch.batch_id in self.answered or batch.batch_id in self.queued_at:
+                            continue  # a resubmitted batch keeps its first answer
+                        results.append(
+                            (record.offset, self._batch(partition, record.offset, batch))
+                        )
+                        continue
                     request = PlacementRequest.model_validate_json(record.value)
                 except ValidationError as error:
                     reason = f"invalid request: {error.error_count()} errors: " + "; ".join(
@@ -95,23 +156,20 @@ class SchedulerWorker:
                     )
                     results.append((record.offset, again))
                     continue
+                if request.identifiers:  # compute and identifiers together: a transaction
+                    alone = BatchRequest(
+                        batch_id=request.request_id,
+                        ts_ms=request.ts_ms,
+                        members=(request,),
+                        explain=request.explain,
+                    )
+                    results.append((record.offset, self._batch(partition, record.offset, alone)))
+                    continue
                 valid.append((record.offset, request))
             scheduled = self.scheduler.schedule([r for _, r in valid])
-            for result in scheduled:
-                self.answered[result.request_id] = result
             results.extend(zip((o for o, _ in valid), scheduled, strict=True))
             results.sort(key=lambda pair: pair[0])
-            self.log.append(
-                self.topics.placements,
-                [
-                    Append(
-                        partition,
-                        result.request_id.encode(),
-                        json.dumps({**result.to_dict(), "source": [partition, offset]}).encode(),
-                    )
-                    for offset, result in results
-                ],
-            )
+            self._publish(partition, results)
             self.next_offsets[partition] = records[-1].offset + 1
             answered += len(records)
         return answered

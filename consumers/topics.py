@@ -14,6 +14,8 @@ class Topics:
     """Placement requests, keyed by request id, for the scheduler workers."""
     placements: str = "berth.placements"
     """The scheduler's final word on each request: placed or failed."""
+    transactions: str = "berth.transactions"
+    """The coordinator's record of each transaction: begun, decided, finished."""
 
 
 DEFAULT_TOPICS = Topics()

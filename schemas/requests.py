@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Literal, Self
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from schemas.events import (
     DEFAULT_LEASE_MS,
     MAX_LEASE_MS,
     Amount,
     Identifier,
+    IdentifierItem,
     Model,
     ResourceClass,
     Tag,
@@ -46,4 +47,63 @@ class PlacementRequest(Model):
     require_without_tags: frozenset[Tag] = frozenset()
     prefer_with_tags: frozenset[Tag] = frozenset()
     prefer_without_tags: frozenset[Tag] = frozenset()
+    identifiers: tuple[IdentifierItem, ...] = Field(default=(), max_length=16)
+    """Identifiers each instance also takes from pools (an address, a VNI):
+    claimed together with its compute, all or nothing."""
     explain: bool = False
+
+
+BatchMode = Literal["all_or_nothing", "at_least", "queue"]
+
+DEFAULT_PREPARE_TIMEOUT_MS = 30_000
+DEFAULT_QUEUE_TIMEOUT_MS = 10 * 60 * 1000
+
+
+class BatchRequest(Model):
+    """Several instance specs placed together (a CI job's 50 VMs).
+
+    - ``all_or_nothing``: every instance is reserved or none is.
+    - ``at_least``: as many as fit between ``min_count`` and ``max_count``
+      (Nova's multi-create), all or nothing below ``min_count``.
+    - ``queue``: all or nothing, but a batch that does not fit now waits, in
+      order of ``priority`` (higher first) then arrival, until capacity frees
+      or ``queue_timeout_ms`` passes.
+    """
+
+    type: Literal["batch"] = "batch"
+    batch_id: Identifier
+    ts_ms: int = Field(ge=0)
+    members: tuple[PlacementRequest, ...] = Field(min_length=1, max_length=1000)
+    mode: BatchMode = "all_or_nothing"
+    min_count: int | None = Field(default=None, ge=1)
+    max_count: int | None = Field(default=None, ge=1)
+    priority: int = 0
+    prepare_timeout_ms: int = Field(default=DEFAULT_PREPARE_TIMEOUT_MS, ge=100, le=MAX_LEASE_MS)
+    queue_timeout_ms: int = Field(default=DEFAULT_QUEUE_TIMEOUT_MS, ge=0, le=MAX_LEASE_MS)
+    explain: bool = False
+
+    @property
+    def instances(self) -> int:
+        return sum(m.num_instances for m in self.members)
+
+    @model_validator(mode="after")
+    def _counts(self) -> Self:
+        if self.mode != "at_least":
+            if self.min_count is not None or self.max_count is not None:
+                raise ValueError("min_count and max_count apply to mode at_least only")
+            return self
+        low = self.min_count or 1
+        high = self.max_count or self.instances
+        if not low <= high <= self.instances:
+            raise ValueError(
+                f"need 1 <= min_count ({low}) <= max_count ({high}) <= instances "
+                f"({self.instances})"
+            )
+        return self
+
+    @property
+    def bounds(self) -> tuple[int, int]:
+        """(fewest, most) instances that make a success."""
+        if self.mode != "at_least":
+            return self.instances, self.instances
+        return self.min_count or 1, self.max_count or self.instances

@@ -1,0 +1,372 @@
+"""Batch placement: plan every instance of a batch, then hold them together.
+
+The plan runs on one snapshot with virtual consumption, so each instance sees
+what the earlier ones took. Its claims go to the coordinator as one
+transaction; a rejection (a stale view, a lost race, a wound from an older
+batch) re-plans with the refusing providers excluded, up to ``max_attempts``.
+The batch's arrival time is its transaction priority on every attempt, so the
+older of two conflicting batches wins and they cannot livelock.
+
+``queue`` batches that do not fit wait here, by priority then arrival, and
+are tried again, head first, whenever the scheduler looks at its queue.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from consumers.coordinator import Coordinator, Part, TxnResult, Vote
+from consumers.scheduler import engine_request
+from ledger.partitioner import partition_for
+from placement.engine import Engine, Placement, demand_row
+from placement.model import Snapshot
+from schemas.events import ClaimItem, ClaimSpec, IdentifierItem
+from schemas.outcomes import Code
+from schemas.requests import BatchRequest, PlacementRequest
+
+log = logging.getLogger(__name__)
+
+_NOT_THE_PROVIDER = frozenset({Code.BATCH_MEMBER_REJECTED, Code.WOUNDED})
+"""Refusals that say nothing against the provider itself."""
+
+
+@dataclass(frozen=True, slots=True)
+class Instance:
+    """One placed instance of a batch member."""
+
+    member: int
+    index: int
+    provider_id: str
+    reservation_ids: tuple[str, ...]
+    identifiers: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(slots=True)
+class BatchResult:
+    """The scheduler's answer to a batch: committed, failed, or queued."""
+
+    batch_id: str
+    status: str
+    instances: tuple[Instance, ...] = ()
+    attempts: int = 0
+    reason: str = ""
+    no_votes: tuple[str, ...] = ()
+    """Which partition refused which member, and why."""
+    unplaced: dict[str, list[str]] = field(default_factory=dict)
+    """Member -> the engine's explanation of why it could not be placed."""
+
+    @property
+    def placed(self) -> bool:
+        return self.status == "committed"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "request_id": self.batch_id,
+            "batch": True,
+            "status": self.status,
+            "placed": self.placed,
+            "reservations": [
+                [rid, i.provider_id] for i in self.instances for rid in i.reservation_ids[:1]
+            ],
+            "instances": [
+                {
+                    "member": i.member,
+                    "index": i.index,
+                    "provider_id": i.provider_id,
+                    "reservation_ids": list(i.reservation_ids),
+                    "identifiers": [list(pair) for pair in i.identifiers],
+                }
+                for i in self.instances
+            ],
+            "attempts": self.attempts,
+            "reason": self.reason,
+            "trace": [],
+            "no_votes": list(self.no_votes),
+            "unplaced": self.unplaced,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> BatchResult:
+        return cls(
+            batch_id=data["request_id"],
+            status=data["status"],
+            instances=tuple(
+                Instance(
+                    i["member"],
+                    i["index"],
+                    i["provider_id"],
+                    tuple(i["reservation_ids"]),
+                    tuple((p, v) for p, v in i["identifiers"]),
+                )
+                for i in data["instances"]
+            ),
+            attempts=data["attempts"],
+            reason=data["reason"],
+            no_votes=tuple(data["no_votes"]),
+            unplaced=data["unplaced"],
+        )
+
+
+@dataclass(slots=True)
+class _Planned:
+    instances: list[tuple[int, int, str]]
+    """(member, index, provider id) per instance placed."""
+    unplaced: dict[int, Placement]
+
+
+class BatchScheduler:
+    def __init__(
+        self,
+        coordinator: Coordinator,
+        engine: Engine,
+        snapshot: Callable[[], Snapshot],
+        partitions: int,
+        pump: Callable[[], object] = lambda: None,
+        clock_ms: Callable[[], int] | None = None,
+        max_attempts: int = 3,
+        generation: str = "",
+    ) -> None:
+        self.coordinator = coordinator
+        self.engine = engine
+        self.snapshot = snapshot
+        self.partitions = partitions
+        self.pump = pump
+        self.clock_ms = clock_ms or coordinator.publisher.clock_ms
+        self.max_attempts = max_attempts
+        self.generation = generation
+        self._keys: dict[str, str] = {}
+        """Reservation id -> a key of its partition, for releasing it."""
+        self.queue: list[tuple[int, int, BatchRequest]] = []
+        """(-priority, arrival, batch), kept sorted: the head is tried first."""
+        self._arrivals = 0
+
+    # --- the public face ----------------------------------------------------
+
+    def place(self, batch: BatchRequest) -> BatchResult:
+        """Place a batch now; a ``queue`` batch that does not fit is queued."""
+        result = self._attempt(batch)
+        if result.status == "failed" and batch.mode == "queue" and not self._expired(batch):
+            self.enqueue(batch)
+            result.status = "queued"
+        return result
+
+    def enqueue(self, batch: BatchRequest) -> None:
+        self._arrivals += 1
+        self.queue.append((-batch.priority, self._arrivals, batch))
+        self.queue.sort(key=lambda entry: entry[:2])
+
+    def drain_queue(self) -> list[BatchResult]:
+        """Try the queued batches in order, stopping at the first that still
+        does not fit (so a later batch never overtakes an earlier one); expire
+        those past their deadline. The finished ones' results."""
+        finished = []
+        while self.queue:
+            _, _, batch = self.queue[0]
+            if self._expired(batch):
+                self.queue.pop(0)
+                finished.append(
+                    BatchResult(batch.batch_id, "failed", reason="queue deadline passed")
+                )
+                continue
+            result = self._attempt(batch)
+            if result.status != "committed":
+                break
+            self.queue.pop(0)
+            finished.append(result)
+        return finished
+
+    def queued(self) -> list[BatchRequest]:
+        return [batch for _, _, batch in self.queue]
+
+    # --- one placement ------------------------------------------------------
+
+    def _expired(self, batch: BatchRequest) -> bool:
+        return self.clock_ms() > batch.ts_ms + batch.queue_timeout_ms
+
+    def _attempt(self, batch: BatchRequest) -> BatchResult:
+        low, high = batch.bounds
+        tried: dict[int, set[str]] = {m: set() for m in range(len(batch.members))}
+        votes: tuple[Vote, ...] = ()
+        reason = ""
+        for attempt in range(1, self.max_attempts + 1):
+            planned = self._plan(batch, tried, high)
+            if len(planned.instances) < low:
+                return self._unplaceable(batch, planned, attempt, votes)
+            txn = f"{batch.batch_id}.{attempt}{self.generation}"
+            parts, rids = self._parts(batch, planned, txn)
+            needed = sum(len(r) for r in rids.values()) if batch.mode != "at_least" else low
+            result = self.coordinator.execute(
+                txn,
+                batch.ts_ms,
+                parts,
+                needed=needed,
+                atomic=batch.mode != "at_least",
+                prepare_timeout_ms=batch.prepare_timeout_ms,
+            )
+            votes = result.no_votes
+            done = self._settle(batch, planned, rids, result, low)
+            if done is not None:
+                done.attempts = attempt
+                return done
+            reason = result.reason
+            for vote in votes:
+                if not _NOT_THE_PROVIDER & {r.code for r in vote.reasons}:
+                    for r in vote.reasons:
+                        if r.provider_id is not None:
+                            for m in tried:
+                                tried[m].add(r.provider_id)
+        return BatchResult(
+            batch.batch_id,
+            "failed",
+            attempts=self.max_attempts,
+            reason=f"not held after {self.max_attempts} attempts; last: {reason}",
+            no_votes=tuple(str(v) for v in votes),
+        )
+
+    def _plan(self, batch: BatchRequest, tried: dict[int, set[str]], most: int) -> _Planned:
+        self.pump()
+        snapshot = self.snapshot()
+        used = snapshot.used.copy()
+        working = snapshot.with_used(used)
+        rows = snapshot.row_of
+        planned = _Planned([], {})
+        explain = batch.explain
+        for m, member in enumerate(batch.members):
+            room = most - len(planned.instances)
+            wanted = min(member.num_instances, room)
+            if wanted <= 0:
+                break
+            request = engine_request(member, wanted, frozenset(tried[m]))
+            placement = self.engine.place(working, request, explain=explain or member.explain)
+            if not placement.placed:
+                planned.unplaced[m] = placement
+                if batch.mode != "at_least" or not placement.providers:
+                    continue  # all or nothing: plan the rest only to explain them
+            demand = demand_row(snapshot, member.resources)
+            for i, pid in enumerate(placement.providers):
+                planned.instances.append((m, i, pid))
+                used[rows[pid]] += demand
+        return planned
+
+    def _parts(
+        self, batch: BatchRequest, planned: _Planned, txn: str
+    ) -> tuple[list[Part], dict[tuple[int, int], list[str]]]:
+        """The claims of every planned instance, one set per partition; and the
+        reservation ids of each instance."""
+        by_partition: dict[int, tuple[str, list[ClaimSpec]]] = {}
+        rids: dict[tuple[int, int], list[str]] = {}
+        for m, i, pid in planned.instances:
+            member = batch.members[m]
+            consumer = f"{batch.batch_id}.{m}.{i}"
+            home = partition_for(pid.encode(), self.partitions)
+            elsewhere: dict[int, list[IdentifierItem]] = {}
+            local: list[IdentifierItem] = []
+            for item in member.identifiers:
+                where = partition_for(item.pool_id.encode(), self.partitions)
+                (local if where == home else elsewhere.setdefault(where, [])).append(item)
+            specs = [(home, pid, _spec(member, f"{consumer}.{txn}", consumer, pid, tuple(local)))]
+            for where, items in sorted(elsewhere.items()):
+                rid = f"{consumer}.{txn}.p{where}"
+                specs.append(
+                    (where, items[0].pool_id, _spec(member, rid, consumer, None, tuple(items)))
+                )
+            for where, key, spec in specs:
+                self._keys[spec.reservation_id] = key
+                by_partition.setdefault(where, (key, []))[1].append(spec)
+                rids.setdefault((m, i), []).append(spec.reservation_id)
+        parts = [
+            Part(partition, key, tuple(specs))
+            for partition, (key, specs) in sorted(by_partition.items())
+        ]
+        return parts, rids
+
+    def _settle(
+        self,
+        batch: BatchRequest,
+        planned: _Planned,
+        rids: dict[tuple[int, int], list[str]],
+        result: TxnResult,
+        low: int,
+    ) -> BatchResult | None:
+        """The batch's result if this attempt decided it; None to try again."""
+        held = set(result.committed)
+        instances = []
+        partial: list[str] = []
+        for m, i, pid in planned.instances:
+            mine = rids[(m, i)]
+            if all(rid in held for rid in mine):
+                given = tuple(pair for rid in mine for pair in result.identifiers.get(rid, ()))
+                instances.append(Instance(m, i, pid, tuple(mine), given))
+            else:
+                partial.extend(rid for rid in mine if rid in held)
+        if partial:  # at_least: an instance that got only part of its claims holds nothing
+            self._release(partial)
+        enough = result.ok and len(instances) >= low
+        if result.ok and not enough:  # at_least, and too few whole instances
+            self._release([rid for inst in instances for rid in inst.reservation_ids])
+        for mine in rids.values():
+            for rid in mine:
+                del self._keys[rid]
+        if not enough:
+            return None
+        log.info("batch %s committed: %d instances", batch.batch_id, len(instances))
+        return BatchResult(batch.batch_id, "committed", tuple(instances))
+
+    def _release(self, rids: list[str]) -> None:
+        by_key: dict[str, list[str]] = {}
+        for rid in rids:
+            by_key.setdefault(self._keys[rid], []).append(rid)
+        for key, mine in by_key.items():
+            self.coordinator.release(key, mine)
+
+    def _unplaceable(
+        self, batch: BatchRequest, planned: _Planned, attempt: int, votes: tuple[Vote, ...]
+    ) -> BatchResult:
+        low, _ = batch.bounds
+        unplaced = {
+            _label(batch, m): (p.trace.lines() if p.trace else [p.reason])
+            for m, p in planned.unplaced.items()
+        }
+        reasons = "; ".join(f"{label}: {lines[0]}" for label, lines in unplaced.items())
+        got = len(planned.instances)
+        return BatchResult(
+            batch.batch_id,
+            "failed",
+            attempts=attempt,
+            reason=f"{got} of {low} needed instances can be placed; {reasons}",
+            no_votes=tuple(str(v) for v in votes),
+            unplaced=unplaced,
+        )
+
+
+def _label(batch: BatchRequest, member: int) -> str:
+    return f"member {member} ({batch.members[member].request_id})"
+
+
+def _spec(
+    member: PlacementRequest,
+    rid: str,
+    consumer: str,
+    provider_id: str | None,
+    identifiers: tuple[IdentifierItem, ...],
+) -> ClaimSpec:
+    group = member.group_id if member.group_policy == "anti-affinity" else None
+    return ClaimSpec(
+        reservation_id=rid,
+        consumer_id=consumer,
+        project_id=member.project_id,
+        items=()
+        if provider_id is None
+        else (ClaimItem(provider_id=provider_id, resources=dict(member.resources)),),
+        identifiers=identifiers,
+        lease_ms=member.lease_ms,
+        anti_affinity_group=group if provider_id is not None else None,
+        tags=member.tags if provider_id is not None else frozenset(),
+        require_with_tags=member.require_with_tags if provider_id is not None else frozenset(),
+        require_without_tags=member.require_without_tags
+        if provider_id is not None
+        else frozenset(),
+    )

@@ -1,0 +1,366 @@
+"""The transaction coordinator: two-phase commit over partitions, from the log.
+
+A transaction's claims are grouped into one claim set per partition. Claims
+in one partition need no second phase: the set is decided in one record. Over
+several partitions, the coordinator
+
+1. records ``begun`` (its participants and deadline) on the transactions topic,
+2. appends the sets as pending holds, each with the transaction's deadline and
+   priority, and collects the votes from the outcomes topic,
+3. records ``decided`` (commit only if enough voted yes and the deadline is
+   still ahead), then appends the decision to every partition that holds
+   something, and collects the acknowledgements,
+4. records ``finished``. A commit that lost a member in between (its hold
+   expired or an older transaction wounded it) is compensated: the members it
+   committed are released and the transaction is reported aborted, so no batch
+   is ever reported, or left, half placed.
+
+A coordinator that dies leaves pending holds that expire at the deadline
+(presumed abort). Another coordinator ``recover``\\ s from the transactions
+topic: it decides abort for what was never decided, and re-sends and checks
+what was.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from berth.client import Publisher
+from consumers.scheduler import DecisionTimeout, OutcomeFollower
+from consumers.topics import Topics
+from ledger.log import Append, Log
+from ledger.partitioner import partition_for
+from schemas.events import ClaimSet, ClaimSpec, Release, TransactionDecision, TransactionRef
+from schemas.outcomes import Kind, Outcome, Reason
+
+log = logging.getLogger(__name__)
+
+_VOTES = frozenset({Kind.PREPARED, Kind.ACCEPTED, Kind.REJECTED})
+_AFTER_VOTE = frozenset({Kind.COMMITTED, Kind.ABORTED, Kind.EXPIRED, Kind.RELEASED})
+
+
+@dataclass(frozen=True, slots=True)
+class Part:
+    """A transaction's claims in one partition, and a key that routes there."""
+
+    partition: int
+    key: str
+    claims: tuple[ClaimSpec, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Vote:
+    """A member the writers refused, and why."""
+
+    partition: int
+    reservation_id: str
+    reasons: tuple[Reason, ...]
+
+    def __str__(self) -> str:
+        return f"partition {self.partition} voted no on {self.reservation_id}: " + "; ".join(
+            str(r) for r in self.reasons
+        )
+
+
+@dataclass(slots=True)
+class TxnResult:
+    transaction_id: str
+    committed: tuple[str, ...]
+    """Reservation ids now held (accepted, or prepared and committed)."""
+    no_votes: tuple[Vote, ...] = ()
+    reason: str = ""
+    identifiers: dict[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)
+    """Reservation id -> the (pool, identifier) pairs it was given."""
+
+    @property
+    def ok(self) -> bool:
+        return not self.reason
+
+
+class Coordinator:
+    def __init__(
+        self,
+        publisher: Publisher,
+        log_: Log,
+        topics: Topics,
+        follower: OutcomeFollower,
+        pump: Callable[[], object] = lambda: None,
+        decision_timeout_s: float = 30.0,
+        poll_interval_s: float = 0.002,
+    ) -> None:
+        self.publisher = publisher
+        self.log = log_
+        self.topics = topics
+        self.follower = follower
+        self.pump = pump
+        self.decision_timeout_s = decision_timeout_s
+        self.poll_interval_s = poll_interval_s
+
+    def execute(
+        self,
+        transaction_id: str,
+        priority: int,
+        parts: Sequence[Part],
+        needed: int,
+        atomic: bool = True,
+        prepare_timeout_ms: int = 30_000,
+    ) -> TxnResult:
+        """Hold ``parts`` all together (``atomic``) or at least ``needed`` of
+        their claims; a failure holds nothing."""
+        rids = [c.reservation_id for p in parts for c in p.claims]
+        self.follower.follow(rids)
+        try:
+            if len(parts) == 1:
+                return self._one_partition(transaction_id, parts[0], needed, atomic)
+            now = self.publisher.clock_ms()
+            ref = TransactionRef(
+                transaction_id=transaction_id,
+                priority=priority,
+                deadline_ms=now + prepare_timeout_ms,
+            )
+            self._record(
+                "begun",
+                ref,
+                parts=parts,
+                outcomes_from=self.follower.offsets,
+                needed=needed,
+                atomic=atomic,
+            )
+            self.publisher.publish(
+                [
+                    ClaimSet(
+                        event_id=f"prepare-{transaction_id}-{p.partition}",
+                        ts_ms=now,
+                        partition_key=p.key,
+                        claims=p.claims,
+                        atomic=atomic,
+                        transaction=ref,
+                    )
+                    for p in parts
+                ]
+            )
+            self._await(rids, _VOTES)
+            prepared = [rid for rid in rids if self._kinds(rid)[:1] == [Kind.PREPARED]]
+            alive = [rid for rid in prepared if not _AFTER_VOTE & set(self._kinds(rid))]
+            commit = (
+                len(alive) >= needed
+                and (not atomic or len(alive) == len(rids))
+                and self.publisher.clock_ms() < ref.deadline_ms
+            )
+            return self._decide(ref, parts, prepared, commit, needed, atomic)
+        finally:
+            self.follower.forget(rids)
+
+    def recover(self) -> list[TxnResult]:
+        """Finish every transaction a coordinator began and did not finish."""
+        begun: dict[str, dict[str, Any]] = {}
+        decided: dict[str, bool] = {}
+        for record in self._records():
+            tid = record["transaction_id"]
+            if record["step"] == "begun":
+                begun[tid] = record
+            elif record["step"] == "decided":
+                decided[tid] = record["commit"]
+            else:
+                begun.pop(tid, None)
+        results = []
+        for tid, record in begun.items():
+            ref = TransactionRef.model_validate(record["ref"])
+            parts = [
+                Part(
+                    p["partition"],
+                    p["key"],
+                    tuple(ClaimSpec.model_validate(c) for c in p["claims"]),
+                )
+                for p in record["parts"]
+            ]
+            rids = [c.reservation_id for p in parts for c in p.claims]
+            # the votes and acknowledgements so far, from where the log stood at begin
+            scan = OutcomeFollower(self.log, self.topics.outcomes)
+            scan.offsets = list(record["outcomes_from"])
+            scan.follow(rids)
+            scan.poll()
+            self.follower.follow(rids)
+            for rid in rids:
+                self.follower.history[rid][:0] = scan.history[rid]
+            prepared = [rid for rid in rids if self._kinds(rid)[:1] == [Kind.PREPARED]]
+            commit = decided.get(tid, False)  # never decided: presumed abort
+            log.warning("recovering transaction %s: %s", tid, "commit" if commit else "abort")
+            try:
+                results.append(
+                    self._decide(ref, parts, prepared, commit, record["needed"], record["atomic"])
+                )
+            finally:
+                self.follower.forget(rids)
+        return results
+
+    # --- the phases ---------------------------------------------------------
+
+    def _one_partition(self, tid: str, part: Part, needed: int, atomic: bool) -> TxnResult:
+        now = self.publisher.clock_ms()
+        self.publisher.publish(
+            [
+                ClaimSet(
+                    event_id=f"claims-{tid}",
+                    ts_ms=now,
+                    partition_key=part.key,
+                    claims=part.claims,
+                    atomic=atomic,
+                )
+            ]
+        )
+        rids = [c.reservation_id for c in part.claims]
+        self._await(rids, _VOTES)
+        accepted = tuple(rid for rid in rids if self._kinds(rid)[0] == Kind.ACCEPTED)
+        no = self._no_votes(rids)
+        if len(accepted) >= needed:
+            return TxnResult(tid, accepted, no, identifiers=self._identifiers(accepted))
+        self.release(part.key, accepted, now)
+        return TxnResult(tid, (), no, _refused(no, len(accepted), needed))
+
+    def _decide(
+        self,
+        ref: TransactionRef,
+        parts: Sequence[Part],
+        prepared: list[str],
+        commit: bool,
+        needed: int,
+        atomic: bool,
+    ) -> TxnResult:
+        tid = ref.transaction_id
+        rids = [c.reservation_id for p in parts for c in p.claims]
+        no = self._no_votes(rids)
+        self._record("decided", ref, commit=commit)
+        now = self.publisher.clock_ms()
+        holding = set(prepared)
+        self.publisher.publish(
+            [
+                TransactionDecision(
+                    event_id=f"{'commit' if commit else 'abort'}-{tid}-{p.partition}",
+                    ts_ms=now,
+                    partition_key=p.key,
+                    transaction_id=tid,
+                    commit=commit,
+                )
+                for p in parts
+                if any(c.reservation_id in holding for c in p.claims)
+            ]
+        )
+        self._await(prepared, _AFTER_VOTE, after_vote=True)
+        committed = tuple(rid for rid in prepared if Kind.COMMITTED in self._kinds(rid))
+        reason = ""
+        if not commit:
+            reason = _refused(no, len(prepared), needed) if no else "aborted"
+            if not no and self.publisher.clock_ms() >= ref.deadline_ms:
+                reason = "aborted: the votes came after the prepare deadline"
+        elif len(committed) < needed or (atomic and len(committed) != len(rids)):
+            lost = sorted(set(prepared) - set(committed))
+            reason = f"commit lost {len(lost)} members (expired or wounded first): {lost[:5]}"
+            keys = {c.reservation_id: p.key for p in parts for c in p.claims}
+            for rid in committed:
+                self.release(keys[rid], (rid,), now)
+            committed = ()
+        self._record("finished", ref, committed=bool(committed), reason=reason)
+        if reason:
+            return TxnResult(tid, (), no, reason)
+        return TxnResult(tid, committed, no, identifiers=self._identifiers(committed))
+
+    # --- helpers ------------------------------------------------------------
+
+    def _kinds(self, rid: str) -> list[str]:
+        return [o.kind for o in self.follower.history.get(rid, ())]
+
+    def _outcomes(self, rid: str) -> list[Outcome]:
+        return self.follower.history.get(rid, [])
+
+    def _no_votes(self, rids: Sequence[str]) -> tuple[Vote, ...]:
+        votes = []
+        for rid in rids:
+            for o in self._outcomes(rid):
+                if o.kind == Kind.REJECTED or (o.kind == Kind.ABORTED and o.reasons):
+                    votes.append(Vote(o.partition, rid, o.reasons))
+                    break
+        return tuple(votes)
+
+    def _identifiers(self, rids: Sequence[str]) -> dict[str, tuple[tuple[str, str], ...]]:
+        given = {}
+        for rid in rids:
+            for o in self._outcomes(rid):
+                if o.identifiers and o.kind in (Kind.ACCEPTED, Kind.PREPARED):
+                    given[rid] = o.identifiers
+        return given
+
+    def _await(self, rids: Sequence[str], kinds: frozenset[str], after_vote: bool = False) -> None:
+        deadline = time.monotonic() + self.decision_timeout_s
+        while True:
+            self.pump()
+            self.follower.poll()
+            if all(self._has(rid, kinds, after_vote) for rid in rids):
+                return
+            if time.monotonic() > deadline:
+                raise DecisionTimeout(f"{len(rids)} transaction members undecided")
+            time.sleep(self.poll_interval_s)
+
+    def _has(self, rid: str, kinds: frozenset[str], after_vote: bool) -> bool:
+        seen = self._kinds(rid)
+        if after_vote:
+            seen = seen[1:]  # the vote itself is the first outcome
+        return any(kind in kinds for kind in seen)
+
+    def release(self, key: str, rids: Sequence[str], now: int | None = None) -> None:
+        """Give back reservations this coordinator holds (all in ``key``'s partition)."""
+        now = self.publisher.clock_ms() if now is None else now
+        if rids:
+            self.publisher.publish(
+                [
+                    Release(
+                        event_id=f"release-{rid}", ts_ms=now, partition_key=key, reservation_id=rid
+                    )
+                    for rid in rids
+                ]
+            )
+
+    def _record(self, step: str, ref: TransactionRef, **details: Any) -> None:
+        data: dict[str, Any] = {"step": step, "transaction_id": ref.transaction_id}
+        if step == "begun":
+            parts: Sequence[Part] = details.pop("parts")
+            data["ref"] = ref.model_dump()
+            data["parts"] = [
+                {
+                    "partition": p.partition,
+                    "key": p.key,
+                    "claims": [c.model_dump(mode="json", exclude_defaults=True) for c in p.claims],
+                }
+                for p in parts
+            ]
+            data["outcomes_from"] = list(details.pop("outcomes_from"))
+            data["needed"] = details.pop("needed", 0)
+            data["atomic"] = details.pop("atomic", True)
+        data.update(details)
+        topic = self.topics.transactions
+        partition = partition_for(ref.transaction_id.encode(), self.log.partition_count(topic))
+        self.log.append(
+            topic, [Append(partition, ref.transaction_id.encode(), json.dumps(data).encode())]
+        )
+
+    def _records(self) -> list[dict[str, Any]]:
+        topic = self.topics.transactions
+        records: list[dict[str, Any]] = []
+        for partition in range(self.log.partition_count(topic)):
+            offset = 0
+            while batch := self.log.read(topic, partition, offset, 5000):
+                offset = batch[-1].offset + 1
+                records.extend(json.loads(r.value) for r in batch)
+        return records
+
+
+def _refused(no: Sequence[Vote], got: int, needed: int) -> str:
+    head = f"{got} of {needed} needed members could be held"
+    if not no:
+        return head
+    return f"{head}; {no[0]}" + (f" (and {len(no) - 1} more)" if len(no) > 1 else "")
