@@ -248,7 +248,9 @@ def _wound(
     victims = sorted(
         (pending.priority, tid)
         for tid, pending in state.transactions.items()
+        # never itself: a later set of the transaction may carry another priority
         if pending.priority > mine
+        and tid != txn.transaction_id
         and any(_stands_on(state.reservations[rid], blocked) for rid in pending.reservation_ids)
     )
     wounded = (Reason(Code.WOUNDED, detail=f"by older transaction {txn.transaction_id}"),)

@@ -182,6 +182,28 @@ def test_an_older_transaction_wounds_a_younger_pending_one() -> None:
     assert "old" in state.reservations
 
 
+def test_a_transaction_never_wounds_itself() -> None:
+    """Not even when a later set of it carries a smaller priority: its pending
+    holds stay, and no hold is reported prepared after it was aborted."""
+    state = _state()
+    run([claim_set("n1", spec("a", {"n1": {"VCPU": 4}}), txn="t1", priority=5)], state)
+    (out,) = run(
+        [
+            claim_set(
+                "n1",
+                spec("b", {"n1": {"VCPU": 1}}),
+                spec("c", {"n1": {"VCPU": 1}}),
+                atomic=False,
+                txn="t1",
+                priority=2,
+            )
+        ],
+        state,
+    )
+    assert [(o.kind, o.subject) for o in out] == [("rejected", "b"), ("rejected", "c")]
+    assert state.transactions["t1"].reservation_ids == ["a"]
+
+
 def test_committed_holds_are_never_wounded() -> None:
     state = _state()
     run(

@@ -2,22 +2,42 @@
 
 The view is the projector's checkpoint: every commit holds the state after the
 offset it records, so a restarted writer loads it and resumes at that offset.
-Usage is recomputed from the active reservations rather than trusted.
+Usage, and which identifiers of each pool are free, are recomputed from the
+live reservations rather than trusted.
 """
 
 from __future__ import annotations
 
 import heapq
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection, select
 
+from projections.pools import PoolState
 from projections.projector import claim_shapes, fingerprint
-from projections.state import CONSUMED, HELD, PartitionState, ProviderState, Reservation
-from projections.view.tables import inventories, partition_offsets, providers, reservations
-from schemas.events import Claim, ClaimItem, Inventory
+from projections.state import (
+    CONSUMED,
+    HELD,
+    PartitionState,
+    PendingTransaction,
+    ProviderState,
+    Reservation,
+    Taken,
+)
+from projections.view.tables import (
+    inventories,
+    partition_offsets,
+    pools,
+    providers,
+    reservation_identifiers,
+    reservations,
+)
+from schemas.events import ClaimItem, ClaimSpec, IdentifierItem, Inventory
+from schemas.pool_space import PoolSpace
 
-_ACTIVE = {"held": HELD, "consumed": CONSUMED}
+_ACTIVE = {"held": HELD, "consumed": CONSUMED, "pending": HELD}
+"""Statuses of live reservations (a pending hold is held until its deadline)."""
 
 
 def load_state(conn: Connection, partition: int, partitions: int) -> tuple[PartitionState, int]:
@@ -32,6 +52,7 @@ def load_state(conn: Connection, partition: int, partitions: int) -> tuple[Parti
         raise ValueError(f"the view was built with {row.partitions} partitions, not {partitions}")
     state.clock_ms = row.clock_ms
     _load_providers(conn, state)
+    _load_pools(conn, state)
     _load_reservations(conn, state)
     return state, int(row.next_offset)
 
@@ -62,19 +83,20 @@ def _load_providers(conn: Connection, state: PartitionState) -> None:
         )
 
 
-def _claim_of(row: Any) -> Claim:
-    # model_construct: these rows were validated when the claim was first decoded;
-    # the envelope does not take part in the fingerprint
-    return Claim.model_construct(
-        event_id="view",
-        ts_ms=0,
-        partition_key=row.items[0]["provider_id"],
+def _spec_of(row: Any) -> ClaimSpec:
+    # model_construct: these rows were validated when the claim was first decoded
+    requested = row.identifiers or ()
+    return ClaimSpec.model_construct(
         reservation_id=row.reservation_id,
         consumer_id=row.consumer_id,
         project_id=row.project_id,
         items=tuple(
             ClaimItem.model_construct(provider_id=i["provider_id"], resources=i["resources"])
             for i in row.items
+        ),
+        identifiers=tuple(
+            IdentifierItem.model_construct(pool_id=i["pool_id"], value=i.get("value"))
+            for i in requested
         ),
         lease_ms=row.lease_ms,
         anti_affinity_group=row.anti_affinity_group,
@@ -84,32 +106,105 @@ def _claim_of(row: Any) -> Claim:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class _Definition:
+    """A pool's definition as the view keeps it (see :class:`PoolDefinition`)."""
+
+    kind: str
+    cidr: str | None
+    first: int | None
+    last: int | None
+    members: tuple[str, ...]
+    excluded: frozenset[str]
+
+
+def _load_pools(conn: Connection, state: PartitionState) -> None:
+    for row in conn.execute(select(pools).where(pools.c.partition == state.partition)):
+        d = row.definition
+        definition = _Definition(
+            d["kind"],
+            d.get("cidr"),
+            d.get("first"),
+            d.get("last"),
+            tuple(d.get("members", ())),
+            frozenset(d.get("excluded", ())),
+        )
+        state.pools[row.pool_id] = PoolState.of(row.pool_id, PoolSpace.of(definition))
+
+
+def _held_identifiers(conn: Connection, state: PartitionState) -> dict[str, Taken]:
+    """The identifiers each live reservation holds, in the order it was given
+    them, taken out of their (freshly rebuilt) pools."""
+    rows = conn.execute(
+        select(reservation_identifiers)
+        .where(reservation_identifiers.c.partition == state.partition)
+        .order_by(reservation_identifiers.c.reservation_id, reservation_identifiers.c.position)
+    )
+    held: dict[str, list[tuple[PoolState, int]]] = {}
+    for row in rows:
+        pool = state.pools[row.pool_id]
+        value = pool.space.to_int(row.value)
+        if value is None or not pool.free.take(value):
+            raise ValueError(
+                f"the view gives {row.pool_id} {row.value} to {row.reservation_id}, "
+                "but it is not a free identifier of the pool"
+            )
+        held.setdefault(row.reservation_id, []).append((pool, value))
+    return {rid: tuple(taken) for rid, taken in held.items()}
+
+
 def _load_reservations(conn: Connection, state: PartitionState) -> None:
+    held = _held_identifiers(conn, state)
+    pending: list[tuple[int, int, str, str, int]] = []
     for row in conn.execute(
         select(reservations).where(reservations.c.partition == state.partition)
     ):
-        claim = _claim_of(row)
-        shapes = claim_shapes(state, claim)
-        print_ = fingerprint(claim, shapes)
+        spec = _spec_of(row)
+        shapes = claim_shapes(state, spec)
+        print_ = fingerprint(spec, shapes)
         status = _ACTIVE.get(row.status)
         if status is None:
             state.finished[row.reservation_id] = print_
             continue
         items = tuple((state.providers[pid], amounts) for pid, amounts in shapes)
-        tags = claim.tags
+        tags = spec.tags
+        transaction = row.transaction_id if row.status == "pending" else None
         reservation = Reservation(
             row.reservation_id,
             items,
             status,
             row.expires_at_ms,
             print_,
-            claim.anti_affinity_group,
+            spec.anti_affinity_group,
             tags,
+            spec.consumer_id,
+            held.pop(row.reservation_id, ()),
+            transaction,
+            spec.lease_ms,
         )
         state.reservations[row.reservation_id] = reservation
         for provider, amounts in items:
             used = provider.held if status == HELD else provider.consumed
-            provider.take(amounts, used, tags, claim.anti_affinity_group)
+            provider.take(amounts, used, tags, spec.anti_affinity_group)
         if status == HELD:
             state.expiry.append((row.expires_at_ms, row.reservation_id))
+        if transaction is not None:
+            pending.append(
+                (
+                    row.created_offset,
+                    row.transaction_position,
+                    row.reservation_id,
+                    transaction,
+                    row.transaction_priority,
+                )
+            )
+    if held:
+        raise ValueError(f"the view gives identifiers to finished reservations: {sorted(held)}")
     heapq.heapify(state.expiry)
+    # each transaction's holds in the order the projector keeps them: by record,
+    # then by place within the record
+    for _, _, rid, tid, priority in sorted(pending):
+        entry = state.transactions.get(tid)
+        if entry is None:
+            entry = state.transactions[tid] = PendingTransaction((priority, tid), [])
+        entry.reservation_ids.append(rid)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import (
     JSON,
     BigInteger,
@@ -10,10 +12,39 @@ from sqlalchemy import (
     Index,
     Integer,
     MetaData,
+    Numeric,
     String,
     Table,
     Text,
+    TypeDecorator,
 )
+from sqlalchemy.engine import Dialect
+
+_SQLITE_MAX_INTEGER = 2**63 - 1
+
+
+class Count(TypeDecorator[int]):
+    """A count of identifiers: up to 2**64 for an IPv6 /64, past BIGINT.
+
+    NUMERIC(20) holds it exactly on PostgreSQL; SQLite's integers stop at
+    2**63 - 1, so a larger count is stored there as a float (approximate)."""
+
+    impl = Numeric(20, 0)
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> Any:
+        if dialect.name == "sqlite":
+            return dialect.type_descriptor(BigInteger())
+        return dialect.type_descriptor(Numeric(20, 0, asdecimal=True))
+
+    def process_bind_param(self, value: int | None, dialect: Dialect) -> Any:
+        if value is not None and dialect.name == "sqlite" and value > _SQLITE_MAX_INTEGER:
+            return float(value)
+        return value
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> int | None:
+        return None if value is None else int(value)
+
 
 metadata = MetaData()
 
@@ -66,7 +97,46 @@ reservations = Table(
     Column("require_without_tags", JSON, nullable=False),
     Column("created_offset", BigInteger, nullable=False),
     Column("updated_offset", BigInteger, nullable=False),
+    # the identifiers the claim asked for ([{"pool_id", "value"?}]), for its
+    # fingerprint; which ones it holds are in reservation_identifiers
+    Column("identifiers", JSON),
+    # the transaction of a claim set's hold (cleared when it commits), its
+    # priority, and the hold's place among the transaction's pending holds
+    # created by the same record (the order they are committed or aborted in)
+    Column("transaction_id", String(255), index=True),
+    Column("transaction_priority", BigInteger),
+    Column("transaction_position", Integer),
     Index("ix_reservations_partition_status", "partition", "status"),
+)
+"""Statuses: 'held', 'consumed', 'pending' (prepared, awaiting its transaction's
+decision; ``expires_at_ms`` is the deadline), and the final 'released',
+'expired', 'aborted'."""
+
+pools = Table(
+    "pools",
+    metadata,
+    Column("pool_id", String(255), primary_key=True),
+    Column("partition", Integer, nullable=False, index=True),
+    Column("kind", String(16), nullable=False),
+    # the pool_defined event's kind, cidr, first, last, members and excluded
+    Column("definition", JSON, nullable=False),
+    Column("size", Count, nullable=False),
+    Column("taken", BigInteger, nullable=False),
+    Column("free", Count, nullable=False),
+    Column("updated_offset", BigInteger, nullable=False),
+)
+
+reservation_identifiers = Table(
+    "reservation_identifiers",
+    metadata,
+    # one row per identifier a live (held, consumed or pending) reservation
+    # holds: the primary key forbids one identifier held twice
+    Column("pool_id", String(255), primary_key=True),
+    Column("value", String(255), primary_key=True),
+    Column("reservation_id", String(255), nullable=False, index=True),
+    Column("partition", Integer, nullable=False, index=True),
+    # its place among the reservation's identifiers, as the projector gave them
+    Column("position", Integer, nullable=False),
 )
 
 outcomes = Table(
@@ -81,6 +151,7 @@ outcomes = Table(
     Column("clock_ms", BigInteger, nullable=False),
     Column("reasons", JSON),
     Column("expires_at_ms", BigInteger),
+    Column("identifiers", JSON),
 )
 
 dead_letters = Table(

@@ -8,22 +8,24 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Connection, Engine, delete, select, update
+from sqlalchemy import Connection, Engine, bindparam, delete, select, update
 
 from projections.state import PartitionState, ProviderState
 from projections.view.tables import (
     dead_letters,
     inventories,
     partition_offsets,
+    pools,
     providers,
 )
-from schemas.events import Claim, Event
+from schemas.events import Claim, ClaimSet, ClaimSpec, Event, PoolDefined, TransactionRef
 from schemas.outcomes import Kind, Outcome
 
 _STATUS_OF_KIND = {
     Kind.CONSUMED: "consumed",
     Kind.RELEASED: "released",
     Kind.EXPIRED: "expired",
+    Kind.ABORTED: "aborted",
 }
 
 
@@ -75,6 +77,7 @@ class ViewWriter:
             if current is not None and current >= batch.end:
                 state.touched.clear()
                 state.reshaped.clear()
+                state.pools_touched.clear()
                 return False
             if (current or 0) != batch.start:
                 raise StaleBatch(
@@ -82,8 +85,9 @@ class ViewWriter:
                     f"batch starts at {batch.start}"
                 )
             _write_outcomes(conn, batch)
-            _write_reservations(conn, batch)
+            _write_reservations(conn, state, batch)
             _write_providers(conn, state, batch.end)
+            _write_pools(conn, state, batch)
             _write_dead_letters(conn, batch)
             values = {
                 "partitions": state.partitions,
@@ -124,18 +128,35 @@ def _bulk(conn: Connection, sql: str, rows: list[tuple[Any, ...]]) -> None:
 
 _INSERT_OUTCOME = (
     'INSERT INTO outcomes ("partition", "offset", seq, kind, event_id, subject, clock_ms, '
-    "reasons, expires_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    "reasons, expires_at_ms, identifiers) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_RESERVATION_COLUMNS = (
+    'reservation_id, "partition", status, consumer_id, project_id, '
+    "items, lease_ms, expires_at_ms, anti_affinity_group, tags, require_with_tags, "
+    "require_without_tags, created_offset, updated_offset"
 )
 _INSERT_RESERVATION = (
-    'INSERT INTO reservations (reservation_id, "partition", status, consumer_id, project_id, '
-    "items, lease_ms, expires_at_ms, anti_affinity_group, tags, require_with_tags, "
-    "require_without_tags, created_offset, updated_offset) "
+    f"INSERT INTO reservations ({_RESERVATION_COLUMNS}) "
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_INSERT_RESERVATION_WITH_EXTRAS = (
+    f"INSERT INTO reservations ({_RESERVATION_COLUMNS}, identifiers, transaction_id, "
+    "transaction_priority, transaction_position) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _UPDATE_RESERVATION = (
     "UPDATE reservations SET status = ?, expires_at_ms = COALESCE(?, expires_at_ms), "
     "updated_offset = ? WHERE reservation_id = ?"
 )
+_END_TRANSACTION = (
+    "UPDATE reservations SET transaction_id = NULL, transaction_priority = NULL, "
+    "transaction_position = NULL WHERE reservation_id = ?"
+)
+_INSERT_IDENTIFIER = (
+    'INSERT INTO reservation_identifiers (pool_id, value, reservation_id, "partition", '
+    "position) VALUES (?, ?, ?, ?, ?)"
+)
+_DELETE_IDENTIFIER = "DELETE FROM reservation_identifiers WHERE pool_id = ? AND value = ?"
 _EMPTY_JSON_LIST = "[]"
 
 
@@ -144,7 +165,7 @@ _string = json.encoder.encode_basestring
 _RESOURCES_JSON: dict[tuple[tuple[str, int], ...], str] = {}
 
 
-def _items_json(claim: Claim) -> str:
+def _items_json(claim: ClaimSpec) -> str:
     """The claim's items as JSON; request shapes repeat, so their JSON is cached."""
     parts = []
     for item in claim.items:
@@ -170,6 +191,7 @@ def _write_outcomes(conn: Connection, batch: Batch) -> None:
             o.clock_ms,
             _json([r.to_dict() for r in o.reasons]) if o.reasons else None,
             o.expires_at_ms,
+            _json(o.identifiers) if o.identifiers else None,
         )
         for applied in batch.applied
         for o in applied.outcomes
@@ -181,7 +203,7 @@ def _tags(tags: frozenset[str]) -> str:
     return _json(sorted(tags)) if tags else _EMPTY_JSON_LIST
 
 
-def _claim_row(claim: Claim, partition: int, offset: int, expires_at_ms: int) -> list[Any]:
+def _claim_row(claim: ClaimSpec, partition: int, offset: int, expires_at_ms: int) -> list[Any]:
     return [
         claim.reservation_id,
         partition,
@@ -200,26 +222,94 @@ def _claim_row(claim: Claim, partition: int, offset: int, expires_at_ms: int) ->
     ]
 
 
-_STATUS, _EXPIRES, _UPDATED = 2, 7, 13  # positions in a reservation row
+# positions in a reservation row; the last four only in rows with extras
+_STATUS, _EXPIRES, _UPDATED = 2, 7, 13
+_TRANSACTION, _POSITION = 15, 17
+_PLAIN_ROW = 14
 
 
-def _write_reservations(conn: Connection, batch: Batch) -> None:
+def _spec_row(
+    spec: ClaimSpec, transaction: TransactionRef | None, partition: int, o: Outcome
+) -> list[Any]:
+    """The row of a reservation a claim set, or a claim taking identifiers, created."""
+    assert o.expires_at_ms is not None
+    row = _claim_row(spec, partition, o.offset, o.expires_at_ms)
+    if not spec.identifiers and transaction is None:
+        return row
+    row.append(
+        _json([i.model_dump(exclude_none=True) for i in spec.identifiers])
+        if spec.identifiers
+        else None
+    )
+    if transaction is None:
+        row.extend((None, None, None))
+    else:
+        row[_STATUS] = "pending"
+        # the position among the transaction's pending holds is known at the end
+        row.extend((transaction.transaction_id, transaction.priority, None))
+    return row
+
+
+class _Members:
+    """The member claims of the claim set being written, by reservation id."""
+
+    __slots__ = ("by_id", "event")
+
+    def __init__(self) -> None:
+        self.event: ClaimSet | None = None
+        self.by_id: dict[str, ClaimSpec] = {}
+
+    def of(self, event: ClaimSet, rid: str) -> ClaimSpec:
+        if event is not self.event:
+            self.event = event
+            self.by_id = {spec.reservation_id: spec for spec in event.claims}
+        return self.by_id[rid]
+
+
+def _write_reservations(conn: Connection, state: PartitionState, batch: Batch) -> None:
     """Insert the reservations this batch created and update the others, each
-    once, with its state at the end of the batch."""
+    once, with its state at the end of the batch; likewise the identifiers they
+    hold (a row per identifier held at the end of the batch)."""
+    partition = batch.partition
     created: dict[str, list[Any]] = {}
     changed: dict[str, list[Any]] = {}  # [status, expires_at_ms | None, offset, id]
+    committed: list[str] = []  # created before this batch, no longer pending
+    taken: dict[tuple[str, str], tuple[Any, ...]] = {}  # identifier rows to insert
+    given: set[tuple[str, str]] = set()  # identifier rows to delete
+    members = _Members()
     for applied in batch.applied:
         for o in applied.outcomes:
             kind = o.kind
-            if kind == Kind.ACCEPTED:
+            if kind == Kind.ACCEPTED or kind == Kind.PREPARED:
                 event = applied.event
-                assert isinstance(event, Claim) and o.expires_at_ms is not None
-                created[o.subject] = _claim_row(event, batch.partition, o.offset, o.expires_at_ms)
+                if not o.identifiers and type(event) is Claim:  # the hot path
+                    assert o.expires_at_ms is not None
+                    created[o.subject] = _claim_row(event, partition, o.offset, o.expires_at_ms)
+                    continue
+                if isinstance(event, ClaimSet):
+                    spec: ClaimSpec = members.of(event, o.subject)
+                    transaction = event.transaction
+                else:
+                    assert isinstance(event, Claim)
+                    spec, transaction = event, None
+                created[o.subject] = _spec_row(spec, transaction, partition, o)
+                for position, identifier in enumerate(o.identifiers):
+                    taken[identifier] = (*identifier, o.subject, partition, position)
                 continue
             if kind == Kind.RENEWED:
                 status, expires = "held", o.expires_at_ms
             elif kind in _STATUS_OF_KIND:
                 status, expires = _STATUS_OF_KIND[kind], None
+                for identifier in o.identifiers:
+                    if taken.pop(identifier, None) is None:
+                        given.add(identifier)  # in the view since an earlier batch
+            elif kind == Kind.COMMITTED:
+                status, expires = "held", o.expires_at_ms
+                row = created.get(o.subject)
+                if row is not None:
+                    row[_TRANSACTION : _POSITION + 1] = (None, None, None)
+                else:
+                    committed.append(o.subject)
             else:
                 continue
             row = created.get(o.subject)
@@ -233,8 +323,30 @@ def _write_reservations(conn: Connection, batch: Batch) -> None:
             if known is not None and expires is None:
                 expires = known[1]
             changed[o.subject] = [status, expires, o.offset, o.subject]
-    _bulk(conn, _INSERT_RESERVATION, [tuple(row) for row in created.values()])
+    plain: list[tuple[Any, ...]] = []
+    extras: list[tuple[Any, ...]] = []
+    for row in created.values():
+        if len(row) == _PLAIN_ROW:
+            plain.append(tuple(row))
+            continue
+        if row[_STATUS] == "pending":
+            row[_POSITION] = _pending_position(state, row[_TRANSACTION], row[0])
+        extras.append(tuple(row))
+    _bulk(conn, _INSERT_RESERVATION, plain)
+    _bulk(conn, _INSERT_RESERVATION_WITH_EXTRAS, extras)
     _bulk(conn, _UPDATE_RESERVATION, [tuple(row) for row in changed.values()])
+    _bulk(conn, _END_TRANSACTION, [(rid,) for rid in committed])
+    # given back first: an identifier given back may be taken again in the batch
+    _bulk(conn, _DELETE_IDENTIFIER, sorted(given))
+    _bulk(conn, _INSERT_IDENTIFIER, list(taken.values()))
+
+
+def _pending_position(state: PartitionState, transaction_id: str, rid: str) -> int:
+    """Where a pending hold stands among its transaction's (the order in which
+    the transaction's holds are committed or aborted). The holds a batch creates
+    follow those of earlier batches, so (created_offset, position) orders them."""
+    pending = state.transactions[transaction_id]
+    return pending.reservation_ids.index(rid)
 
 
 _UPDATE_USAGE = (
@@ -323,6 +435,72 @@ def _inventory_rows(provider: ProviderState, partition: int) -> list[dict[str, A
             }
         )
     return rows
+
+
+def _definition(event: PoolDefined) -> dict[str, Any]:
+    """What :meth:`PoolSpace.of` needs to rebuild the pool."""
+    return {
+        "kind": event.kind,
+        "cidr": event.cidr,
+        "first": event.first,
+        "last": event.last,
+        "members": list(event.members),
+        "excluded": sorted(event.excluded),
+    }
+
+
+def _write_pools(conn: Connection, state: PartitionState, batch: Batch) -> None:
+    """Rewrite the pools (re)defined in this batch; update the counts of the others."""
+    if not state.pools_touched:
+        return
+    touched = sorted(state.pools_touched)
+    state.pools_touched.clear()
+    defined: dict[str, PoolDefined] = {}
+    for applied in batch.applied:
+        event = applied.event
+        if type(event) is PoolDefined and applied.outcomes[-1].kind == Kind.APPLIED:
+            defined[event.pool_id] = event  # the last definition of the batch stands
+    if defined:
+        ids = sorted(defined)
+        for chunk in _chunks(ids, 500):
+            conn.execute(delete(pools).where(pools.c.pool_id.in_(chunk)))
+        conn.execute(
+            pools.insert(),
+            [
+                {
+                    "pool_id": pid,
+                    "partition": state.partition,
+                    "kind": defined[pid].kind,
+                    "definition": _definition(defined[pid]),
+                    "size": state.pools[pid].space.size,
+                    "taken": state.pools[pid].taken,
+                    "free": state.pools[pid].free.count,
+                    "updated_offset": batch.end,
+                }
+                for pid in ids
+            ],
+        )
+    counts = [
+        {
+            "b_pool_id": pid,
+            "taken": pool.taken,
+            "free": pool.free.count,
+            "updated_offset": batch.end,
+        }
+        for pid in touched
+        if pid not in defined and (pool := state.pools.get(pid)) is not None
+    ]
+    if counts:
+        conn.execute(
+            update(pools)
+            .where(pools.c.pool_id == bindparam("b_pool_id"))
+            .values(
+                taken=bindparam("taken"),
+                free=bindparam("free"),
+                updated_offset=bindparam("updated_offset"),
+            ),
+            counts,
+        )
 
 
 def _write_dead_letters(conn: Connection, batch: Batch) -> None:
