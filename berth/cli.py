@@ -43,6 +43,12 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--providers", type=int, default=200)
     demo.add_argument("--requests", type=int, default=10_000)
     demo.add_argument("--seed", type=int, default=7)
+    demo.add_argument(
+        "--batch-size",
+        type=int,
+        default=0,
+        help="requests arrive as all-or-nothing batches of K, some with an address and a VNI",
+    )
     demo.add_argument("--json", action="store_true", help="print the summary as one JSON object")
 
     replay = sub.add_parser("replay", help="rebuild the view from offset 0")
@@ -172,6 +178,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
             partitions=DEFAULT_PARTITIONS,
         )
     cfg = DemoConfig(
+        batch_size=args.batch_size,
         providers=args.providers,
         requests=args.requests,
         partitions=settings.partitions,

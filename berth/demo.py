@@ -22,21 +22,25 @@ from sqlalchemy import func, select
 
 from berth.app import App
 from berth.client import Publisher
+from consumers.batches import BatchResult, BatchScheduler
+from consumers.coordinator import Coordinator
 from consumers.scheduler import OutcomeFollower, Scheduled, Scheduler
 from consumers.snapshot_source import LiveSnapshot, snapshot_from_view
 from placement.config import SchedulerConfig
 from placement.model import Snapshot
-from projections.view.tables import inventories
+from projections.view.tables import inventories, reservations
 from schemas.events import (
     Consume,
     Event,
+    IdentifierItem,
     Inventory,
     InventorySet,
+    PoolDefined,
     ProviderRegistered,
     Release,
 )
 from schemas.outcomes import Kind, Outcome
-from schemas.requests import PlacementRequest
+from schemas.requests import BatchRequest, PlacementRequest
 
 CLASSES = ("VCPU", "MEMORY_MB", "DISK_GB")
 NODE_SIZES = (  # (weight, vcpus, memory_mb, disk_gb)
@@ -56,6 +60,8 @@ RATIOS = {"VCPU": 4.0, "MEMORY_MB": 1.0, "DISK_GB": 1.0}
 LEASE_MS = 60_000
 STEP_MS = 2  # simulated time between two requests
 DELETE_SHARE = 0.15  # of running instances deleted per wave
+NETWORK_SHARE = 0.3  # of batch members that also take an address and a VNI
+NETWORK = (IdentifierItem(pool_id="demo-net"), IdentifierItem(pool_id="demo-vnis"))
 
 
 @dataclass
@@ -65,6 +71,8 @@ class DemoConfig:
     partitions: int = 8
     wave: int = 500
     seed: int = 7
+    batch_size: int = 0
+    """With K > 0, requests arrive as all-or-nothing batches of K (CI jobs)."""
 
 
 @dataclass
@@ -80,6 +88,12 @@ class Tally:
     released: int = 0
     expired: int = 0
     decisions: int = 0
+    batches_committed: int = 0
+    batches_aborted: int = 0
+    partial_batches: int = 0
+    duplicate_identifiers: int = 0
+    live_identifiers: dict[tuple[str, str], str] = field(default_factory=dict)
+    """(pool, identifier) -> the reservation holding it, from the outcomes."""
 
 
 class SimClock:
@@ -121,6 +135,26 @@ def _build_cluster(cfg: DemoConfig, rng: random.Random, clock: SimClock) -> list
                 inventories=inventory,
             )
         )
+    events.append(
+        PoolDefined(
+            event_id="pool-net",
+            ts_ms=clock(),
+            partition_key="demo-net",
+            pool_id="demo-net",
+            kind="ipv4",
+            cidr="10.0.0.0/16",
+            excluded=frozenset({"10.0.0.1"}),  # the gateway
+        )
+    )
+    events.append(
+        PoolDefined(
+            event_id="pool-vnis",
+            ts_ms=clock(),
+            partition_key="demo-vnis",
+            pool_id="demo-vnis",
+            kind="vni",
+        )
+    )
     return events
 
 
@@ -165,6 +199,7 @@ class Demo:
         # claims race, the writer rejects the losers and they retry elsewhere
         views = [_StaleOnce(self.app), _StaleOnce(self.app)]
         schedulers = [self._scheduler(view) for view in views]
+        batches = self._batches(views[0].fresh) if cfg.batch_size else None
         started = time.perf_counter()
         done = 0
         while done < cfg.requests:
@@ -175,9 +210,12 @@ class Demo:
             for view in views:
                 view.stale = shared
             requests = [self._request(k) for k in range(done, done + wave)]
-            for turn, scheduler in enumerate(schedulers):
-                for result in scheduler.schedule(requests[turn::2]):
-                    self._record(result)
+            if batches is not None:
+                self._place_batches(batches, requests)
+            else:
+                for turn, scheduler in enumerate(schedulers):
+                    for result in scheduler.schedule(requests[turn::2]):
+                        self._record(result)
             self._drive()
             self.tally.requested += wave
             done += wave
@@ -199,6 +237,61 @@ class Demo:
             pump=self._apply,
             max_attempts=config.max_attempts,
         )
+
+    def _batches(self, snapshot: Callable[[], Snapshot]) -> BatchScheduler:
+        config = SchedulerConfig.default()
+        follower = OutcomeFollower(self.app.log, self.app.settings.topics.outcomes)
+        topics = self.app.settings.topics
+        return BatchScheduler(
+            Coordinator(self.publisher, self.app.log, topics, follower, pump=self._apply),
+            config.engine(),
+            snapshot,
+            self.app.settings.partitions,
+            pump=self._apply,
+            max_attempts=config.max_attempts,
+        )
+
+    def _place_batches(self, scheduler: BatchScheduler, requests: list[PlacementRequest]) -> None:
+        size = self.cfg.batch_size
+        for start in range(0, len(requests), size):
+            members = tuple(
+                r.model_copy(update={"identifiers": NETWORK})
+                if self.rng.random() < NETWORK_SHARE
+                else r
+                for r in requests[start : start + size]
+            )
+            batch = BatchRequest(
+                batch_id=f"job-{members[0].request_id}", ts_ms=self.clock.now_ms, members=members
+            )
+            result = scheduler.place(batch)
+            self._apply()
+            self._check_whole(batch, result)
+            self._record_batch(batch, result)
+
+    def _check_whole(self, batch: BatchRequest, result: BatchResult) -> None:
+        """A batch is all or nothing in the view: count it if it is not."""
+        with self.app.engine.connect() as conn:
+            active = conn.execute(
+                select(func.count())
+                .select_from(reservations)
+                .where(reservations.c.consumer_id.like(f"{batch.batch_id}.%"))
+                .where(reservations.c.status.in_(("held", "pending", "consumed")))
+            ).scalar_one()
+        expected = sum(len(i.reservation_ids) for i in result.instances)
+        if active != expected or (result.placed and len(result.instances) != batch.instances):
+            self.tally.partial_batches += 1
+
+    def _record_batch(self, batch: BatchRequest, result: BatchResult) -> None:
+        tally = self.tally
+        tally.attempts += result.attempts
+        if result.placed:
+            tally.batches_committed += 1
+            tally.placed += len(result.instances)
+            for instance in result.instances:
+                self.pending.extend(zip(instance.reservation_ids, instance.keys, strict=True))
+        else:
+            tally.batches_aborted += 1
+            tally.failed[result.reason.split(";")[0].split(":")[0]] += batch.instances
 
     def _request(self, k: int) -> PlacementRequest:
         self.clock.now_ms += STEP_MS
@@ -277,6 +370,16 @@ class Demo:
             tally.released += 1
         elif kind == Kind.EXPIRED:
             tally.expired += 1
+        if outcome.identifiers:
+            live = tally.live_identifiers
+            if kind in (Kind.ACCEPTED, Kind.PREPARED):
+                for pair in outcome.identifiers:
+                    if pair in live:
+                        tally.duplicate_identifiers += 1
+                    live[pair] = outcome.subject
+            elif kind in (Kind.RELEASED, Kind.EXPIRED, Kind.ABORTED):
+                for pair in outcome.identifiers:
+                    live.pop(pair, None)
 
     def _summary(self, elapsed_s: float) -> dict[str, Any]:
         with self.app.engine.connect() as conn:
@@ -316,6 +419,18 @@ class Demo:
             "requests_per_s": round(tally.requested / elapsed_s, 1) if elapsed_s else None,
             "decisions": tally.decisions,
             "data_dir": str(self.app.settings.data_dir),
+            **(
+                {
+                    "batch_size": self.cfg.batch_size,
+                    "batches_committed": tally.batches_committed,
+                    "batches_aborted": tally.batches_aborted,
+                    "partial_batches": tally.partial_batches,
+                    "duplicate_identifiers": tally.duplicate_identifiers,
+                    "identifiers_held": len(tally.live_identifiers),
+                }
+                if self.cfg.batch_size
+                else {}
+            ),
         }
 
 
@@ -344,6 +459,13 @@ def render(summary: dict[str, Any]) -> str:
         + ", ".join(f"{rc} {share:.1%}" for rc, share in summary["utilisation"].items())
     )
     lines.append(f"overcommitted providers: {summary['overcommitted_providers']}")
+    if "batch_size" in summary:
+        lines.append(
+            f"batches of {summary['batch_size']}: committed {summary['batches_committed']}, "
+            f"aborted {summary['batches_aborted']}, partial {summary['partial_batches']}; "
+            f"duplicate identifiers {summary['duplicate_identifiers']} "
+            f"({summary['identifiers_held']} addresses and VNIs held at the end)"
+        )
     lines.append(
         f"log and view in {summary['data_dir']} "
         f"(try: berth replay --data-dir {summary['data_dir']} --verify)"

@@ -42,6 +42,9 @@ class Instance:
     provider_id: str
     reservation_ids: tuple[str, ...]
     identifiers: tuple[tuple[str, str], ...] = ()
+    keys: tuple[str, ...] = ()
+    """A partition key of each reservation (its provider or pool), to address
+    consumes and releases to it."""
 
 
 @dataclass(slots=True)
@@ -78,6 +81,7 @@ class BatchResult:
                     "provider_id": i.provider_id,
                     "reservation_ids": list(i.reservation_ids),
                     "identifiers": [list(pair) for pair in i.identifiers],
+                    "keys": list(i.keys),
                 }
                 for i in self.instances
             ],
@@ -100,6 +104,7 @@ class BatchResult:
                     i["provider_id"],
                     tuple(i["reservation_ids"]),
                     tuple((p, v) for p, v in i["identifiers"]),
+                    tuple(i.get("keys", ())),
                 )
                 for i in data["instances"]
             ),
@@ -299,7 +304,8 @@ class BatchScheduler:
             mine = rids[(m, i)]
             if all(rid in held for rid in mine):
                 given = tuple(pair for rid in mine for pair in result.identifiers.get(rid, ()))
-                instances.append(Instance(m, i, pid, tuple(mine), given))
+                keys = tuple(self._keys[rid] for rid in mine)
+                instances.append(Instance(m, i, pid, tuple(mine), given, keys))
             else:
                 partial.extend(rid for rid in mine if rid in held)
         if partial:  # at_least: an instance that got only part of its claims holds nothing

@@ -170,12 +170,12 @@ class Coordinator:
                 begun.pop(tid, None)
         results = []
         for tid, record in begun.items():
-            ref = TransactionRef.model_validate(record["ref"])
+            ref = TransactionRef.model_validate(record["ref"], strict=False)
             parts = [
                 Part(
                     p["partition"],
                     p["key"],
-                    tuple(ClaimSpec.model_validate(c) for c in p["claims"]),
+                    tuple(ClaimSpec.model_validate(c, strict=False) for c in p["claims"]),
                 )
                 for p in record["parts"]
             ]

@@ -96,8 +96,7 @@ class BatchRequest(Model):
         high = self.max_count or self.instances
         if not low <= high <= self.instances:
             raise ValueError(
-                f"need 1 <= min_count ({low}) <= max_count ({high}) <= instances "
-                f"({self.instances})"
+                f"need 1 <= min_count ({low}) <= max_count ({high}) <= instances ({self.instances})"
             )
         return self
 

@@ -55,6 +55,24 @@ def test_demo_places_expires_and_never_overcommits(
     assert set(utilisation) == {"VCPU", "MEMORY_MB", "DISK_GB"}
 
 
+def test_demo_in_batches_never_splits_a_batch_nor_an_identifier(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = tmp_path / "demo"
+    summary = run_demo(data, capsys, "--batch-size", "10", "--requests", "600")
+    assert summary["requests"] == 600
+    committed, aborted = summary["batches_committed"], summary["batches_aborted"]
+    assert isinstance(committed, int) and isinstance(aborted, int)
+    assert committed + aborted == 60
+    assert committed and aborted  # the small cluster fills: some jobs cannot all fit
+    assert summary["placed"] == committed * 10
+    assert summary["partial_batches"] == 0
+    assert summary["duplicate_identifiers"] == 0
+    assert summary["overcommitted_providers"] == 0
+    assert main(["replay", "--data-dir", str(data), "--verify"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["verified"] is True
+
+
 def test_demo_is_deterministic(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     first = run_demo(tmp_path / "a", capsys)
     second = run_demo(tmp_path / "b", capsys)

@@ -18,7 +18,9 @@ from tests.postgres import scratch_database
 
 def test_claims_through_kafka_and_postgres(kafka_bootstrap: str, postgres_url: str) -> None:
     suffix = uuid.uuid4().hex[:8]
-    topics = Topics(f"events-{suffix}", f"outcomes-{suffix}", f"dead-{suffix}")
+    topics = Topics(
+        *(f"{name}-{suffix}" for name in ("events", "outcomes", "dead", "req", "place", "txn"))
+    )
     settings = Settings(
         log_url=f"kafka://{kafka_bootstrap}", db_url=postgres_url, partitions=3, topics=topics
     )
@@ -81,7 +83,7 @@ def test_the_scheduler_worker_on_kafka_and_postgres(
     from schemas.requests import PlacementRequest
 
     suffix = uuid.uuid4().hex[:8]
-    topics = Topics(*(f"{name}-{suffix}" for name in ("ev", "out", "dead", "req", "place")))
+    topics = Topics(*(f"{name}-{suffix}" for name in ("ev", "out", "dead", "req", "place", "txn")))
     settings = Settings(
         log_url=f"kafka://{kafka_bootstrap}", db_url=postgres_url, partitions=2, topics=topics
     )
