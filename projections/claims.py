@@ -345,7 +345,7 @@ def _pick(
             taken.append((pool, value))
     for pool_id, count in anys.items():
         pool = pools[pool_id]
-        free = len(pool.free)
+        free = pool.free.count
         if count > free:
             reasons.append(Reason(Code.POOL_EXHAUSTED, pool_id, requested=count, available=free))
             continue
