@@ -18,7 +18,9 @@ from sqlalchemy import Connection, Engine, Row, func, or_, select
 from placement.model import RESOURCE_ARRAYS, Provider, Snapshot
 from projections.view.tables import inventories, partition_offsets, providers, reservations
 
-_ACTIVE = ("held", "consumed")
+_ACTIVE = ("held", "consumed", "pending")
+"""Statuses of reservations that occupy capacity (a pending hold does, until
+its transaction is decided or its deadline passes)."""
 
 
 def snapshot_from_view(engine: Engine, placements: bool = True) -> Snapshot:

@@ -17,10 +17,22 @@ from sqlalchemy import (
     Table,
     Text,
     TypeDecorator,
+    text,
 )
 from sqlalchemy.engine import Dialect
 
 _SQLITE_MAX_INTEGER = 2**63 - 1
+
+
+class _SQLiteNumeric(Numeric[Any]):
+    """NUMERIC on SQLite with the driver's own integers: SQLAlchemy's Numeric
+    would pass them through float, losing precision past 2**53."""
+
+    def bind_processor(self, dialect: Dialect) -> None:
+        return None
+
+    def result_processor(self, dialect: Dialect, coltype: object) -> None:
+        return None
 
 
 class Count(TypeDecorator[int]):
@@ -34,7 +46,7 @@ class Count(TypeDecorator[int]):
 
     def load_dialect_impl(self, dialect: Dialect) -> Any:
         if dialect.name == "sqlite":
-            return dialect.type_descriptor(BigInteger())
+            return dialect.type_descriptor(_SQLiteNumeric(20, 0))
         return dialect.type_descriptor(Numeric(20, 0, asdecimal=True))
 
     def process_bind_param(self, value: int | None, dialect: Dialect) -> Any:
@@ -100,13 +112,22 @@ reservations = Table(
     # the identifiers the claim asked for ([{"pool_id", "value"?}]), for its
     # fingerprint; which ones it holds are in reservation_identifiers
     Column("identifiers", JSON),
-    # the transaction of a claim set's hold (cleared when it commits), its
-    # priority, and the hold's place among the transaction's pending holds
-    # created by the same record (the order they are committed or aborted in)
-    Column("transaction_id", String(255), index=True),
+    # the transaction of a claim set's hold: the one whose decision it awaits
+    # while 'pending'; NULL once committed, kept if it never was
+    Column("transaction_id", String(255)),
+    # while 'pending' only: the transaction's priority, and an order key of the
+    # hold among the transaction's holds that the same record created (the
+    # order they are committed or aborted in is (created_offset, position))
     Column("transaction_priority", BigInteger),
     Column("transaction_position", Integer),
     Index("ix_reservations_partition_status", "partition", "status"),
+    # partial: plain claims, the hot path, add no index entry
+    Index(
+        "ix_reservations_transaction_id",
+        "transaction_id",
+        sqlite_where=text("transaction_id IS NOT NULL"),
+        postgresql_where=text("transaction_id IS NOT NULL"),
+    ),
 )
 """Statuses: 'held', 'consumed', 'pending' (prepared, awaiting its transaction's
 decision; ``expires_at_ms`` is the deadline), and the final 'released',

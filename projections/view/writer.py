@@ -21,6 +21,7 @@ from projections.view.tables import (
 from schemas.events import Claim, ClaimSet, ClaimSpec, Event, PoolDefined, TransactionRef
 from schemas.outcomes import Kind, Outcome
 
+_CREATING = frozenset({Kind.ACCEPTED, Kind.PREPARED})
 _STATUS_OF_KIND = {
     Kind.CONSUMED: "consumed",
     Kind.RELEASED: "released",
@@ -126,9 +127,12 @@ def _bulk(conn: Connection, sql: str, rows: list[tuple[Any, ...]]) -> None:
     conn.exec_driver_sql(sql, rows)
 
 
-_INSERT_OUTCOME = (
-    'INSERT INTO outcomes ("partition", "offset", seq, kind, event_id, subject, clock_ms, '
-    "reasons, expires_at_ms, identifiers) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+_OUTCOME_COLUMNS = (
+    '"partition", "offset", seq, kind, event_id, subject, clock_ms, reasons, expires_at_ms'
+)
+_INSERT_OUTCOME = f"INSERT INTO outcomes ({_OUTCOME_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+_INSERT_OUTCOME_WITH_IDENTIFIERS = (
+    f"INSERT INTO outcomes ({_OUTCOME_COLUMNS}, identifiers) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _RESERVATION_COLUMNS = (
     'reservation_id, "partition", status, consumer_id, project_id, '
@@ -146,12 +150,11 @@ _INSERT_RESERVATION_WITH_EXTRAS = (
 )
 _UPDATE_RESERVATION = (
     "UPDATE reservations SET status = ?, expires_at_ms = COALESCE(?, expires_at_ms), "
-    "updated_offset = ? WHERE reservation_id = ?"
+    # no update leaves a hold pending: what only a pending hold has goes
+    "updated_offset = ?, transaction_priority = NULL, transaction_position = NULL "
+    "WHERE reservation_id = ?"
 )
-_END_TRANSACTION = (
-    "UPDATE reservations SET transaction_id = NULL, transaction_priority = NULL, "
-    "transaction_position = NULL WHERE reservation_id = ?"
-)
+_END_TRANSACTION = "UPDATE reservations SET transaction_id = NULL WHERE reservation_id = ?"
 _INSERT_IDENTIFIER = (
     'INSERT INTO reservation_identifiers (pool_id, value, reservation_id, "partition", '
     "position) VALUES (?, ?, ?, ?, ?)"
@@ -191,12 +194,32 @@ def _write_outcomes(conn: Connection, batch: Batch) -> None:
             o.clock_ms,
             _json([r.to_dict() for r in o.reasons]) if o.reasons else None,
             o.expires_at_ms,
-            _json(o.identifiers) if o.identifiers else None,
         )
         for applied in batch.applied
         for o in applied.outcomes
+        if not o.identifiers
     ]
     _bulk(conn, _INSERT_OUTCOME, rows)
+    if len(rows) == sum(len(applied.outcomes) for applied in batch.applied):
+        return  # none gives or gives back an identifier
+    given = [
+        (
+            o.partition,
+            o.offset,
+            o.seq,
+            o.kind,
+            o.event_id,
+            o.subject,
+            o.clock_ms,
+            _json([r.to_dict() for r in o.reasons]) if o.reasons else None,
+            o.expires_at_ms,
+            _json(o.identifiers),
+        )
+        for applied in batch.applied
+        for o in applied.outcomes
+        if o.identifiers
+    ]
+    _bulk(conn, _INSERT_OUTCOME_WITH_IDENTIFIERS, given)
 
 
 def _tags(tags: frozenset[str]) -> str:
@@ -224,7 +247,7 @@ def _claim_row(claim: ClaimSpec, partition: int, offset: int, expires_at_ms: int
 
 # positions in a reservation row; the last four only in rows with extras
 _STATUS, _EXPIRES, _UPDATED = 2, 7, 13
-_TRANSACTION, _POSITION = 15, 17
+_TRANSACTION, _PRIORITY, _POSITION = 15, 16, 17
 _PLAIN_ROW = 14
 
 
@@ -245,8 +268,9 @@ def _spec_row(
         row.extend((None, None, None))
     else:
         row[_STATUS] = "pending"
-        # the position among the transaction's pending holds is known at the end
-        row.extend((transaction.transaction_id, transaction.priority, None))
+        # its priority and place among the transaction's holds: as the state
+        # has them at the end of the batch, if it is pending still
+        row.extend((transaction.transaction_id, None, None))
     return row
 
 
@@ -271,7 +295,9 @@ def _write_reservations(conn: Connection, state: PartitionState, batch: Batch) -
     once, with its state at the end of the batch; likewise the identifiers they
     hold (a row per identifier held at the end of the batch)."""
     partition = batch.partition
+    creating, renewed, committed_ = _CREATING, Kind.RENEWED, Kind.COMMITTED
     created: dict[str, list[Any]] = {}
+    with_extras: list[str] = []  # created rows that are not plain claims
     changed: dict[str, list[Any]] = {}  # [status, expires_at_ms | None, offset, id]
     committed: list[str] = []  # created before this batch, no longer pending
     taken: dict[tuple[str, str], tuple[Any, ...]] = {}  # identifier rows to insert
@@ -280,9 +306,10 @@ def _write_reservations(conn: Connection, state: PartitionState, batch: Batch) -
     for applied in batch.applied:
         for o in applied.outcomes:
             kind = o.kind
-            if kind == Kind.ACCEPTED or kind == Kind.PREPARED:
+            if kind in creating:
                 event = applied.event
-                if not o.identifiers and type(event) is Claim:  # the hot path
+                identifiers = o.identifiers
+                if not identifiers and type(event) is Claim:  # the hot path
                     assert o.expires_at_ms is not None
                     created[o.subject] = _claim_row(event, partition, o.offset, o.expires_at_ms)
                     continue
@@ -293,17 +320,19 @@ def _write_reservations(conn: Connection, state: PartitionState, batch: Batch) -
                     assert isinstance(event, Claim)
                     spec, transaction = event, None
                 created[o.subject] = _spec_row(spec, transaction, partition, o)
-                for position, identifier in enumerate(o.identifiers):
+                with_extras.append(o.subject)
+                for position, identifier in enumerate(identifiers):
                     taken[identifier] = (*identifier, o.subject, partition, position)
                 continue
-            if kind == Kind.RENEWED:
+            if kind == renewed:
                 status, expires = "held", o.expires_at_ms
             elif kind in _STATUS_OF_KIND:
                 status, expires = _STATUS_OF_KIND[kind], None
-                for identifier in o.identifiers:
-                    if taken.pop(identifier, None) is None:
-                        given.add(identifier)  # in the view since an earlier batch
-            elif kind == Kind.COMMITTED:
+                if o.identifiers:
+                    for identifier in o.identifiers:
+                        if taken.pop(identifier, None) is None:
+                            given.add(identifier)  # in the view since an earlier batch
+            elif kind == committed_:
                 status, expires = "held", o.expires_at_ms
                 row = created.get(o.subject)
                 if row is not None:
@@ -323,17 +352,9 @@ def _write_reservations(conn: Connection, state: PartitionState, batch: Batch) -
             if known is not None and expires is None:
                 expires = known[1]
             changed[o.subject] = [status, expires, o.offset, o.subject]
-    plain: list[tuple[Any, ...]] = []
-    extras: list[tuple[Any, ...]] = []
-    for row in created.values():
-        if len(row) == _PLAIN_ROW:
-            plain.append(tuple(row))
-            continue
-        if row[_STATUS] == "pending":
-            row[_POSITION] = _pending_position(state, row[_TRANSACTION], row[0])
-        extras.append(tuple(row))
-    _bulk(conn, _INSERT_RESERVATION, plain)
-    _bulk(conn, _INSERT_RESERVATION_WITH_EXTRAS, extras)
+    if with_extras:
+        _insert_with_extras(conn, state, created, with_extras)
+    _bulk(conn, _INSERT_RESERVATION, [tuple(row) for row in created.values()])
     _bulk(conn, _UPDATE_RESERVATION, [tuple(row) for row in changed.values()])
     _bulk(conn, _END_TRANSACTION, [(rid,) for rid in committed])
     # given back first: an identifier given back may be taken again in the batch
@@ -341,12 +362,42 @@ def _write_reservations(conn: Connection, state: PartitionState, batch: Batch) -
     _bulk(conn, _INSERT_IDENTIFIER, list(taken.values()))
 
 
-def _pending_position(state: PartitionState, transaction_id: str, rid: str) -> int:
-    """Where a pending hold stands among its transaction's (the order in which
-    the transaction's holds are committed or aborted). The holds a batch creates
-    follow those of earlier batches, so (created_offset, position) orders them."""
-    pending = state.transactions[transaction_id]
-    return pending.reservation_ids.index(rid)
+def _insert_with_extras(
+    conn: Connection, state: PartitionState, created: dict[str, list[Any]], rids: list[str]
+) -> None:
+    """Insert the created rows that have extras (identifiers asked for, or a
+    transaction), taking them out of ``created``; plain claims' rows stay."""
+    rows: list[tuple[Any, ...]] = []
+    places: dict[str, tuple[int, dict[str, int]]] = {}
+    for rid in rids:
+        row = created.pop(rid)
+        if len(row) == _PLAIN_ROW:  # a claim set's member without any
+            created[rid] = row
+            continue
+        if row[_STATUS] == "pending":
+            priority, place = _pending_places(state, row[_TRANSACTION], places)
+            row[_PRIORITY] = priority
+            row[_POSITION] = place[rid]
+        else:
+            row[_PRIORITY] = None
+        rows.append(tuple(row))
+    _bulk(conn, _INSERT_RESERVATION_WITH_EXTRAS, rows)
+
+
+def _pending_places(
+    state: PartitionState, transaction_id: str, known: dict[str, tuple[int, dict[str, int]]]
+) -> tuple[int, dict[str, int]]:
+    """A pending transaction's priority and the place of each of its holds, as
+    the projector keeps them at the end of the batch: the priority is the one
+    the transaction's first set here gave, and the holds are committed or
+    aborted in the order they were held. The holds a batch creates follow those
+    of earlier batches, so (created_offset, place) orders them all."""
+    entry = known.get(transaction_id)
+    if entry is None:
+        pending = state.transactions[transaction_id]
+        places = {rid: i for i, rid in enumerate(pending.reservation_ids)}
+        entry = known[transaction_id] = (pending.priority[0], places)
+    return entry
 
 
 _UPDATE_USAGE = (
