@@ -95,6 +95,12 @@ def build_parser() -> argparse.ArgumentParser:
     tick = sub.add_parser("tick", help="advance every partition's clock to now")
     backend_options(tick)
 
+    queue = sub.add_parser(
+        "queue", help="queue depth by resource shape: instances and batches waiting"
+    )
+    backend_options(queue)
+    queue.add_argument("--json", action="store_true", help="print one JSON object")
+
     reaper = sub.add_parser(
         "reaper", help="tick every partition on a schedule so abandoned holds expire"
     )
@@ -272,20 +278,26 @@ def _scheduler_worker(
 
 
 def cmd_scheduler(args: argparse.Namespace) -> int:
+    from consumers.queue_projector import QueueProjector
+
     owned = [int(p) for p in args.owned.split(",")] if args.owned else None
     with App(_settings(args)) as app:
         worker = _scheduler_worker(app, args, lambda: None, owned)
+        queue = QueueProjector(app.log, app.settings.topics, app.engine)
         tune_gc()
         logging.info("scheduler: answering %d request partitions", len(worker.partitions))
         try:
             while True:
-                if not worker.step():
+                answered = worker.step()
+                if not queue.step() and not answered:
                     time.sleep(args.idle_wait_s)
         except KeyboardInterrupt:
             return 0
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    from consumers.queue_projector import QueueProjector
+
     settings = _settings(args)
     with App(settings) as app:
         writers = app.writers()
@@ -295,12 +307,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 writer.catch_up()
 
         worker = _scheduler_worker(app, args, pump, None)
+        queue = QueueProjector(app.log, app.settings.topics, app.engine)
         tune_gc()
         logging.info("serving %d partitions", len(writers))
         try:
             while True:
                 busy = any([writer.step() is not None for writer in writers])
-                if not worker.step() and not busy:
+                busy = bool(worker.step()) or busy
+                if not queue.step() and not busy:
                     time.sleep(args.idle_wait_s)
         except KeyboardInterrupt:
             return 0
@@ -373,6 +387,22 @@ def cmd_tick(args: argparse.Namespace) -> int:
     settings = _settings(args)
     with App(settings) as app:
         Publisher(app.log, settings.topics).tick()
+    return 0
+
+
+def cmd_queue(args: argparse.Namespace) -> int:
+    from consumers.queue_projector import QueueProjector, read_depth
+
+    with App(_settings(args)) as app:
+        QueueProjector(app.log, app.settings.topics, app.engine).catch_up()
+        depth = read_depth(app.engine)
+    if args.json:
+        print(json.dumps(depth, sort_keys=True))
+    elif not depth:
+        print("no batch is waiting")
+    else:
+        for shape, counts in depth.items():
+            print(f"{counts['instances']:>8} instances in {counts['batches']:>5} batches  {shape}")
     return 0
 
 
@@ -488,6 +518,7 @@ COMMANDS = {
     "migrate": cmd_migrate,
     "publish": cmd_publish,
     "tick": cmd_tick,
+    "queue": cmd_queue,
     "reaper": cmd_reaper,
     "delete-consumer": cmd_delete_consumer,
     "pool": cmd_pool,

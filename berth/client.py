@@ -6,6 +6,7 @@ Everything refused here never reaches the log: the error says what to fix.
 from __future__ import annotations
 
 import functools
+import json
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -16,7 +17,7 @@ from ledger.log import Append, Log
 from ledger.partitioner import partition_for
 from schemas.codec import encode_event, validate_event
 from schemas.events import Claim, ClaimSet, ClaimSpec, Event, Tick
-from schemas.requests import PlacementRequest
+from schemas.requests import BatchRequest, PlacementRequest
 
 DEFAULT_MAX_SKEW_MS = 5_000
 
@@ -107,16 +108,18 @@ class Publisher:
         offsets = self.log.append(self.topics.events, appends)
         return [(a.partition, offset) for a, offset in zip(appends, offsets, strict=True)]
 
-    def submit(self, requests: Sequence[PlacementRequest]) -> list[tuple[int, int]]:
-        """Append placement requests for the scheduler workers, keyed by id."""
-        appends = [
-            Append(
-                self.partition_of(r.request_id),
-                r.request_id.encode(),
-                r.model_dump_json(exclude_defaults=True).encode(),
-            )
-            for r in requests
-        ]
+    def submit(self, requests: Sequence[PlacementRequest | BatchRequest]) -> list[tuple[int, int]]:
+        """Append placement requests and batches for the scheduler workers, keyed by id."""
+        appends = []
+        for r in requests:
+            if isinstance(r, BatchRequest):
+                key = r.batch_id
+                # the type tag is a default, but the worker tells batches by it
+                data = {**r.model_dump(mode="json", exclude_defaults=True), "type": r.type}
+                value = json.dumps(data, separators=(",", ":"))
+            else:
+                key, value = r.request_id, r.model_dump_json(exclude_defaults=True)
+            appends.append(Append(self.partition_of(key), key.encode(), value.encode()))
         offsets = self.log.append(self.topics.requests, appends)
         return [(a.partition, offset) for a, offset in zip(appends, offsets, strict=True)]
 

@@ -60,6 +60,10 @@ class BatchResult:
     """Which partition refused which member, and why."""
     unplaced: dict[str, list[str]] = field(default_factory=dict)
     """Member -> the engine's explanation of why it could not be placed."""
+    waiting: dict[str, int] = field(default_factory=dict)
+    """For a queued batch: resource shape -> instances waiting (the queue
+    depth projection counts these)."""
+    priority: int = 0
 
     @property
     def placed(self) -> bool:
@@ -90,6 +94,7 @@ class BatchResult:
             "trace": [],
             "no_votes": list(self.no_votes),
             "unplaced": self.unplaced,
+            **({"waiting": self.waiting, "priority": self.priority} if self.waiting else {}),
         }
 
     @classmethod
@@ -112,6 +117,8 @@ class BatchResult:
             reason=data["reason"],
             no_votes=tuple(data["no_votes"]),
             unplaced=data["unplaced"],
+            waiting=data.get("waiting", {}),
+            priority=data.get("priority", 0),
         )
 
 
@@ -156,6 +163,10 @@ class BatchScheduler:
         if result.status == "failed" and batch.mode == "queue" and not self._expired(batch):
             self.enqueue(batch)
             result.status = "queued"
+            result.priority = batch.priority
+            for member in batch.members:
+                shape = shape_key(member.resources)
+                result.waiting[shape] = result.waiting.get(shape, 0) + member.num_instances
         return result
 
     def enqueue(self, batch: BatchRequest) -> None:
@@ -346,6 +357,12 @@ class BatchScheduler:
             no_votes=tuple(str(v) for v in votes),
             unplaced=unplaced,
         )
+
+
+def shape_key(resources: dict[str, int]) -> str:
+    """A resource shape as text, the same for the same amounts in any order:
+    ``DISK_GB=20,MEMORY_MB=4096,VCPU=2``."""
+    return ",".join(f"{rc}={amount}" for rc, amount in sorted(resources.items()))
 
 
 def _label(batch: BatchRequest, member: int) -> str:

@@ -193,3 +193,32 @@ partition_offsets = Table(
     Column("next_offset", BigInteger, nullable=False),
     Column("clock_ms", BigInteger, nullable=False),
 )
+
+queued_batches = Table(
+    "queued_batches",
+    metadata,
+    Column("batch_id", String(255), primary_key=True),
+    Column("priority", Integer, nullable=False),
+    # resource shape -> instances of the batch waiting with that shape
+    Column("waiting", JSON, nullable=False),
+    Column("queued_partition", Integer, nullable=False),
+    Column("queued_offset", BigInteger, nullable=False),
+)
+
+queue_depth = Table(
+    "queue_depth",
+    metadata,
+    # a resource shape, e.g. DISK_GB=20,MEMORY_MB=4096,VCPU=2: the scale-out
+    # signal an autoscaler reads is how many instances of it wait
+    Column("shape", String(1024), primary_key=True),
+    Column("instances", BigInteger, nullable=False),
+    Column("batches", Integer, nullable=False),
+)
+
+queue_offsets = Table(
+    "queue_offsets",
+    metadata,
+    Column("partition", Integer, primary_key=True),
+    # the next placements record to fold into queued_batches and queue_depth
+    Column("next_offset", BigInteger, nullable=False),
+)

@@ -1,0 +1,123 @@
+"""Keeps the queue-depth read model (``queued_batches``, ``queue_depth``) in
+step with the placements topic, exactly once: each partition's changes and
+the offset they reflect commit in one transaction."""
+
+from __future__ import annotations
+
+import json
+
+from sqlalchemy import Connection, Engine, delete, insert, select, update
+
+from consumers.topics import Topics
+from ledger.log import Log
+from projections.queue_depth import QueueDepth, Waiting
+from projections.view.tables import queue_depth, queue_offsets, queued_batches
+
+
+class QueueOffsetMoved(Exception):
+    """Another queue projector committed this partition: this one is stale."""
+
+
+class QueueProjector:
+    def __init__(self, log: Log, topics: Topics, engine: Engine) -> None:
+        self.log = log
+        self.topic = topics.placements
+        self.engine = engine
+        self.partitions = log.partition_count(self.topic)
+        self.fold = QueueDepth()
+        self.offsets = [0] * self.partitions
+        with engine.connect() as conn:
+            for partition, offset in conn.execute(select(queue_offsets)):
+                if partition < self.partitions:
+                    self.offsets[partition] = int(offset)
+            for row in conn.execute(select(queued_batches)):
+                self.fold.waiting[row.batch_id] = Waiting(
+                    row.priority, dict(row.waiting), row.queued_partition, row.queued_offset
+                )
+
+    def step(self, limit: int = 5000) -> int:
+        """Fold the next answers of every partition; how many."""
+        folded = 0
+        for partition in range(self.partitions):
+            records = self.log.read(self.topic, partition, self.offsets[partition], limit)
+            if not records:
+                continue
+            before = dict(self.fold.waiting)
+            for record in records:
+                self.fold.apply(partition, record.offset, json.loads(record.value))
+            end = records[-1].offset + 1
+            with self.engine.begin() as conn:
+                self._advance(conn, partition, end)
+                self._write(conn, before)
+            self.offsets[partition] = end
+            folded += len(records)
+        return folded
+
+    def catch_up(self) -> int:
+        total = 0
+        while folded := self.step():
+            total += folded
+        return total
+
+    def _advance(self, conn: Connection, partition: int, end: int) -> None:
+        query = select(queue_offsets.c.next_offset).where(queue_offsets.c.partition == partition)
+        if conn.dialect.name == "postgresql":
+            query = query.with_for_update()
+        current = conn.execute(query).scalar_one_or_none()
+        if (current or 0) != self.offsets[partition]:
+            raise QueueOffsetMoved(
+                f"placements partition {partition}: the view is at {current}, "
+                f"this projector at {self.offsets[partition]}"
+            )
+        if current is None:
+            conn.execute(insert(queue_offsets).values(partition=partition, next_offset=end))
+        else:
+            conn.execute(
+                update(queue_offsets)
+                .where(queue_offsets.c.partition == partition)
+                .values(next_offset=end)
+            )
+
+    def _write(self, conn: Connection, before: dict[str, Waiting]) -> None:
+        after = self.fold.waiting
+        gone = [b for b, w in before.items() if after.get(b) is not w]
+        new = [b for b, w in after.items() if before.get(b) is not w]
+        if gone:
+            conn.execute(delete(queued_batches).where(queued_batches.c.batch_id.in_(gone)))
+        if new:
+            conn.execute(
+                insert(queued_batches),
+                [
+                    {
+                        "batch_id": b,
+                        "priority": after[b].priority,
+                        "waiting": dict(after[b].shapes),
+                        "queued_partition": after[b].partition,
+                        "queued_offset": after[b].offset,
+                    }
+                    for b in new
+                ],
+            )
+        shapes = {s for b in gone for s in before[b].shapes} | {
+            s for b in new for s in after[b].shapes
+        }
+        if not shapes:
+            return
+        depth = self.fold.depth()
+        conn.execute(delete(queue_depth).where(queue_depth.c.shape.in_(sorted(shapes))))
+        rows = [
+            {"shape": s, "instances": depth[s].instances, "batches": depth[s].batches}
+            for s in sorted(shapes)
+            if s in depth
+        ]
+        if rows:
+            conn.execute(insert(queue_depth), rows)
+
+
+def read_depth(engine: Engine) -> dict[str, dict[str, int]]:
+    """The queue depth as the view holds it: shape -> instances and batches."""
+    with engine.connect() as conn:
+        return {
+            row.shape: {"instances": int(row.instances), "batches": int(row.batches)}
+            for row in conn.execute(select(queue_depth).order_by(queue_depth.c.shape))
+        }

@@ -1,0 +1,127 @@
+"""Queue depth by resource shape: the fold, and the read model kept by the
+queue projector from the scheduler worker's answers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from berth.app import App, Settings
+from berth.cli import main
+from berth.client import Publisher
+from consumers.batches import BatchScheduler, shape_key
+from consumers.coordinator import Coordinator
+from consumers.queue_projector import QueueProjector, read_depth
+from consumers.scheduler import OutcomeFollower, Scheduler
+from consumers.scheduler_worker import SchedulerWorker
+from consumers.snapshot_source import snapshot_from_view
+from placement.config import SchedulerConfig
+from placement.model import Snapshot
+from projections.queue_depth import Depth, QueueDepth
+from schemas.events import Release
+from schemas.requests import BatchMode, BatchRequest, PlacementRequest
+from tests.builders import provider
+
+NOW_MS = 10**12
+
+
+def test_the_fold_counts_queued_instances_per_shape_until_answered() -> None:
+    fold = QueueDepth()
+    fold.apply(0, 0, {"request_id": "a", "status": "queued", "waiting": {"VCPU=2": 3}})
+    fold.apply(1, 0, {"request_id": "b", "status": "queued", "waiting": {"VCPU=2": 1, "VCPU=4": 2}})
+    fold.apply(1, 1, {"request_id": "c", "status": "committed"})  # never queued: no change
+    assert fold.depth() == {"VCPU=2": Depth(4, 2), "VCPU=4": Depth(2, 1)}
+    fold.apply(0, 1, {"request_id": "a", "status": "committed"})
+    fold.apply(1, 2, {"request_id": "b", "status": "failed"})
+    assert fold.depth() == {}
+
+
+def test_a_shape_is_the_same_whatever_the_order_of_its_classes() -> None:
+    assert shape_key({"VCPU": 2, "MEMORY_MB": 4096}) == shape_key({"MEMORY_MB": 4096, "VCPU": 2})
+    assert shape_key({"VCPU": 2, "MEMORY_MB": 4096}) == "MEMORY_MB=4096,VCPU=2"
+
+
+def _batch(
+    batch_id: str, instances: int, vcpu: int, mode: BatchMode, priority: int = 0
+) -> BatchRequest:
+    member = PlacementRequest(
+        request_id=f"{batch_id}-m",
+        ts_ms=NOW_MS,
+        project_id="ci",
+        resources={"VCPU": vcpu},
+        num_instances=instances,
+    )
+    return BatchRequest(
+        batch_id=batch_id, ts_ms=NOW_MS, members=(member,), mode=mode, priority=priority
+    )
+
+
+def _worker(app: App, publisher: Publisher) -> SchedulerWorker:
+    writers = app.writers()
+
+    def pump() -> None:
+        for writer in writers:
+            writer.catch_up()
+
+    def snapshot() -> Snapshot:
+        return snapshot_from_view(app.engine)
+
+    engine = SchedulerConfig.default().engine()
+    follower = OutcomeFollower(app.log, app.settings.topics.outcomes)
+    coordinator = Coordinator(publisher, app.log, app.settings.topics, follower, pump=pump)
+    batches = BatchScheduler(coordinator, engine, snapshot, publisher.partitions, pump=pump)
+    scheduler = Scheduler(publisher, engine, snapshot, follower, pump=pump)
+    pump()
+    return SchedulerWorker(app.log, app.settings.topics, scheduler, batches=batches)
+
+
+def test_queue_depth_follows_the_queue_exactly_once_and_survives_restarts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    settings = Settings(data_dir=tmp_path, partitions=2)
+    with App(settings) as app:
+        publisher = Publisher(app.log, clock_ms=lambda: NOW_MS)
+        publisher.publish([e for n in range(2) for e in provider(f"n{n}", ts=1, VCPU=4)])
+        worker = _worker(app, publisher)
+        publisher.submit([_batch("fill", 2, 4, "all_or_nothing")])
+        worker.step()
+        publisher.submit(
+            [_batch("wait", 3, 2, "queue"), _batch("urgent", 1, 4, "queue", priority=5)]
+        )
+        worker.step()
+        projector = QueueProjector(app.log, settings.topics, app.engine)
+        assert projector.catch_up() == 3
+        waiting = {
+            "VCPU=2": {"instances": 3, "batches": 1},
+            "VCPU=4": {"instances": 1, "batches": 1},
+        }
+        assert read_depth(app.engine) == waiting
+        # a second projector resumes from the view's offsets: nothing is counted twice
+        assert QueueProjector(app.log, settings.topics, app.engine).catch_up() == 0
+        assert read_depth(app.engine) == waiting
+
+        # a restarted worker queues the waiting batches again, in priority order
+        worker = _worker(app, publisher)
+        assert worker.batches is not None
+        assert [b.batch_id for b in worker.batches.queued()] == ["urgent", "wait"]
+        answers = [
+            json.loads(r.value)
+            for p in range(2)
+            for r in app.log.read(settings.topics.placements, p, 0, 10)
+        ]
+        (fill,) = [a for a in answers if a["request_id"] == "fill"]
+        publisher.publish(
+            [
+                Release(event_id=f"rel-{rid}", ts_ms=NOW_MS, partition_key=pid, reservation_id=rid)
+                for rid, pid in fill["reservations"]
+            ]
+        )
+        worker.step()  # drains the queue head first: urgent fits, wait (6 VCPU) no longer does
+        projector.catch_up()
+        assert read_depth(app.engine) == {"VCPU=2": {"instances": 3, "batches": 1}}
+    assert main(["queue", "--data-dir", str(tmp_path), "--partitions", "2", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == {
+        "VCPU=2": {"instances": 3, "batches": 1}
+    }
