@@ -117,3 +117,92 @@ def test_the_scheduler_worker_on_kafka_and_postgres(
             json.loads(r.value) for p in range(2) for r in app.log.read(topics.placements, p, 0, 10)
         ]
     assert sorted(a["placed"] for a in answers) == [False, True, True]
+
+
+def test_batches_commit_whole_or_hold_nothing_on_kafka_and_postgres(
+    kafka_bootstrap: str, postgres_url: str
+) -> None:
+    """The coordinator, its transactions topic and the queue projection on the
+    real engines: a batch spanning both partitions commits whole, one that
+    cannot fit holds nothing, a queued one is counted by shape, and a new
+    coordinator finds nothing left unfinished."""
+    import json
+
+    from sqlalchemy import select
+
+    from consumers.batches import BatchScheduler
+    from consumers.coordinator import Coordinator
+    from consumers.queue_projector import QueueProjector, read_depth
+    from consumers.scheduler import OutcomeFollower, Scheduler
+    from consumers.scheduler_worker import SchedulerWorker
+    from consumers.snapshot_source import snapshot_from_view
+    from placement.config import SchedulerConfig
+    from placement.model import Snapshot
+    from projections.view.tables import reservations
+    from schemas.events import IdentifierItem, PoolDefined
+    from schemas.requests import BatchMode, BatchRequest, PlacementRequest
+
+    suffix = uuid.uuid4().hex[:8]
+    topics = Topics(*(f"{name}-{suffix}" for name in ("ev", "out", "dead", "req", "place", "txn")))
+    settings = Settings(
+        log_url=f"kafka://{kafka_bootstrap}", db_url=postgres_url, partitions=2, topics=topics
+    )
+    with App(settings) as app:
+        edge = Publisher(app.log, topics, clock_ms=lambda: 10**6)
+        edge.publish([e for n in range(4) for e in provider(f"n{n}", ts=1, VCPU=4)])
+        edge.publish(
+            [PoolDefined(event_id="vni", ts_ms=1, partition_key="vni", pool_id="vni", kind="vni")]
+        )
+        writers = app.writers()
+
+        def pump() -> None:
+            for writer in writers:
+                writer.catch_up()
+
+        def snapshot() -> Snapshot:
+            return snapshot_from_view(app.engine)
+
+        engine = SchedulerConfig.default().engine()
+        follower = OutcomeFollower(app.log, topics.outcomes)
+        coordinator = Coordinator(edge, app.log, topics, follower, pump=pump)
+        batches = BatchScheduler(coordinator, engine, snapshot, 2, pump=pump)
+        scheduler = Scheduler(edge, engine, snapshot, follower, pump=pump)
+        pump()
+        worker = SchedulerWorker(app.log, topics, scheduler, batches=batches)
+
+        def job(batch_id: str, count: int, mode: BatchMode = "all_or_nothing") -> BatchRequest:
+            member = PlacementRequest(
+                request_id=f"{batch_id}-m",
+                ts_ms=10**6,
+                project_id="p",
+                resources={"VCPU": 4},
+                num_instances=count,
+                identifiers=(IdentifierItem(pool_id="vni"),),
+            )
+            return BatchRequest(batch_id=batch_id, ts_ms=10**6, members=(member,), mode=mode)
+
+        for request in (job("whole", 3), job("too-big", 2), job("later", 2, "queue")):
+            edge.submit([request])  # one at a time: the worker reads partitions in turn
+            assert worker.step() == 1
+        pump()
+        answers = {
+            a["request_id"]: a
+            for a in (
+                json.loads(r.value)
+                for p in range(2)
+                for r in app.log.read(topics.placements, p, 0, 10)
+            )
+        }
+        assert answers["whole"]["status"] == "committed", answers["whole"]["reason"]
+        vnis = sorted(int(v) for i in answers["whole"]["instances"] for _, v in i["identifiers"])
+        assert vnis == [1, 2, 3]
+        assert answers["too-big"]["status"] == "failed"
+        assert answers["later"]["status"] == "queued"
+        with app.engine.connect() as conn:
+            statuses = [row.status for row in conn.execute(select(reservations.c.status))]
+        held = [rid for i in answers["whole"]["instances"] for rid in i["reservation_ids"]]
+        assert len(held) >= 3  # a VNI shares its instance's reservation when in its partition
+        assert sorted(statuses) == ["held"] * len(held)  # nothing of the refused batch
+        QueueProjector(app.log, topics, app.engine).catch_up()
+        assert read_depth(app.engine) == {"VCPU=4": {"instances": 2, "batches": 1}}
+        assert Coordinator(edge, app.log, topics, follower, pump=pump).recover() == []
