@@ -279,8 +279,7 @@ def bench_pool_claims(lowest: int, ipv4: int, specific: int) -> dict[str, Any]:
 
 
 def _pool_bytes(pool: IntervalPool) -> int:
-    arrays = pool._starts, pool._ends
-    return sum(len(a) * a.itemsize for a in arrays) + sys.getsizeof(pool)
+    return pool.nbytes + sys.getsizeof(pool)
 
 
 def _rate(operation: Callable[[int], bool], identifiers: Sequence[int]) -> int:

@@ -26,7 +26,7 @@ operations = st.lists(
 def test_the_pool_behaves_like_a_set_of_free_identifiers(
     excluded: set[int], ops: list[tuple[str, int]]
 ) -> None:
-    pool = IntervalPool(1, 64, excluded)
+    pool = IntervalPool(1, 64, excluded, block=2)  # tiny blocks: splits and merges across them
     free = set(range(1, 65)) - excluded
     for op, identifier in ops:
         if op == "lowest":

@@ -486,7 +486,7 @@ def _reservation(r: Reservation) -> tuple[Any, ...]:
 def _intervals(pool_state: PoolState) -> tuple[Any, ...]:
     """The pool's free identifiers as intervals (its whole state)."""
     free = pool_state.free
-    return (free.first, free.last, free.count, list(free._starts), list(free._ends))
+    return (free.first, free.last, free.count, free.spans())
 
 
 def _assert_identifiers_match(engine: Engine, state: PartitionState) -> None:
