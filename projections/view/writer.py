@@ -183,42 +183,26 @@ def _items_json(claim: ClaimSpec) -> str:
 
 
 def _write_outcomes(conn: Connection, batch: Batch) -> None:
-    rows = [
-        (
-            o.partition,
-            o.offset,
-            o.seq,
-            o.kind,
-            o.event_id,
-            o.subject,
-            o.clock_ms,
-            _json([r.to_dict() for r in o.reasons]) if o.reasons else None,
-            o.expires_at_ms,
-        )
-        for applied in batch.applied
-        for o in applied.outcomes
-        if not o.identifiers
-    ]
-    _bulk(conn, _INSERT_OUTCOME, rows)
-    if len(rows) == sum(len(applied.outcomes) for applied in batch.applied):
-        return  # none gives or gives back an identifier
-    given = [
-        (
-            o.partition,
-            o.offset,
-            o.seq,
-            o.kind,
-            o.event_id,
-            o.subject,
-            o.clock_ms,
-            _json([r.to_dict() for r in o.reasons]) if o.reasons else None,
-            o.expires_at_ms,
-            _json(o.identifiers),
-        )
-        for applied in batch.applied
-        for o in applied.outcomes
-        if o.identifiers
-    ]
+    plain: list[tuple[Any, ...]] = []
+    given: list[tuple[Any, ...]] = []  # outcomes that give or give back identifiers
+    for applied in batch.applied:
+        for o in applied.outcomes:
+            row = (
+                o.partition,
+                o.offset,
+                o.seq,
+                o.kind,
+                o.event_id,
+                o.subject,
+                o.clock_ms,
+                _json([r.to_dict() for r in o.reasons]) if o.reasons else None,
+                o.expires_at_ms,
+            )
+            if o.identifiers:
+                given.append((*row, _json(o.identifiers)))
+            else:
+                plain.append(row)
+    _bulk(conn, _INSERT_OUTCOME, plain)
     _bulk(conn, _INSERT_OUTCOME_WITH_IDENTIFIERS, given)
 
 
