@@ -120,14 +120,7 @@ def claim_set(state: PartitionState, event: ClaimSet, out: Emitter) -> None:
             out.emit(Kind.REJECTED, spec.reservation_id, (seen,))
             conflicts.append(spec.reservation_id)
     if conflicts and event.atomic:
-        together = (
-            Reason(
-                Code.BATCH_MEMBER_REJECTED,
-                detail=f"{conflicts[0]} reuses a reservation id and the set is atomic",
-            ),
-        )
-        for spec, _ in fresh:
-            out.emit(Kind.REJECTED, spec.reservation_id, together)
+        _refuse_together(fresh, f"{conflicts[0]} reuses a reservation id", out)
         return
     if not fresh:
         return
@@ -145,7 +138,7 @@ def claim_set(state: PartitionState, event: ClaimSet, out: Emitter) -> None:
                 )
             }
             decided = [retried.get(d.spec.reservation_id, d) for d in decided]
-    _emit_set(event, decided, out)
+    _emit_set(event, fresh, decided, out)
 
 
 def _decide_set(
@@ -182,29 +175,39 @@ def _decide_set(
     return decided
 
 
-def _emit_set(event: ClaimSet, decided: list[_Decided], out: Emitter) -> None:
-    kind = Kind.ACCEPTED if event.transaction is None else Kind.PREPARED
-    if event.atomic and decided and decided[0].reservation is None:
+def _emit_set(
+    event: ClaimSet,
+    fresh: list[tuple[ClaimSpec, Shapes]],
+    decided: list[_Decided],
+    out: Emitter,
+) -> None:
+    if event.atomic and decided[0].reservation is None:
         failed = decided[0]
-        together = (
-            Reason(
-                Code.BATCH_MEMBER_REJECTED,
-                detail=f"{failed.spec.reservation_id} did not fit and the set is atomic",
-            ),
-        )
-        for spec in event.claims:
-            rid = spec.reservation_id
-            if rid == failed.spec.reservation_id:
-                out.emit(Kind.REJECTED, rid, failed.reasons)
-            elif rid not in out.state.reservations and rid not in out.state.finished:
-                out.emit(Kind.REJECTED, rid, together)
+        _refuse_together(fresh, f"{failed.spec.reservation_id} did not fit", out, failed)
         return
+    kind = Kind.ACCEPTED if event.transaction is None else Kind.PREPARED
     for d in decided:
         r = d.reservation
         if r is None:
             out.emit(Kind.REJECTED, d.spec.reservation_id, d.reasons)
         else:
             out.emit(kind, r.reservation_id, expires_at_ms=r.expires_at_ms, identifiers=named(r))
+
+
+def _refuse_together(
+    members: list[tuple[ClaimSpec, Shapes]],
+    why: str,
+    out: Emitter,
+    culprit: _Decided | None = None,
+) -> None:
+    """Reject every member of an atomic set one of them sank, in set order;
+    the culprit, if among them, with its own reasons."""
+    together = (Reason(Code.BATCH_MEMBER_REJECTED, detail=f"{why} and the set is atomic"),)
+    for spec, _ in members:
+        if culprit is not None and spec is culprit.spec:
+            out.emit(Kind.REJECTED, spec.reservation_id, culprit.reasons)
+        else:
+            out.emit(Kind.REJECTED, spec.reservation_id, together)
 
 
 def abort_pending(
