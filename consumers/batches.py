@@ -149,8 +149,6 @@ class BatchScheduler:
         self.clock_ms = clock_ms or coordinator.publisher.clock_ms
         self.max_attempts = max_attempts
         self.generation = generation
-        self._keys: dict[str, str] = {}
-        """Reservation id -> a key of its partition, for releasing it."""
         self.queue: list[tuple[int, int, BatchRequest]] = []
         """(-priority, arrival, batch), kept sorted: the head is tried first."""
         self._arrivals = 0
@@ -213,7 +211,7 @@ class BatchScheduler:
                 return self._unplaceable(batch, planned, attempt, votes)
             txn = f"{batch.batch_id}.{attempt}{self.generation}"
             parts, rids = self._parts(batch, planned, txn)
-            needed = sum(len(r) for r in rids.values()) if batch.mode != "at_least" else low
+            needed = sum(map(len, rids.values())) if batch.mode != "at_least" else low
             result = self.coordinator.execute(
                 txn,
                 batch.ts_ms,
@@ -269,11 +267,11 @@ class BatchScheduler:
 
     def _parts(
         self, batch: BatchRequest, planned: _Planned, txn: str
-    ) -> tuple[list[Part], dict[tuple[int, int], list[str]]]:
-        """The claims of every planned instance, one set per partition; and the
-        reservation ids of each instance."""
+    ) -> tuple[list[Part], dict[tuple[int, int], list[tuple[str, str]]]]:
+        """The claims of every planned instance, one set per partition; and each
+        instance's reservation ids, with a key of each one's partition."""
         by_partition: dict[int, tuple[str, list[ClaimSpec]]] = {}
-        rids: dict[tuple[int, int], list[str]] = {}
+        rids: dict[tuple[int, int], list[tuple[str, str]]] = {}
         for m, i, pid in planned.instances:
             member = batch.members[m]
             consumer = f"{batch.batch_id}.{m}.{i}"
@@ -290,9 +288,8 @@ class BatchScheduler:
                     (where, items[0].pool_id, _spec(member, rid, consumer, None, tuple(items)))
                 )
             for where, key, spec in specs:
-                self._keys[spec.reservation_id] = key
                 by_partition.setdefault(where, (key, []))[1].append(spec)
-                rids.setdefault((m, i), []).append(spec.reservation_id)
+                rids.setdefault((m, i), []).append((spec.reservation_id, key))
         parts = [
             Part(partition, key, tuple(specs))
             for partition, (key, specs) in sorted(by_partition.items())
@@ -303,39 +300,43 @@ class BatchScheduler:
         self,
         batch: BatchRequest,
         planned: _Planned,
-        rids: dict[tuple[int, int], list[str]],
+        rids: dict[tuple[int, int], list[tuple[str, str]]],
         result: TxnResult,
         low: int,
     ) -> BatchResult | None:
         """The batch's result if this attempt decided it; None to try again."""
         held = set(result.committed)
         instances = []
-        partial: list[str] = []
+        partial: list[tuple[str, str]] = []
         for m, i, pid in planned.instances:
             mine = rids[(m, i)]
-            if all(rid in held for rid in mine):
-                given = tuple(pair for rid in mine for pair in result.identifiers.get(rid, ()))
-                keys = tuple(self._keys[rid] for rid in mine)
-                instances.append(Instance(m, i, pid, tuple(mine), given, keys))
+            if all(rid in held for rid, _ in mine):
+                given = tuple(pair for rid, _ in mine for pair in result.identifiers.get(rid, ()))
+                ids, keys = zip(*mine, strict=True)
+                instances.append(Instance(m, i, pid, ids, given, keys))
             else:
-                partial.extend(rid for rid in mine if rid in held)
+                partial.extend((rid, key) for rid, key in mine if rid in held)
         if partial:  # at_least: an instance that got only part of its claims holds nothing
             self._release(partial)
         enough = result.ok and len(instances) >= low
         if result.ok and not enough:  # at_least, and too few whole instances
-            self._release([rid for inst in instances for rid in inst.reservation_ids])
-        for mine in rids.values():
-            for rid in mine:
-                del self._keys[rid]
+            self._release(
+                [
+                    pair
+                    for inst in instances
+                    for pair in zip(inst.reservation_ids, inst.keys, strict=True)
+                ]
+            )
         if not enough:
             return None
         log.info("batch %s committed: %d instances", batch.batch_id, len(instances))
         return BatchResult(batch.batch_id, "committed", tuple(instances))
 
-    def _release(self, rids: list[str]) -> None:
+    def _release(self, held: list[tuple[str, str]]) -> None:
+        """Give back (reservation id, partition key) pairs, one append per key."""
         by_key: dict[str, list[str]] = {}
-        for rid in rids:
-            by_key.setdefault(self._keys[rid], []).append(rid)
+        for rid, key in held:
+            by_key.setdefault(key, []).append(rid)
         for key, mine in by_key.items():
             self.coordinator.release(key, mine)
 
