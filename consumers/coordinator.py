@@ -126,8 +126,9 @@ class Coordinator:
             self._record(
                 "begun",
                 ref,
-                parts=parts,
-                outcomes_from=self.follower.offsets,
+                ref=ref.model_dump(),
+                parts=[_part_json(p) for p in parts],
+                outcomes_from=list(self.follower.offsets),
                 needed=needed,
                 atomic=atomic,
             )
@@ -145,7 +146,7 @@ class Coordinator:
                 ]
             )
             self._await(rids, _VOTES)
-            prepared = [rid for rid in rids if self._kinds(rid)[:1] == [Kind.PREPARED]]
+            prepared = self._prepared(rids)
             alive = [rid for rid in prepared if not _AFTER_VOTE & set(self._kinds(rid))]
             commit = (
                 len(alive) >= needed
@@ -188,7 +189,7 @@ class Coordinator:
             self.follower.follow(rids)
             for rid in rids:
                 self.follower.history[rid][:0] = scan.history[rid]
-            prepared = [rid for rid in rids if self._kinds(rid)[:1] == [Kind.PREPARED]]
+            prepared = self._prepared(rids)
             commit = decided.get(tid, False)  # never decided: presumed abort
             log.warning("recovering transaction %s: %s", tid, "commit" if commit else "abort")
             try:
@@ -272,6 +273,10 @@ class Coordinator:
 
     # --- helpers ------------------------------------------------------------
 
+    def _prepared(self, rids: Sequence[str]) -> list[str]:
+        """The members whose vote was yes (they may have lost the hold since)."""
+        return [rid for rid in rids if self._kinds(rid)[:1] == [Kind.PREPARED]]
+
     def _kinds(self, rid: str) -> list[str]:
         return [o.kind for o in self.follower.history.get(rid, ())]
 
@@ -325,28 +330,12 @@ class Coordinator:
                 ]
             )
 
-    def _record(self, step: str, ref: TransactionRef, **details: Any) -> None:
-        data: dict[str, Any] = {"step": step, "transaction_id": ref.transaction_id}
-        if step == "begun":
-            parts: Sequence[Part] = details.pop("parts")
-            data["ref"] = ref.model_dump()
-            data["parts"] = [
-                {
-                    "partition": p.partition,
-                    "key": p.key,
-                    "claims": [c.model_dump(mode="json", exclude_defaults=True) for c in p.claims],
-                }
-                for p in parts
-            ]
-            data["outcomes_from"] = list(details.pop("outcomes_from"))
-            data["needed"] = details.pop("needed", 0)
-            data["atomic"] = details.pop("atomic", True)
-        data.update(details)
+    def _record(self, step: str, txn: TransactionRef, **details: Any) -> None:
+        data = {"step": step, "transaction_id": txn.transaction_id, **details}
         topic = self.topics.transactions
-        partition = partition_for(ref.transaction_id.encode(), self.log.partition_count(topic))
-        self.log.append(
-            topic, [Append(partition, ref.transaction_id.encode(), json.dumps(data).encode())]
-        )
+        key = txn.transaction_id.encode()
+        partition = partition_for(key, self.log.partition_count(topic))
+        self.log.append(topic, [Append(partition, key, json.dumps(data).encode())])
 
     def _records(self) -> list[dict[str, Any]]:
         topic = self.topics.transactions
@@ -357,6 +346,11 @@ class Coordinator:
                 offset = batch[-1].offset + 1
                 records.extend(json.loads(r.value) for r in batch)
         return records
+
+
+def _part_json(part: Part) -> dict[str, Any]:
+    claims = [c.model_dump(mode="json", exclude_defaults=True) for c in part.claims]
+    return {"partition": part.partition, "key": part.key, "claims": claims}
 
 
 def _refused(no: Sequence[Vote], got: int, needed: int) -> str:
