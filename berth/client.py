@@ -128,10 +128,12 @@ class Publisher:
         so quiet partitions expire their overdue holds."""
         now = self.clock_ms()
         targets = range(self.partitions) if partitions is None else partitions
+        keys = partition_keys(self.partitions)
         appends = []
         for partition in targets:
-            tick = Tick(event_id=f"tick-{uuid.uuid4()}", ts_ms=now, partition_key=f"{partition}")
-            appends.append(Append(partition, b"", encode_event(tick)))
+            key = keys[partition]
+            tick = Tick(event_id=f"tick-{uuid.uuid4()}", ts_ms=now, partition_key=key)
+            appends.append(Append(partition, key.encode(), encode_event(tick)))
         self.log.append(self.topics.events, appends)
 
     def release_consumer(self, consumer_id: str) -> list[tuple[int, int]]:
