@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ledger.partitioner import partition_for
 from projections.state import PartitionState
-from schemas.outcomes import Code, Outcome, Reason
+from schemas.outcomes import Code, Outcome, Reason, new_outcome
 
 
 class Emitter:
@@ -27,18 +27,21 @@ class Emitter:
         identifiers: tuple[tuple[str, str], ...] = (),
     ) -> None:
         out = self.out
+        state = self.state
         out.append(
-            Outcome(
-                self.state.partition,
-                self.offset,
-                len(out),
-                kind,
-                self.event_id,
-                subject,
-                self.state.clock_ms,
-                reasons,
-                expires_at_ms,
-                identifiers,
+            new_outcome(
+                (
+                    state.partition,
+                    self.offset,
+                    len(out),
+                    kind,
+                    self.event_id,
+                    subject,
+                    state.clock_ms,
+                    reasons,
+                    expires_at_ms,
+                    identifiers,
+                )
             )
         )
 

@@ -28,15 +28,16 @@ def hold(
 ) -> Reservation:
     """Hold what ``spec`` asked for until ``expires_at_ms``: its amounts were
     decided to fit and its identifiers (``picks``) already taken from their pools."""
-    group = spec.anti_affinity_group
-    tags = spec.tags or NO_TAGS
+    f = spec.__dict__
+    group = f["anti_affinity_group"]
+    tags = f["tags"] or NO_TAGS
     touched = state.touched
     for provider, amounts in items:
         touched.add(provider.provider_id)
         provider.take(amounts, provider.held, tags, group)
     for pool, _ in picks:
         state.pools_touched.add(pool.pool_id)
-    rid = spec.reservation_id
+    rid = f["reservation_id"]
     reservation = Reservation(
         rid,
         tuple(items),
@@ -45,10 +46,10 @@ def hold(
         print_,
         group,
         tags,
-        spec.consumer_id,
+        f["consumer_id"],
         picks,
         transaction,
-        spec.lease_ms,
+        f["lease_ms"],
     )
     state.reservations[rid] = reservation
     heapq.heappush(state.expiry, (expires_at_ms, rid))

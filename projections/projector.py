@@ -43,10 +43,13 @@ __all__ = ["apply", "claim_shapes", "fingerprint"]
 
 def apply(state: PartitionState, offset: int, event: Event) -> list[Outcome]:
     """Decide one record of this partition; mutate ``state``; return the outcomes."""
-    if event.ts_ms > state.clock_ms:
-        state.clock_ms = event.ts_ms
-    out = Emitter(state, offset, event.event_id)
-    if state.expiry and state.expiry[0][0] < state.clock_ms:
+    f = event.__dict__  # one lookup a field: pydantic's attribute hook costs two
+    clock = state.clock_ms
+    if f["ts_ms"] > clock:
+        clock = state.clock_ms = f["ts_ms"]
+    out = Emitter(state, offset, f["event_id"])
+    expiry = state.expiry
+    if expiry and expiry[0][0] < clock:
         _expire_due(state, out)
     _HANDLERS[type(event)](state, event, out)
     return out.out

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from projections.pools import PoolState
-from schemas.events import Inventory
+from schemas.events import MAX_AMOUNT, Inventory
 
 HELD = 0
 CONSUMED = 1
@@ -30,6 +30,9 @@ class Limits:
     step_size: int
     allocation_ratio: float
     capacity: int
+    any_amount: bool
+    """No unit rules: every amount a claim may carry (1 .. MAX_AMOUNT) is a
+    valid unit, so deciding needs only the capacity check."""
 
     @classmethod
     def of(cls, inventory: Inventory) -> Limits:
@@ -41,6 +44,9 @@ class Limits:
             step_size=inventory.step_size,
             allocation_ratio=inventory.allocation_ratio,
             capacity=inventory.capacity,
+            any_amount=inventory.min_unit == 1
+            and inventory.max_unit == MAX_AMOUNT
+            and inventory.step_size == 1,
         )
 
 

@@ -8,7 +8,9 @@ topic and in the view.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from enum import IntEnum
+from functools import partial
 from typing import Any, NamedTuple
 
 _compact = json.JSONEncoder(separators=(",", ":")).encode
@@ -182,3 +184,8 @@ class Outcome(NamedTuple):
     @classmethod
     def from_json(cls, raw: bytes) -> Outcome:
         return cls.from_dict(json.loads(raw))
+
+
+new_outcome: Callable[[tuple[Any, ...]], Outcome] = partial(tuple.__new__, Outcome)
+"""Builds an outcome from all ten fields in order, without the Python-level
+``__new__`` a NamedTuple has (half the cost of an outcome on the hot path)."""
