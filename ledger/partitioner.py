@@ -7,6 +7,8 @@ to the embedded log, to Kafka through Berth, or to Kafka through any Java client
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 _M = 0x5BD1E995
 _SEED = 0x9747B28C
 _MASK = 0xFFFFFFFF
@@ -37,8 +39,13 @@ def murmur2(data: bytes) -> int:
     return h
 
 
+@lru_cache(maxsize=1 << 16)
 def partition_for(key: bytes, partitions: int) -> int:
-    """The partition of ``key`` among ``partitions`` (Kafka's default partitioner)."""
+    """The partition of ``key`` among ``partitions`` (Kafka's default partitioner).
+
+    Cached: the same provider and pool ids are routed over and over, and
+    murmur2 in Python costs microseconds a key.
+    """
     if partitions < 1:
         raise ValueError(f"partitions must be >= 1, got {partitions}")
     return (murmur2(key) & 0x7FFFFFFF) % partitions
