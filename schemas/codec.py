@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
@@ -68,7 +67,7 @@ def _raise(error: ValidationError) -> Event:
 
 
 def encode_event(event: Event) -> bytes:
-    """Canonical JSON of an event (defaults omitted to keep the log compact)."""
-    data = event.model_dump(mode="json", exclude_defaults=True)
-    data["type"] = event.type
-    return json.dumps(data, separators=(",", ":"), sort_keys=True).encode()
+    """Compact JSON of an event: defaults are omitted to keep the log small,
+    except the type tag, which goes first because decoding dispatches on it."""
+    body = event.model_dump_json(exclude_defaults=True)
+    return f'{{"type":"{event.type}",{body[1:]}'.encode()
