@@ -99,8 +99,9 @@ class Sampling:
 class _Run:
     ctx: Context
     explain: bool
-    gone: BoolArray
-    """Rows some filter has already rejected (their first story stands)."""
+    gone: BoolArray | None = None
+    """Rows some filter has already rejected (their first story stands);
+    allocated when a filter first rejects one."""
     eliminations: dict[int, Elimination] = field(default_factory=dict)
     counts: Counter[str] = field(default_factory=Counter)
     """Filter -> providers it was the first to reject."""
@@ -110,7 +111,11 @@ class _Run:
         if keep.all():
             return rows
         dropped = rows[~keep]
-        first = dropped[~self.gone[dropped]]
+        if self.gone is None:
+            self.gone = np.zeros(self.ctx.snapshot.size, dtype=np.bool_)
+            first = dropped
+        else:
+            first = dropped[~self.gone[dropped]]
         if len(first):
             self.gone[first] = True
             self.counts[f.name] += len(first)
@@ -136,6 +141,8 @@ class Engine:
         self.weighers = list(weighers)
         self.sampling = sampling or Sampling()
         self._next_start = 0  # where the next sample starts, so samples rotate
+        self._rows: IntArray = np.arange(0, dtype=np.int64)
+        """0 .. n-1 for the last snapshot size, read-only: windows are slices of it."""
 
     def place(self, snapshot: Snapshot, request: Request, explain: bool = False) -> Placement:
         window = self._window(snapshot.size)
@@ -144,7 +151,7 @@ class Engine:
             if placement.placed:
                 return placement
             # the sample was not enough: look at every provider before saying no
-        everyone: IntArray = np.arange(snapshot.size, dtype=np.int64)
+        everyone = self._all_rows(snapshot.size)
         placement = self._place(snapshot, request, explain, everyone)
         if not placement.placed and not explain:
             # the full story costs nothing on the success path
@@ -158,14 +165,25 @@ class Engine:
             return None
         start = self._next_start % size
         self._next_start = start + wanted
-        rows: IntArray = (np.arange(wanted, dtype=np.int64) + start) % size
+        every = self._all_rows(size)
+        if start + wanted <= size:
+            return every[start : start + wanted]
+        rows: IntArray = np.concatenate((every[start:], every[: start + wanted - size]))
         return rows
+
+    def _all_rows(self, size: int) -> IntArray:
+        if len(self._rows) != size:
+            self._rows = np.arange(size, dtype=np.int64)
+            self._rows.flags.writeable = False
+        return self._rows
 
     def _place(
         self, snapshot: Snapshot, request: Request, explain: bool, rows: IntArray
     ) -> Placement:
-        ctx = Context.start(snapshot, request)
-        run = _Run(ctx, explain, np.zeros(snapshot.size, dtype=np.bool_))
+        # the snapshot's usage is only read until a pick that a later pick of
+        # this request must see, so most requests never copy it
+        ctx = Context(snapshot, request, snapshot.used)
+        run = _Run(ctx, explain)
         demand = demand_row(snapshot, request.resources)
         for f in self.once:
             if f.applies(request):
@@ -184,7 +202,10 @@ class Engine:
             row = int(candidates[best])
             picks.append(snapshot.providers[row].provider_id)
             weights.append(float(scores[best]))
-            ctx.used[row] += demand
+            if len(picks) < request.num_instances:
+                if ctx.used is snapshot.used:
+                    ctx.used = snapshot.used.copy()
+                ctx.used[row] += demand
             ctx.picked.append(row)
         trace = None
         if explain:

@@ -112,6 +112,14 @@ class Snapshot:
     hypervisor_version: FloatArray = field(init=False, repr=False)
     row_of: Mapping[str, int] = field(init=False, repr=False)
     """Provider id -> row."""
+    any_io_ops: bool = field(init=False, repr=False)
+    any_build_failures: bool = field(init=False, repr=False)
+    hypervisor_versions_differ: bool = field(init=False, repr=False)
+    """Whether the weighers that read these columns can tell providers apart
+    at all, asked once per snapshot instead of once per decision."""
+    _capacity: list[Any] = field(init=False, repr=False, compare=False)
+    """[total, reserved, allocation_ratio, capacity]: ``capacity()`` as of
+    those arrays, shared with usage-only twins, recomputed when they change."""
 
     def __post_init__(self) -> None:
         providers = self.providers
@@ -128,6 +136,13 @@ class Snapshot:
         }
         for name, value in derived.items():
             object.__setattr__(self, name, value)
+        versions = derived["hypervisor_version"]
+        object.__setattr__(self, "any_io_ops", bool(derived["num_io_ops"].any()))
+        object.__setattr__(self, "any_build_failures", bool(derived["build_failures"].any()))
+        object.__setattr__(
+            self, "hypervisor_versions_differ", bool(n and versions.max() != versions.min())
+        )
+        object.__setattr__(self, "_capacity", [None, None, None, None])
         object.__setattr__(self, "row_of", {p.provider_id: i for i, p in enumerate(providers)})
         shape = (len(self.providers), len(self.classes))
         for name in RESOURCE_ARRAYS:
@@ -157,6 +172,18 @@ class Snapshot:
         """(total - reserved) x allocation_ratio, per provider and class."""
         ratios = self.allocation_ratio if ratio is None else ratio
         return ((self.total - self.reserved) * ratios).astype(np.int64)
+
+    def capacity_table(self) -> IntArray:
+        """``capacity()``, computed once per inventory arrays (read-only: the
+        table is shared with every twin of this snapshot)."""
+        memo = self._capacity
+        total, reserved, ratio = self.total, self.reserved, self.allocation_ratio
+        if memo[0] is not total or memo[1] is not reserved or memo[2] is not ratio:
+            table = self.capacity()
+            table.flags.writeable = False
+            memo[:] = [total, reserved, ratio, table]
+        table_: IntArray = memo[3]
+        return table_
 
     def aggregates_of(self, row: int) -> list[Aggregate]:
         names = self.providers[row].aggregates

@@ -115,6 +115,27 @@ def test_samples_rotate_over_the_feasible_providers() -> None:
     assert picks == ["p0", "p2", "p4", "p6", "p8"]
 
 
+def test_a_sample_that_runs_past_the_last_provider_wraps_to_the_first() -> None:
+    engine = Engine([FreeVcpu()], [MostFree(multiplier=-1.0)], Sampling(percentage=30, minimum=2))
+    snapshot = cluster([4] * 10)
+    picks = [engine.place(snapshot, Request(f"q{k}", {"VCPU": 1})).providers[0] for k in range(5)]
+    # windows [0..2], [3..5], [6..8], [9, 0, 1], [2..4]; ties go to the window's first row
+    assert picks == ["p0", "p3", "p6", "p9", "p2"]
+
+
+def test_later_instances_see_earlier_picks_and_the_snapshot_is_left_alone() -> None:
+    snapshot = cluster([4, 4, 2])
+    placement = Engine([FreeVcpu()], [MostFree()]).place(
+        snapshot, Request("q", {"VCPU": 3}, num_instances=2)
+    )
+    assert placement.providers == ("p0", "p1")
+    assert snapshot.used.tolist() == [[0], [0], [0]]
+    again = Engine([FreeVcpu()], [MostFree()]).place(
+        snapshot, Request("q", {"VCPU": 3}, num_instances=3)
+    )
+    assert not again.placed and again.providers == ("p0", "p1")
+
+
 def test_a_sample_that_cannot_place_falls_back_to_every_provider() -> None:
     engine = Engine([FreeVcpu()], [MostFree()], Sampling(percentage=20, minimum=2))
     snapshot = cluster([1, 1, 1, 1, 1, 1, 1, 1, 1, 8])

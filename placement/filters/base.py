@@ -29,6 +29,24 @@ class Context:
     """``snapshot.used`` plus the virtual consumption of earlier picks."""
     picked: list[int] = field(default_factory=list)
     """Rows already picked for this request (one per earlier instance)."""
+    _free: tuple[IntArray, IntArray, int, IntArray] | None = None
+    """(rows, capacity, picks so far, capacity[rows] - used[rows]) of the
+    last ``free`` call: the resource filter and the three resource weighers
+    of one pick ask about the same rows."""
+
+    def free(self, rows: IntArray, capacity: IntArray) -> IntArray:
+        """``capacity[rows] - used[rows]``, every class, one row per row asked."""
+        memo = self._free
+        if (
+            memo is not None
+            and memo[0] is rows
+            and memo[1] is capacity
+            and memo[2] == len(self.picked)
+        ):
+            return memo[3]
+        free: IntArray = capacity.take(rows, axis=0) - self.used.take(rows, axis=0)
+        self._free = (rows, capacity, len(self.picked), free)
+        return free
 
     @classmethod
     def start(cls, snapshot: Snapshot, request: Request) -> Context:

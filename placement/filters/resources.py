@@ -91,33 +91,39 @@ class ResourceFilter(HostFilter):
         # they are computed once per inventory table, not per decision.
         self._inventory: tuple[IntArray, object] | None = None
         self._capacity: IntArray = np.zeros((0, 0), dtype=np.int64)
-        self._units: dict[tuple[int, int], BoolArray] = {}
+        self._units: dict[tuple[tuple[int, int], ...], BoolArray] = {}
 
     def _tables(self, snapshot: Snapshot) -> IntArray:
         key = self._inventory
         if key is None or key[0] is not snapshot.total or key[1] is not snapshot.aggregates:
             ratios = effective_ratios(snapshot)
-            usable = snapshot.total - snapshot.reserved
-            self._capacity = (usable * ratios).astype(np.int64)
+            if ratios is snapshot.allocation_ratio:
+                self._capacity = snapshot.capacity_table()  # shared with the weighers
+            else:
+                usable = snapshot.total - snapshot.reserved
+                self._capacity = (usable * ratios).astype(np.int64)
             self._units = {}
             self._inventory = (snapshot.total, snapshot.aggregates)
         return self._capacity
 
-    def _unit_rules(self, snapshot: Snapshot, column: int, amount: int) -> BoolArray:
-        """Providers that have the class and allow ``amount`` by their unit rules."""
+    def _unit_rules(self, snapshot: Snapshot, wanted: tuple[tuple[int, int], ...]) -> BoolArray:
+        """Providers that have every (column, amount) wanted and allow each
+        amount by their unit rules."""
         self._tables(snapshot)
-        rules = self._units.get((column, amount))
+        rules = self._units.get(wanted)
         if rules is None:
-            step = np.maximum(snapshot.step_size[:, column], 1)
-            rules = (
-                (snapshot.total[:, column] > 0)
-                & (snapshot.min_unit[:, column] <= amount)
-                & (amount <= snapshot.max_unit[:, column])
-                & (amount % step == 0)
-            )
+            rules = np.ones(snapshot.size, dtype=np.bool_)
+            for column, amount in wanted:
+                step = np.maximum(snapshot.step_size[:, column], 1)
+                rules &= (
+                    (snapshot.total[:, column] > 0)
+                    & (snapshot.min_unit[:, column] <= amount)
+                    & (amount <= snapshot.max_unit[:, column])
+                    & (amount % step == 0)
+                )
             if len(self._units) > 1024:
                 self._units.clear()
-            self._units[(column, amount)] = rules
+            self._units[wanted] = rules
         return rules
 
     def _free(self, ctx: Context, rows: IntArray, column: int) -> IntArray:
@@ -128,15 +134,20 @@ class ResourceFilter(HostFilter):
 
     def mask(self, ctx: Context, rows: IntArray) -> BoolArray:
         snap = ctx.snapshot
-        ok = np.ones(len(rows), dtype=np.bool_)
+        wanted: list[tuple[int, int]] = []
         for rc, amount in ctx.request.resources.items():
             if amount <= 0:
                 continue
             j = snap.column(rc)
             if j is None:
                 return np.zeros(len(rows), dtype=np.bool_)
-            ok &= self._unit_rules(snap, j, amount)[rows]
-            ok &= amount <= self._free(ctx, rows, j)
+            wanted.append((j, amount))
+        if not wanted:
+            return np.ones(len(rows), dtype=np.bool_)
+        ok: BoolArray = self._unit_rules(snap, tuple(wanted))[rows]
+        free = ctx.free(rows, self._tables(snap))
+        for j, amount in wanted:
+            ok &= amount <= free[:, j]
         return ok
 
     def reject(self, ctx: Context, row: int) -> str | None:

@@ -31,7 +31,7 @@ class BuildFailureWeigher(Weigher):
         super().__init__(multiplier)
 
     def idle(self, ctx: Context) -> bool:
-        return not ctx.snapshot.build_failures.any()
+        return not ctx.snapshot.any_build_failures
 
     def weigh(self, ctx: Context, rows: IntArray) -> FloatArray:
         failures: FloatArray = ctx.snapshot.build_failures[rows].astype(np.float64)

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-import numpy as np
-
 from placement.filters.base import Context
 from placement.model import FloatArray, IntArray
 from placement.weighers.base import Weigher
@@ -25,7 +23,7 @@ class HypervisorVersionWeigher(Weigher):
         super().__init__(multiplier)
 
     def idle(self, ctx: Context) -> bool:
-        return bool(np.ptp(ctx.snapshot.hypervisor_version) == 0) if ctx.snapshot.size else True
+        return not ctx.snapshot.hypervisor_versions_differ
 
     def weigh(self, ctx: Context, rows: IntArray) -> FloatArray:
         versions: FloatArray = ctx.snapshot.hypervisor_version[rows]

@@ -27,7 +27,7 @@ class IoOpsWeigher(Weigher):
         super().__init__(multiplier)
 
     def idle(self, ctx: Context) -> bool:
-        return not ctx.picked and not ctx.snapshot.num_io_ops.any()
+        return not ctx.picked and not ctx.snapshot.any_io_ops
 
     def weigh(self, ctx: Context, rows: IntArray) -> FloatArray:
         snapshot = ctx.snapshot

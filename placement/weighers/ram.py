@@ -26,14 +26,9 @@ def free_of(ctx: Context, rows: IntArray, resource_class: str) -> FloatArray:
     column = ctx.snapshot.column(resource_class)
     if column is None:
         return np.zeros(len(rows), dtype=np.float64)
-    snap = ctx.snapshot
     # Truncated like Snapshot.capacity, so weighers and the resource filter
     # agree to the unit on what is free.
-    capacity = (
-        (snap.total[rows, column] - snap.reserved[rows, column])
-        * snap.allocation_ratio[rows, column]
-    ).astype(np.int64)
-    free: FloatArray = (capacity - ctx.used[rows, column]).astype(np.float64)
+    free: FloatArray = ctx.free(rows, ctx.snapshot.capacity_table())[:, column].astype(np.float64)
     return free
 
 
