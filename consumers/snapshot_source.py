@@ -8,11 +8,13 @@ the partition's writer has the last word on every claim.
 
 from __future__ import annotations
 
+import copy
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+import numpy as np
 from sqlalchemy import Connection, Engine, Row, func, or_, select
 
 from placement.model import RESOURCE_ARRAYS, Provider, Snapshot
@@ -92,37 +94,47 @@ class LiveSnapshot:
     """A snapshot of the view kept current by re-reading only the providers
     that changed since the last call (their ``updated_offset`` is past the
     partition offset seen then). Placement details (instances, groups, tags)
-    are not kept: for schedulers whose requests use no such hints."""
+    are not kept: for schedulers whose requests use no such hints.
+
+    ``offsets()`` says how far into each partition of the log the latest
+    snapshot reflects, so a scheduler can add what it proposed since then."""
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.snapshot: Snapshot | None = None
         self.seen: dict[int, int] = {}
 
+    def offsets(self) -> Mapping[int, int]:
+        """Partition -> the view's next offset when the latest snapshot was read."""
+        return self.seen
+
     def __call__(self) -> Snapshot:
-        with self.engine.connect() as conn:  # one read transaction: one consistent view
+        with self.engine.connect() as conn:
+            # the offsets must describe exactly the rows read with them, so a
+            # scheduler adding its own later proposals never counts one twice
+            _repeatable(conn)
             query = select(partition_offsets.c.partition, partition_offsets.c.next_offset)
             offsets: dict[int, int] = {
                 int(row.partition): int(row.next_offset) for row in conn.execute(query)
             }
             if self.snapshot is None:
                 return self._full(conn, offsets)
+            moved = [p for p, o in offsets.items() if o != self.seen.get(p)]
             changed = (
-                [
-                    row
-                    for row in conn.execute(
+                list(
+                    conn.execute(
                         select(providers).where(
                             or_(
                                 *(
                                     (providers.c.partition == p)
                                     & (providers.c.updated_offset > self.seen.get(p, -1))
-                                    for p in offsets
+                                    for p in moved
                                 )
                             )
                         )
                     )
-                ]
-                if offsets
+                )
+                if moved
                 else []
             )
             if not changed:
@@ -137,31 +149,79 @@ class LiveSnapshot:
             usage = conn.execute(
                 select(inventories).where(inventories.c.provider_id.in_(ids))
             ).all()
-        records = list(snapshot.providers)
-        arrays = {name: getattr(snapshot, name).copy() for name in RESOURCE_ARRAYS}
-        for row in changed:
-            i = snapshot.row_of[row.provider_id]
-            records[i] = _provider(row, {}, {}, {})
-            for name in arrays:  # as Snapshot.build leaves a class the provider lacks
-                arrays[name][i] = 1 if name in ("allocation_ratio", "step_size") else 0
+        updated = self._update(snapshot, changed, usage)
+        if updated is None:
+            self.snapshot = None
+            return self()  # a new resource class: rebuild
+        self.snapshot = updated
+        self.seen = offsets
+        return updated
+
+    @staticmethod
+    def _update(
+        snapshot: Snapshot,
+        changed: Sequence[Row[Any, Any, Any, Any]],
+        usage: Sequence[Row[Any, Any, Any, Any]],
+    ) -> Snapshot | None:
+        """``snapshot`` with the changed providers' rows replaced, or None if a
+        resource class it lacks appeared. Arrays and records that did not change
+        are shared with ``snapshot``: the engine caches what it derives from the
+        inventories by array identity, and most changes are usage only."""
+        row_of = snapshot.row_of
+        index = {row.provider_id: k for k, row in enumerate(changed)}
+        rows = np.fromiter((row_of[row.provider_id] for row in changed), np.int64, len(changed))
+        shape = (len(changed), len(snapshot.classes))
+        # as Snapshot.build leaves a class the provider lacks
+        blocks = {
+            name: np.ones(shape, dtype=np.float64)
+            if name == "allocation_ratio"
+            else np.full(shape, 1 if name == "step_size" else 0, dtype=np.int64)
+            for name in RESOURCE_ARRAYS
+        }
         for inv in usage:
             j = snapshot.column(inv.resource_class)
             if j is None:
-                self.snapshot = None
-                return self()  # a new resource class: rebuild
-            i = snapshot.row_of[inv.provider_id]
-            arrays["total"][i, j] = inv.total
-            arrays["reserved"][i, j] = inv.reserved
-            arrays["used"][i, j] = inv.held + inv.consumed
-            arrays["allocation_ratio"][i, j] = inv.allocation_ratio
-            arrays["min_unit"][i, j] = inv.min_unit
-            arrays["max_unit"][i, j] = inv.max_unit
-            arrays["step_size"][i, j] = max(inv.step_size, 1)
-        self.snapshot = replace(snapshot, providers=tuple(records), **arrays)
-        self.seen = offsets
-        return self.snapshot
+                return None
+            k = index[inv.provider_id]
+            blocks["total"][k, j] = inv.total
+            blocks["reserved"][k, j] = inv.reserved
+            blocks["used"][k, j] = inv.held + inv.consumed
+            blocks["allocation_ratio"][k, j] = inv.allocation_ratio
+            blocks["min_unit"][k, j] = inv.min_unit
+            blocks["max_unit"][k, j] = inv.max_unit
+            blocks["step_size"][k, j] = max(inv.step_size, 1)
+        arrays: dict[str, Any] = {}
+        for name, block in blocks.items():
+            current = getattr(snapshot, name)
+            if not np.array_equal(current[rows], block):
+                arrays[name] = current.copy()
+                arrays[name][rows] = block
+        records = list(snapshot.providers)
+        for row, i in zip(changed, rows.tolist(), strict=True):
+            record = _provider(row, {}, {}, {})
+            if record != records[i]:
+                records[i] = record
+        if any(a is not b for a, b in zip(records, snapshot.providers, strict=True)):
+            return replace(snapshot, providers=tuple(records), **arrays)
+        twin = copy.copy(snapshot)  # the derived columns depend on the records only
+        for name, value in arrays.items():
+            object.__setattr__(twin, name, value)
+        return twin
 
     def _full(self, conn: Connection, offsets: dict[int, int]) -> Snapshot:
         self.snapshot = _read(conn, placements=False)
         self.seen = offsets
         return self.snapshot
+
+
+def _repeatable(conn: Connection) -> None:
+    """Make the connection's next statements read one snapshot of the database.
+
+    SQLite's Python driver starts no transaction for a SELECT, so each
+    statement would see the latest commit; PostgreSQL's default (read
+    committed) does the same per statement."""
+    name = conn.dialect.name
+    if name == "sqlite":
+        conn.exec_driver_sql("BEGIN")
+    elif name == "postgresql":
+        conn.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
