@@ -11,14 +11,17 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
 
 from berth.client import Publisher
 from ledger.log import Log
 from placement.engine import Engine, demand_row
-from placement.model import Hints, Request, Snapshot, TagRules
+from placement.model import Hints, IntArray, Request, Snapshot, TagRules
 from schemas.events import Claim, ClaimItem, Release
 from schemas.outcomes import Kind, Outcome
 from schemas.requests import PlacementRequest
@@ -117,6 +120,24 @@ class DecisionTimeout(Exception):
     """The writers did not decide the proposed claims in time."""
 
 
+@runtime_checkable
+class Versioned(Protocol):
+    """A snapshot source that says how far into each partition of the log its
+    latest snapshot reflects (the view's next offset per partition)."""
+
+    def offsets(self) -> Mapping[int, int]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class _Unseen:
+    """A proposed claim the view may not reflect yet."""
+
+    partition: int
+    offset: int
+    provider_id: str
+    resources: Mapping[str, int]
+
+
 class Scheduler:
     def __init__(
         self,
@@ -129,10 +150,24 @@ class Scheduler:
         decision_timeout_s: float = 30.0,
         poll_interval_s: float = 0.005,
         generation: str = "",
+        wave: int = 0,
+        depth: int = 1,
     ) -> None:
         """``generation`` goes into every reservation id, so a restarted worker
         that schedules a request again makes new claims rather than duplicates
-        of the ones it made before (those are abandoned and expire)."""
+        of the ones it made before (those are abandoned and expire).
+
+        ``wave`` is how many requests are ranked on one snapshot (0: all of a
+        call's requests). When ``snapshot`` is :class:`Versioned`, every
+        snapshot is completed with the claims proposed after the offsets it
+        reflects (decided or not: the view commits after the outcome is
+        published), so a wave never counts on capacity an earlier one took,
+        and up to ``depth`` waves may be in flight at once, the next ranked
+        while the writers decide the previous. That pays when the writers run
+        in other processes; beside them in one process, the GIL makes a
+        second wave in flight cost more than it saves. Without offsets the
+        scheduler cannot tell which of its claims the view holds, so it
+        waits for each wave."""
         self.generation = generation
         self.publisher = publisher
         self.engine = engine
@@ -142,27 +177,40 @@ class Scheduler:
         self.max_attempts = max_attempts
         self.decision_timeout_s = decision_timeout_s
         self.poll_interval_s = poll_interval_s
+        self.wave = wave
+        self.depth = depth if isinstance(snapshot, Versioned) else 1
+        self._unseen: dict[str, _Unseen] = {}
+        """Reservation id -> a claim proposed that the last snapshot did not
+        reflect and the writer has not rejected (with a Versioned source)."""
 
     def schedule(self, requests: Sequence[PlacementRequest]) -> list[Scheduled]:
         """Place every request (each ends placed or failed with a reason)."""
         pending = [_Pending(r, list(range(r.num_instances))) for r in requests]
-        active = list(pending)
-        while active:
-            claims = self._propose(active)
-            if claims:
-                self.publisher.publish(claims)
-                self._await([c.reservation_id for c in claims])
-            active = [p for p in active if not self._settle(p)]
+        ready = deque(pending)
+        flight: deque[tuple[list[_Pending], list[str]]] = deque()
+        while ready or flight:
+            if ready and len(flight) < self.depth:
+                size = min(self.wave or len(ready), len(ready))
+                wave = [ready.popleft() for _ in range(size)]
+                flight.append((wave, self._propose(wave)))
+                continue
+            wave, proposed = flight.popleft()
+            if proposed:
+                self._await(proposed)
+            ready.extend(p for p in wave if not self._settle(p))
         return [p.result for p in pending if p.result is not None]
 
-    def _propose(self, active: list[_Pending]) -> list[Claim]:
+    def _propose(self, wave: list[_Pending]) -> list[str]:
+        """Rank ``wave`` on one snapshot and publish its claims; their ids."""
         self.pump()  # in one process, let the writers catch up before reading the view
         snapshot = self.snapshot()
-        rows = {p.provider_id: i for i, p in enumerate(snapshot.providers)}
+        rows = snapshot.row_of
         used = snapshot.used.copy()
+        self._add_unseen(snapshot, used)
         working = snapshot.with_used(used)
         claims: list[Claim] = []
-        for p in active:
+        demands: dict[tuple[tuple[str, int], ...], IntArray] = {}
+        for p in wave:
             p.attempts += 1
             p.proposed.clear()
             placement = self.engine.place(working, _engine_request(p), explain=p.request.explain)
@@ -170,21 +218,54 @@ class Scheduler:
                 trace = placement.trace.lines() if placement.trace else []
                 self._fail(p, placement.reason, tuple(trace))
                 continue
-            demand = demand_row(snapshot, p.request.resources)
+            shape = tuple(p.request.resources.items())
+            demand = demands.get(shape)
+            if demand is None:
+                demand = demands[shape] = demand_row(snapshot, p.request.resources)
             for instance, pid in zip(p.left, placement.providers, strict=True):
                 claim = _claim(p, instance, pid, self.generation)
                 p.proposed[claim.reservation_id] = (instance, pid)
                 claims.append(claim)
                 used[rows[pid]] += demand
-        return claims
+        if not claims:
+            return []
+        where = self.publisher.publish(claims)
+        ids = [c.reservation_id for c in claims]
+        self.follower.watched.update(ids)
+        if isinstance(self.snapshot, Versioned):
+            for claim, (partition, offset) in zip(claims, where, strict=True):
+                (item,) = claim.items
+                self._unseen[claim.reservation_id] = _Unseen(
+                    partition, offset, item.provider_id, item.resources
+                )
+        return ids
+
+    def _add_unseen(self, snapshot: Snapshot, used: IntArray) -> None:
+        """Count on ``used`` the claims proposed after ``snapshot`` was read;
+        forget those it reflects (accepted or not, the view has the answer)."""
+        if not self._unseen or not isinstance(self.snapshot, Versioned):
+            return
+        seen = self.snapshot.offsets()
+        rows: list[int] = []
+        amounts: list[IntArray] = []
+        for rid, claim in list(self._unseen.items()):
+            if claim.offset < seen.get(claim.partition, 0):
+                del self._unseen[rid]
+                continue
+            row = snapshot.row_of.get(claim.provider_id)
+            if row is not None:
+                rows.append(row)
+                amounts.append(demand_row(snapshot, claim.resources))
+        if rows:
+            np.add.at(used, np.asarray(rows, dtype=np.int64), np.stack(amounts))
 
     def _await(self, reservation_ids: list[str]) -> None:
         deadline = time.monotonic() + self.decision_timeout_s
-        self.follower.watched.update(reservation_ids)
+        decided = self.follower.decided
         while True:
             self.pump()
             self.follower.poll()
-            if all(rid in self.follower.decided for rid in reservation_ids):
+            if all(rid in decided for rid in reservation_ids):
                 return
             if time.monotonic() > deadline:
                 raise DecisionTimeout(f"{len(reservation_ids)} claims undecided")
@@ -204,6 +285,7 @@ class Scheduler:
                     "placed %s instance %d on %s as %s", p.request.request_id, instance, pid, rid
                 )
             else:
+                self._unseen.pop(rid, None)
                 p.tried.add(pid)
                 p.reasons = [str(r) for r in outcome.reasons]
         if not p.left:

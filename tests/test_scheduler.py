@@ -3,6 +3,7 @@ writer rejects, the scheduler retries elsewhere; nothing is ever overcommitted."
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import ClassVar
 
@@ -11,11 +12,11 @@ from sqlalchemy import select
 
 from berth.app import App, Settings
 from berth.client import Publisher
-from consumers.scheduler import OutcomeFollower, Scheduler
-from consumers.snapshot_source import snapshot_from_view
+from consumers.scheduler import OutcomeFollower, Scheduler, Versioned
+from consumers.snapshot_source import LiveSnapshot, snapshot_from_view
 from placement.engine import Engine
 from placement.filters.base import Context, HostFilter
-from placement.model import FloatArray, IntArray
+from placement.model import FloatArray, IntArray, Snapshot
 from placement.weighers.base import Weigher
 from projections.view.tables import inventories
 from schemas.requests import PlacementRequest
@@ -108,3 +109,84 @@ def test_two_schedulers_on_a_stale_view_never_overcommit(tmp_path: Path) -> None
     assert any(r.attempts > 1 for r in placed), "the stale view should have lost races"
     assert all(r.reason for r in failed)
     assert {pid for r in placed for _, pid in r.reservations} == {f"n{n}" for n in range(6)}
+
+
+class FirstSnapshot:
+    """A versioned source stuck on the first snapshot it read: the view never
+    seems to catch up, so only the scheduler's own bookkeeping of what it
+    proposed since those offsets keeps it from counting capacity twice."""
+
+    def __init__(self, live: LiveSnapshot) -> None:
+        self.snapshot = live()
+        self.seen = dict(live.offsets())
+
+    def __call__(self) -> Snapshot:
+        return self.snapshot
+
+    def offsets(self) -> Mapping[int, int]:
+        return self.seen
+
+
+def test_waves_on_a_lagging_view_count_the_claims_proposed_since() -> None:
+    from tempfile import TemporaryDirectory
+
+    with TemporaryDirectory() as tmp, App(Settings(data_dir=Path(tmp), partitions=3)) as app:
+        publisher = Publisher(app.log, clock_ms=lambda: NOW_MS)
+        publisher.publish([e for n in range(4) for e in provider(f"n{n}", ts=1, VCPU=4)])
+        writers = app.writers()
+
+        def pump() -> None:
+            for writer in writers:
+                writer.catch_up()
+
+        pump()
+        stale = FirstSnapshot(LiveSnapshot(app.engine))
+        assert isinstance(stale, Versioned)
+        scheduler = Scheduler(
+            publisher,
+            Engine([Untried(), Fits()], [Pack()]),
+            stale,
+            OutcomeFollower(app.log, app.settings.topics.outcomes),
+            pump=pump,
+            wave=3,
+            depth=2,
+        )
+        results = scheduler.schedule(_requests("w", 9))
+        with app.engine.connect() as conn:
+            usage = conn.execute(select(inventories.c.held, inventories.c.capacity)).all()
+    placed = [r for r in results if r.placed]
+    assert [r.request_id for r in results] == [f"w{k}" for k in range(9)]
+    assert len(placed) == 8  # 4 providers x 4 VCPU / 2
+    assert all(r.attempts == 1 for r in results), "no claim should lose to its own wave"
+    assert results[-1].reason.startswith("no valid host")
+    assert all(held <= capacity for held, capacity in usage)
+    assert sum(held for held, _ in usage) == 16
+
+
+def test_a_live_view_that_catches_up_forgets_the_claims_it_reflects(tmp_path: Path) -> None:
+    with App(Settings(data_dir=tmp_path, partitions=3)) as app:
+        publisher = Publisher(app.log, clock_ms=lambda: NOW_MS)
+        publisher.publish([e for n in range(6) for e in provider(f"n{n}", ts=1, VCPU=4)])
+        writers = app.writers()
+
+        def pump() -> None:
+            for writer in writers:
+                writer.catch_up()
+
+        pump()
+        scheduler = Scheduler(
+            publisher,
+            Engine([Untried(), Fits()], [Pack()]),
+            LiveSnapshot(app.engine),
+            OutcomeFollower(app.log, app.settings.topics.outcomes),
+            pump=pump,
+            wave=4,
+        )
+        first = scheduler.schedule(_requests("a", 6))
+        second = scheduler.schedule(_requests("b", 7))
+    assert all(r.placed and r.attempts == 1 for r in first)
+    assert [r.placed for r in second] == [True] * 6 + [False]
+    assert all(r.attempts == 1 for r in second)
+    # the first call's claims are in the view the second call read, so none of
+    # them is still counted on top of it (the last wave's are dropped at the next read)
+    assert scheduler._unseen and not any(rid.startswith("a") for rid in scheduler._unseen)
