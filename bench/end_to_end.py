@@ -1,10 +1,12 @@
 """Placements through the scheduler and the embedded ledger, end to end.
 
-    python -m bench.end_to_end [--providers 10000] [--requests 20000] [--sample 10]
+    python -m bench.end_to_end [--providers 10000] [--requests 20000] [--sample 10] [--wave 2000]
     python -m bench.end_to_end --scenario race [--kafka auto|HOST:PORT]
 
-The sustained scenario publishes the cluster, then places requests in waves
-(one view snapshot per wave) with explain off and then on; the race scenario
+The sustained scenario publishes the cluster, then places a stream of
+requests in waves (one view snapshot per wave, completed with the claims
+proposed since) with explain off and then on, the writers deciding in their
+own thread; only placements the writers accepted count; the race scenario
 is 600 requests from 8 concurrent publishers for 50 providers that hold
 exactly 400 instances: threads on the embedded ledger, or, with --kafka,
 processes with a projector process on Kafka and the view on PostgreSQL.
@@ -27,6 +29,7 @@ from sqlalchemy import func, select
 from bench.common import note, timed
 from berth.app import App, Settings, tune_gc
 from berth.client import Publisher
+from consumers.partition_writer import PartitionWriter
 from consumers.scheduler import OutcomeFollower, Scheduled, Scheduler
 from consumers.snapshot_source import LiveSnapshot, snapshot_from_view
 from placement.config import SchedulerConfig
@@ -93,32 +96,43 @@ def _setup(directory: Path, providers: int, partitions: int, sizes: Any = None) 
     return app
 
 
+def _projecting(writers: list[PartitionWriter], stop: threading.Event) -> None:
+    """The writers' loop, as a projector process runs it: decide what has
+    arrived, or wait a moment when nothing has."""
+    while not stop.is_set():
+        if all(w.step() is None for w in writers):
+            stop.wait(0.0005)
+
+
 def sustained(
-    providers: int, requests: int, sample: float, explain: bool, wave: int = 1000
+    providers: int, requests: int, sample: float, explain: bool, wave: int = 2000
 ) -> dict[str, Any]:
+    """The writers run in their own thread, as beside a scheduler process: the
+    scheduler ranks its next wave (one snapshot each) while they decide the
+    previous one, and only their decisions count as placements."""
     with tempfile.TemporaryDirectory(prefix="berth-e2e-") as tmp:
         app = _setup(Path(tmp), providers, partitions=16)
         writers = app.writers()
-
-        def pump() -> None:
-            for writer in writers:
-                writer.catch_up()
-
         config = SchedulerConfig.default()
         engine = config.engine()
         engine.sampling = Sampling(percentage=sample, minimum=100)
+        snapshots = LiveSnapshot(app.engine)
+        snapshots()  # a running scheduler read the whole view once, when it started
         scheduler = Scheduler(
             Publisher(app.log, clock_ms=lambda: NOW_MS),
             engine,
-            LiveSnapshot(app.engine),
+            snapshots,
             OutcomeFollower(app.log, app.settings.topics.outcomes),
-            pump=pump,
             max_attempts=config.max_attempts,
+            poll_interval_s=0.0005,
+            wave=wave,
         )
-        placed = failed = 0
-        with timed() as t:
-            for start in range(0, requests, wave):
-                batch = [
+        stop = threading.Event()
+        projector = threading.Thread(target=_projecting, args=(writers, stop))
+        projector.start()
+        try:
+            with timed() as t:
+                stream = [
                     PlacementRequest(
                         request_id=f"r{k}",
                         ts_ms=NOW_MS,
@@ -126,17 +140,24 @@ def sustained(
                         resources=FLAVORS[k % len(FLAVORS)],
                         explain=explain,
                     )
-                    for k in range(start, min(start + wave, requests))
+                    for k in range(requests)
                 ]
-                for result in scheduler.schedule(batch):
-                    placed += result.placed
-                    failed += not result.placed
+                results = scheduler.schedule(stream)
+        finally:
+            stop.set()
+            projector.join()
+        for writer in writers:
+            writer.catch_up()
+        placed = sum(r.placed for r in results)
+        failed = len(results) - placed
+        attempts = sum(r.attempts for r in results)
         overcommitted = _overcommitted(app)
         app.close()
     return {
         "placements_per_s": round(placed / t[0], 1),
         "placed": placed,
         "failed": failed,
+        "attempts": attempts,
         "overcommitted_providers": overcommitted,
     }
 
@@ -279,6 +300,9 @@ def main() -> None:
     parser.add_argument(
         "--sample", type=float, default=10.0, help="percentage of providers examined per decision"
     )
+    parser.add_argument(
+        "--wave", type=int, default=2000, help="requests ranked on one snapshot (sustained)"
+    )
     parser.add_argument("--scenario", choices=("sustained", "race"), default="sustained")
     parser.add_argument(
         "--kafka", default="", help="race on Kafka + PostgreSQL: auto (start tansu) or HOST:PORT"
@@ -297,10 +321,11 @@ def main() -> None:
         "providers": args.providers,
         "requests": args.requests,
         "sample_percentage": args.sample,
+        "wave": args.wave,
     }
     for explain in (False, True):
         note(f"sustained, explain {'on' if explain else 'off'} ...")
-        result = sustained(args.providers, args.requests, args.sample, explain)
+        result = sustained(args.providers, args.requests, args.sample, explain, args.wave)
         suffix = "explain_on" if explain else "explain_off"
         figures.update({f"{k}_{suffix}": v for k, v in result.items()})
     print(json.dumps(figures))
