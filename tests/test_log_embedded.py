@@ -101,6 +101,24 @@ def test_one_batch_costs_one_fsync_per_touched_partition(tmp_path: Path) -> None
         assert fsync.calls - before == 2
 
 
+def test_the_partitions_of_one_commit_are_synced_together(tmp_path: Path) -> None:
+    # each fsync waits for the other: one after another, the first would time out
+    both = threading.Barrier(2, timeout=10)
+    syncing = {"on": False}
+
+    def fsync(fd: int) -> None:
+        os.fsync(fd)
+        if syncing["on"]:
+            both.wait()
+
+    with closing(EmbeddedLog(tmp_path, fsync=fsync)) as log:
+        log.create_topic("t", 2)
+        syncing["on"] = True
+        assert log.append("t", [Append(0, b"k", b"a"), Append(1, b"k", b"b")]) == [0, 0]
+    with closing(EmbeddedLog(tmp_path)) as log:
+        assert [log.read("t", p, 0, 10)[0].value for p in (0, 1)] == [b"a", b"b"]
+
+
 def test_concurrent_appends_share_fsyncs(tmp_path: Path) -> None:
     fsync = CountingFsync(delay=0.002)
     threads_count, per_thread = 8, 40
