@@ -236,7 +236,7 @@ class EmbeddedLog(Log):
         """Write ``chunks`` after the partition's end; return the new records'
         ends and key lengths, for publication once they are durable."""
         start = part.end_position
-        offset = len(part.positions) - 1
+        offset = part.end_offset
         ends = array("q")
         key_lengths = array("I")
         position = start

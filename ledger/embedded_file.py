@@ -10,10 +10,10 @@ the check instead of passing as an empty record, and a damaged key length cannot
 silently move bytes from the value to the key.
 
 An offset is a record's index in its file. The byte position and key length of
-every record are kept in memory, rebuilt on open by scanning, so that a read
-slices records out of one ``pread`` without parsing headers. The scan stops at
-the first short or corrupt record and the file is truncated there, which is
-exactly what an interrupted write leaves behind.
+every record are kept in memory, rebuilt by scanning the file on its first use,
+so that a read slices records out of one ``pread`` without parsing headers. The
+scan stops at the first short or corrupt record and the file is truncated there,
+which is exactly what an interrupted write leaves behind.
 """
 
 from __future__ import annotations
@@ -155,6 +155,11 @@ class PartitionFile:
     next one will go; ``key_lengths[i]`` is the key length of record ``i``. Only
     the commit leader appends to the file; ``lock`` orders its publication of
     new records against readers and ``close``.
+
+    The file is scanned on first use, not on open, up to the size it had when
+    opened: a process that uses a few partitions of a large log (a replay
+    worker, a writer of some partitions) does not pay to check every record of
+    the others. A torn tail is cut at that first use, before any append.
     """
 
     def __init__(
@@ -162,15 +167,19 @@ class PartitionFile:
         path: Path,
         partition: int,
         fd: int,
-        positions: array[int],
-        key_lengths: array[int],
+        size: int,
+        fsync: Fsync,
+        read_only: bool,
     ) -> None:
         self.path = path
         self.partition = partition
         self.fd = fd
-        self.positions = positions
-        self.key_lengths = key_lengths
         self.lock = threading.Lock()
+        self._size = size
+        self._fsync = fsync
+        self._read_only = read_only
+        self._positions: array[int] | None = None
+        self._key_lengths = array("I")
 
     @classmethod
     def open(
@@ -180,41 +189,53 @@ class PartitionFile:
         fd = os.open(path, flags | os.O_CLOEXEC, 0o644)
         try:
             size = os.fstat(fd).st_size
-            positions, key_lengths = _scan(fd, size)
-            if positions[-1] < size and not read_only:
-                _log.warning(
-                    "%s: dropping %d bytes of torn or corrupt tail after record %d",
-                    path,
-                    size - positions[-1],
-                    len(positions) - 1,
-                )
-                os.ftruncate(fd, positions[-1])
-                fsync(fd)
         except BaseException:
             os.close(fd)
             raise
-        return cls(path, partition, fd, positions, key_lengths)
+        return cls(path, partition, fd, size, fsync, read_only)
+
+    def _index(self) -> array[int]:
+        """The record positions, scanning the file the first time; the caller
+        holds ``lock``."""
+        positions = self._positions
+        if positions is not None:
+            return positions
+        if self.fd < 0:
+            raise LogError(f"{self.path}: log is closed")
+        positions, self._key_lengths = _scan(self.fd, self._size)
+        if positions[-1] < self._size and not self._read_only:
+            _log.warning(
+                "%s: dropping %d bytes of torn or corrupt tail after record %d",
+                self.path,
+                self._size - positions[-1],
+                len(positions) - 1,
+            )
+            os.ftruncate(self.fd, positions[-1])
+            self._fsync(self.fd)
+        self._positions = positions
+        return positions
 
     @property
     def end_offset(self) -> int:
         with self.lock:
-            return len(self.positions) - 1
+            return len(self._index()) - 1
 
     @property
     def end_position(self) -> int:
-        return self.positions[-1]
+        with self.lock:
+            return self._index()[-1]
 
     def publish(self, ends: array[int], key_lengths: array[int]) -> None:
         with self.lock:
-            self.positions.extend(ends)
-            self.key_lengths.extend(key_lengths)
+            self._index().extend(ends)
+            self._key_lengths.extend(key_lengths)
 
     def read(self, offset: int, max_records: int) -> list[Record]:
         """Up to ``max_records`` published records from ``offset``."""
         with self.lock:
             if self.fd < 0:
                 raise LogError(f"{self.path}: log is closed")
-            positions = self.positions
+            positions = self._index()
             count = len(positions) - 1
             if offset >= count or max_records == 0:
                 return []
@@ -224,7 +245,7 @@ class PartitionFile:
                 limit = start + _MAX_READ_BYTES
                 stop = max(offset + 1, bisect.bisect_right(positions, limit, offset, stop) - 1)
             ends = positions[offset + 1 : stop + 1]
-            key_lengths = self.key_lengths[offset:stop]
+            key_lengths = self._key_lengths[offset:stop]
             # Under the lock so that close() cannot free the fd number meanwhile.
             data = _pread_all(self.fd, ends[-1] - start, start)
         return _decode(data, start, self.partition, offset, ends, key_lengths)
