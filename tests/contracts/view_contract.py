@@ -15,7 +15,7 @@ from ledger.log import Append, Log
 from projections.holds import named
 from projections.pools import PoolState
 from projections.projector import apply
-from projections.state import HELD, PartitionState, Reservation
+from projections.state import CONSUMED, HELD, PartitionState, Reservation
 from projections.view.engine import make_engine
 from projections.view.loader import load_state
 from projections.view.migrate import upgrade
@@ -414,12 +414,63 @@ class ViewContract:
         assert pool_rows["colour"].definition["members"] == ["red", "green", "blue"]
         assert pool_rows["colour"].definition["excluded"] == ["red"]
 
+    def test_a_large_batch_is_written_row_for_row(self, log: Log, engine: Engine) -> None:
+        """Hundreds of rows per table in one commit (inserted many rows per
+        statement) read back exactly as the projector decided them."""
+        events: list[Event] = [
+            *provider("n1", ts=1, VCPU=64, MEMORY_MB=65536),
+            *provider("n2", ts=1, VCPU=(16, 2.0), MEMORY_MB=8192),
+        ]
+        for k in range(450):
+            pid = ("n1", "n2")[k % 2]
+            events.append(claim(f"r{k}", pid, ts=10 + k, lease_ms=100, VCPU=1, MEMORY_MB=64))
+            if k % 3 == 0:
+                events.append((consume if k % 2 else release)(f"r{k}", ts=10 + k))
+        publish(log, events)
+        expected_state = PartitionState(0, 1)
+        expected = [o for off, e in enumerate(events) for o in apply(expected_state, off, e)]
+        assert {o.kind for o in expected} >= {
+            Kind.ACCEPTED,
+            Kind.REJECTED,
+            Kind.CONSUMED,
+            Kind.RELEASED,
+            Kind.EXPIRED,
+        }
+        writer = self.writer(log, engine)
+        assert writer.catch_up() == len(events)
+        with engine.connect() as conn:
+            rows = conn.execute(select(outcomes)).all()
+        recorded = {
+            (r.offset, r.seq): (r.kind, r.subject, r.clock_ms, r.expires_at_ms, bool(r.reasons))
+            for r in rows
+        }
+        assert len(rows) == len(expected)
+        assert recorded == {
+            (o.offset, o.seq): (o.kind, o.subject, o.clock_ms, o.expires_at_ms, bool(o.reasons))
+            for o in expected
+        }
+        with engine.connect() as conn:
+            statuses = dict(
+                conn.execute(select(reservations.c.reservation_id, reservations.c.status)).all()
+            )
+        assert len(statuses) == sum(1 for o in expected if o.kind == Kind.ACCEPTED)
+        assert {rid: statuses[rid] for rid in expected_state.reservations} == {
+            rid: "consumed" if r.status == CONSUMED else "held"
+            for rid, r in expected_state.reservations.items()
+        }
+        _assert_same_state(load_state_of(engine), expected_state)
+
     def _counts(self, engine: Engine) -> dict[str, Any]:
         with engine.connect() as conn:
             return {
                 t.name: conn.execute(select(func.count()).select_from(t)).scalar_one()
                 for t in (providers, inventories, reservations, outcomes, partition_offsets)
             }
+
+
+def load_state_of(engine: Engine) -> PartitionState:
+    with engine.connect() as conn:
+        return load_state(conn, 0, 1)[0]
 
 
 def _state_after(events: list[Event]) -> PartitionState:
