@@ -6,12 +6,16 @@ from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
 
+_REBUILD_CACHE_KIB = 1 << 20
+"""A rebuild's page cache: 1 GiB at most, holding a view of a few million
+records, so that index inserts at random keys do not go to the disk."""
+
 
 def sqlite_url(path: str) -> str:
     return f"sqlite:///{path}"
 
 
-def make_engine(url: str, writer: bool = False) -> Engine:
+def make_engine(url: str, writer: bool = False, rebuild: bool = False) -> Engine:
     """An engine for ``url``; SQLite gets WAL and ``synchronous=NORMAL``.
 
     A ``writer`` engine on SQLite begins every transaction IMMEDIATE: writers
@@ -21,6 +25,10 @@ def make_engine(url: str, writer: bool = False) -> Engine:
     NORMAL may lose the last view commit on power loss, never corrupt it; the
     log is the source of truth and the view re-applies from its own committed
     offset, so a lost commit is simply redone.
+
+    A ``rebuild`` engine (SQLite) is for a replay into a fresh file that is put
+    in place only once complete: nothing of it needs to survive a crash, so it
+    skips syncing, and it gets a page cache that holds the whole view.
     """
     if url.startswith("sqlite"):
         engine = create_engine(url, connect_args={"check_same_thread": False})
@@ -29,7 +37,9 @@ def make_engine(url: str, writer: bool = False) -> Engine:
         def _pragmas(dbapi_connection: Any, _record: Any) -> None:
             cursor = dbapi_connection.cursor()
             cursor.execute("PRAGMA journal_mode=WAL")
-            cursor.execute("PRAGMA synchronous=NORMAL")
+            cursor.execute(f"PRAGMA synchronous={'OFF' if rebuild else 'NORMAL'}")
+            if rebuild:
+                cursor.execute(f"PRAGMA cache_size=-{_REBUILD_CACHE_KIB}")
             cursor.execute("PRAGMA busy_timeout=30000")
             cursor.close()
             if writer:
