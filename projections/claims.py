@@ -85,7 +85,7 @@ def claim(state: PartitionState, event: Claim, out: Emitter) -> None:
             if _fits(provider, amounts):
                 expires_at = state.clock_ms + f["lease_ms"]
                 print_ = fingerprint(event, ((provider_id, amounts),))
-                hold(state, event, [(provider, amounts)], (), expires_at, print_)
+                hold(state, event, ((provider, amounts),), (), expires_at, print_)
                 _accepted(state, out, rid, expires_at)
                 return
     _claim_on_the_ladder(state, event, out)

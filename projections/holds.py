@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import heapq
+from collections.abc import Sequence
 
 from projections.state import (
     HELD,
@@ -20,7 +21,7 @@ NO_TAGS: frozenset[str] = frozenset()
 def hold(
     state: PartitionState,
     spec: ClaimSpec,
-    items: list[tuple[ProviderState, Amounts]],
+    items: Sequence[tuple[ProviderState, Amounts]],
     picks: Taken,
     expires_at_ms: int,
     print_: int,
