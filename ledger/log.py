@@ -9,11 +9,10 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 
-@dataclass(frozen=True, slots=True)
-class Record:
+class Record(NamedTuple):
     """One stored record: its position, its key and its value bytes."""
 
     partition: int
@@ -22,8 +21,7 @@ class Record:
     value: bytes
 
 
-@dataclass(frozen=True, slots=True)
-class Append:
+class Append(NamedTuple):
     """One record to append to an explicit partition."""
 
     partition: int
