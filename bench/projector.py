@@ -73,12 +73,17 @@ def bench_apply(claims: int = 200_000, providers: int = 1_000) -> dict[str, Any]
     as claims arrive one simulated ms apart. Then a mix where claims are
     consumed and released (records per second)."""
     pids = _cluster(providers)[0]
-    state = _state_with(pids)
     raws = [claim(f"r{k}", pids[k % providers], 1_000 + k, lease_ms=60_000) for k in range(claims)]
-    tune_gc()
-    kinds: Counter[str] = Counter()
     filling = 60_000  # claims before the first lease runs out
-    fill_s = _applied(state, raws[:filling], kinds)
+    # this machine's speed drifts by a quarter from one second to the next:
+    # the fill is timed three times on a fresh state and the median reported
+    fills: list[float] = []
+    for _ in range(3):
+        state = _state_with(pids)
+        tune_gc()
+        kinds: Counter[str] = Counter()
+        fills.append(_applied(state, raws[:filling], kinds))
+    fill_s = sorted(fills)[1]
     steady_s = _applied(state, raws[filling:], kinds, filling)
     mix: list[bytes] = []
     ts = 10_000_000
@@ -95,6 +100,7 @@ def bench_apply(claims: int = 200_000, providers: int = 1_000) -> dict[str, Any]
     gc.unfreeze()
     return {
         "apply_claims_per_s": round(filling / fill_s),
+        "apply_claims_per_s_range": [round(filling / t) for t in (max(fills), min(fills))],
         "apply_claims_with_an_expiry_each_per_s": round((claims - filling) / steady_s),
         "apply_claims_accepted": kinds["accepted"],
         "apply_holds_expired": kinds["expired"],
