@@ -3,7 +3,7 @@ writer rejects, the scheduler retries elsewhere; nothing is ever overcommitted."
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import ClassVar
 
@@ -67,18 +67,25 @@ def _requests(prefix: str, count: int) -> list[PlacementRequest]:
     ]
 
 
+def _providers_of_4_vcpus(app: App, publisher: Publisher, count: int) -> Callable[[], None]:
+    """Publish ``count`` providers of 4 VCPU, let the writers decide them, and
+    return the pump that lets the writers catch up from then on."""
+    publisher.publish([e for n in range(count) for e in provider(f"n{n}", ts=1, VCPU=4)])
+    writers = app.writers()
+
+    def pump() -> None:
+        for writer in writers:
+            writer.catch_up()
+
+    pump()
+    return pump
+
+
 def test_two_schedulers_on_a_stale_view_never_overcommit(tmp_path: Path) -> None:
     settings = Settings(data_dir=tmp_path, partitions=3)
     with App(settings) as app:
         publisher = Publisher(app.log, clock_ms=lambda: NOW_MS)
-        publisher.publish([e for n in range(6) for e in provider(f"n{n}", ts=1, VCPU=4)])
-        writers = app.writers()
-
-        def pump() -> None:
-            for writer in writers:
-                writer.catch_up()
-
-        pump()
+        pump = _providers_of_4_vcpus(app, publisher, 6)
         stale = snapshot_from_view(app.engine)  # both schedulers keep seeing this
 
         def scheduler() -> Scheduler:
@@ -127,19 +134,10 @@ class FirstSnapshot:
         return self.seen
 
 
-def test_waves_on_a_lagging_view_count_the_claims_proposed_since() -> None:
-    from tempfile import TemporaryDirectory
-
-    with TemporaryDirectory() as tmp, App(Settings(data_dir=Path(tmp), partitions=3)) as app:
+def test_waves_on_a_lagging_view_count_the_claims_proposed_since(tmp_path: Path) -> None:
+    with App(Settings(data_dir=tmp_path, partitions=3)) as app:
         publisher = Publisher(app.log, clock_ms=lambda: NOW_MS)
-        publisher.publish([e for n in range(4) for e in provider(f"n{n}", ts=1, VCPU=4)])
-        writers = app.writers()
-
-        def pump() -> None:
-            for writer in writers:
-                writer.catch_up()
-
-        pump()
+        pump = _providers_of_4_vcpus(app, publisher, 4)
         stale = FirstSnapshot(LiveSnapshot(app.engine))
         assert isinstance(stale, Versioned)
         scheduler = Scheduler(
@@ -166,14 +164,7 @@ def test_waves_on_a_lagging_view_count_the_claims_proposed_since() -> None:
 def test_a_live_view_that_catches_up_forgets_the_claims_it_reflects(tmp_path: Path) -> None:
     with App(Settings(data_dir=tmp_path, partitions=3)) as app:
         publisher = Publisher(app.log, clock_ms=lambda: NOW_MS)
-        publisher.publish([e for n in range(6) for e in provider(f"n{n}", ts=1, VCPU=4)])
-        writers = app.writers()
-
-        def pump() -> None:
-            for writer in writers:
-                writer.catch_up()
-
-        pump()
+        pump = _providers_of_4_vcpus(app, publisher, 6)
         scheduler = Scheduler(
             publisher,
             Engine([Untried(), Fits()], [Pack()]),
