@@ -32,6 +32,8 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from functools import partial
+from operator import contains
 from pathlib import Path
 from typing import Any
 
@@ -375,12 +377,13 @@ def _single_claims(stack: Stack, pids: list[list[str]], count: int) -> float:
             stack.publisher.publish(
                 [event.model_copy(update={"ts_ms": stack.publisher.clock_ms()})]
             )
-            while True:
-                stack.pump()
-                follower.poll()
-                if rid in follower.decided:
-                    break
-                time.sleep(stack.coordinator.poll_interval_s)
+            follower.wait(
+                partial(contains, follower.decided, rid),
+                stack.pump,
+                stack.coordinator.decision_timeout_s,
+                stack.coordinator.poll_interval_s,
+                f"claim {rid}",
+            )
             accepted += follower.decided.pop(rid).kind == Kind.ACCEPTED
             follower.watched.discard(rid)
     assert accepted == count, f"{count - accepted} plain claims refused"

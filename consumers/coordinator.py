@@ -25,13 +25,12 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from berth.client import Publisher
-from consumers.scheduler import DecisionTimeout, OutcomeFollower
+from consumers.scheduler import OutcomeFollower
 from consumers.topics import Topics
 from ledger.log import Append, Log
 from ledger.partitioner import partition_for
@@ -301,15 +300,13 @@ class Coordinator:
         return given
 
     def _await(self, rids: Sequence[str], kinds: frozenset[str], after_vote: bool = False) -> None:
-        deadline = time.monotonic() + self.decision_timeout_s
-        while True:
-            self.pump()
-            self.follower.poll()
-            if all(self._has(rid, kinds, after_vote) for rid in rids):
-                return
-            if time.monotonic() > deadline:
-                raise DecisionTimeout(f"{len(rids)} transaction members undecided")
-            time.sleep(self.poll_interval_s)
+        self.follower.wait(
+            lambda: all(self._has(rid, kinds, after_vote) for rid in rids),
+            self.pump,
+            self.decision_timeout_s,
+            self.poll_interval_s,
+            f"{len(rids)} transaction members",
+        )
 
     def _has(self, rid: str, kinds: frozenset[str], after_vote: bool) -> bool:
         seen = self._kinds(rid)

@@ -32,6 +32,10 @@ log = logging.getLogger(__name__)
 _DECISIONS = (Kind.ACCEPTED, Kind.REJECTED)
 
 
+class DecisionTimeout(Exception):
+    """The writers did not decide the proposed claims in time."""
+
+
 class OutcomeFollower:
     """Follows the outcomes topic from its end at creation, keeping the
     decisions on the claims it was asked to watch (``watched``), and every
@@ -60,6 +64,26 @@ class OutcomeFollower:
                     if seen is not None:
                         seen.append(outcome)
             self.offsets[partition] = offset
+
+    def wait(
+        self,
+        done: Callable[[], bool],
+        pump: Callable[[], object],
+        timeout_s: float,
+        interval_s: float,
+        what: str,
+    ) -> None:
+        """Poll (letting in-process writers ``pump`` first) until ``done``;
+        :class:`DecisionTimeout` naming ``what`` after ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            pump()
+            self.poll()
+            if done():
+                return
+            if time.monotonic() > deadline:
+                raise DecisionTimeout(f"{what} undecided")
+            time.sleep(interval_s)
 
     def follow(self, subjects: Sequence[str]) -> None:
         for subject in subjects:
@@ -114,10 +138,6 @@ class _Pending:
     attempts: int = 0
     reasons: list[str] = field(default_factory=list)
     result: Scheduled | None = None
-
-
-class DecisionTimeout(Exception):
-    """The writers did not decide the proposed claims in time."""
 
 
 @runtime_checkable
@@ -260,16 +280,14 @@ class Scheduler:
             np.add.at(used, np.asarray(rows, dtype=np.int64), np.stack(amounts))
 
     def _await(self, reservation_ids: list[str]) -> None:
-        deadline = time.monotonic() + self.decision_timeout_s
         decided = self.follower.decided
-        while True:
-            self.pump()
-            self.follower.poll()
-            if all(rid in decided for rid in reservation_ids):
-                return
-            if time.monotonic() > deadline:
-                raise DecisionTimeout(f"{len(reservation_ids)} claims undecided")
-            time.sleep(self.poll_interval_s)
+        self.follower.wait(
+            lambda: all(rid in decided for rid in reservation_ids),
+            self.pump,
+            self.decision_timeout_s,
+            self.poll_interval_s,
+            f"{len(reservation_ids)} claims",
+        )
 
     def _settle(self, p: _Pending) -> bool:
         """Take the writers' decisions; True when the request is finished."""
