@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import gc
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from consumers.partition_writer import PartitionWriter
 from consumers.topics import DEFAULT_TOPICS, Topics
@@ -16,6 +18,12 @@ from ledger.log import Log, UnknownTopic
 from projections.view.engine import make_engine, sqlite_url
 from projections.view.migrate import upgrade
 from projections.view.writer import ViewWriter
+
+if TYPE_CHECKING:  # the scheduler's parts load only in processes that schedule
+    from berth.client import Publisher
+    from consumers.scheduler_worker import SchedulerWorker
+    from placement.config import SchedulerConfig
+    from placement.model import Snapshot
 
 DEFAULT_DATA_DIR = "berth-data"
 DEFAULT_PARTITIONS = 8
@@ -123,6 +131,46 @@ class App:
             )
             for p in owned
         ]
+
+    def scheduler_worker(
+        self,
+        config: SchedulerConfig,
+        pump: Callable[[], object],
+        publisher: Publisher | None = None,
+        partitions: list[int] | None = None,
+    ) -> SchedulerWorker:
+        """A scheduler worker answering the request partitions given (all by
+        default): single requests through a :class:`Scheduler`, batches and
+        requests taking identifiers through a :class:`BatchScheduler` and its
+        coordinator, both ranking on the view with ``config``'s engine.
+        ``pump`` lets writers in this process catch up while it waits."""
+        from berth.client import Publisher
+        from consumers.batches import BatchScheduler
+        from consumers.coordinator import Coordinator
+        from consumers.scheduler import OutcomeFollower, Scheduler
+        from consumers.scheduler_worker import SchedulerWorker
+        from consumers.snapshot_source import snapshot_from_view
+
+        topics = self.settings.topics
+        publisher = publisher or Publisher(self.log, topics)
+        follower = OutcomeFollower(self.log, topics.outcomes)
+        engine = config.engine()
+
+        def snapshot() -> Snapshot:
+            return snapshot_from_view(self.engine)
+
+        scheduler = Scheduler(
+            publisher, engine, snapshot, follower, pump=pump, max_attempts=config.max_attempts
+        )
+        batches = BatchScheduler(
+            Coordinator(publisher, self.log, topics, follower, pump=pump),
+            engine,
+            snapshot,
+            publisher.partitions,
+            pump=pump,
+            max_attempts=config.max_attempts,
+        )
+        return SchedulerWorker(self.log, topics, scheduler, partitions=partitions, batches=batches)
 
     def close(self) -> None:
         self.log.close()

@@ -21,7 +21,6 @@ from schemas.events import PoolKind
 
 if TYPE_CHECKING:
     from consumers.scheduler_worker import SchedulerWorker
-    from placement.model import Snapshot
 
 DEMO_MARKER = ".berth-demo"
 
@@ -245,36 +244,10 @@ def cmd_projector(args: argparse.Namespace) -> int:
 def _scheduler_worker(
     app: App, args: argparse.Namespace, pump: Callable[[], object], owned: list[int] | None
 ) -> SchedulerWorker:
-    from berth.client import Publisher
-    from consumers.batches import BatchScheduler
-    from consumers.coordinator import Coordinator
-    from consumers.scheduler import OutcomeFollower, Scheduler
-    from consumers.scheduler_worker import SchedulerWorker
-    from consumers.snapshot_source import snapshot_from_view
     from placement.config import SchedulerConfig
 
     config = SchedulerConfig.load(args.config) if args.config else SchedulerConfig.default()
-    publisher = Publisher(app.log, app.settings.topics)
-    follower = OutcomeFollower(app.log, app.settings.topics.outcomes)
-    engine = config.engine()
-
-    def snapshot() -> Snapshot:
-        return snapshot_from_view(app.engine)
-
-    scheduler = Scheduler(
-        publisher, engine, snapshot, follower, pump=pump, max_attempts=config.max_attempts
-    )
-    batches = BatchScheduler(
-        Coordinator(publisher, app.log, app.settings.topics, follower, pump=pump),
-        engine,
-        snapshot,
-        publisher.partitions,
-        pump=pump,
-        max_attempts=config.max_attempts,
-    )
-    return SchedulerWorker(
-        app.log, app.settings.topics, scheduler, partitions=owned, batches=batches
-    )
+    return app.scheduler_worker(config, pump, partitions=owned)
 
 
 def cmd_scheduler(args: argparse.Namespace) -> int:

@@ -11,14 +11,10 @@ import pytest
 from berth.app import App, Settings
 from berth.cli import main
 from berth.client import Publisher
-from consumers.batches import BatchScheduler, shape_key
-from consumers.coordinator import Coordinator
+from consumers.batches import shape_key
 from consumers.queue_projector import QueueProjector, read_depth
-from consumers.scheduler import OutcomeFollower, Scheduler
 from consumers.scheduler_worker import SchedulerWorker
-from consumers.snapshot_source import snapshot_from_view
 from placement.config import SchedulerConfig
-from placement.model import Snapshot
 from projections.queue_depth import Depth, QueueDepth
 from schemas.events import Release
 from schemas.requests import BatchMode, BatchRequest, PlacementRequest
@@ -65,16 +61,8 @@ def _worker(app: App, publisher: Publisher) -> SchedulerWorker:
         for writer in writers:
             writer.catch_up()
 
-    def snapshot() -> Snapshot:
-        return snapshot_from_view(app.engine)
-
-    engine = SchedulerConfig.default().engine()
-    follower = OutcomeFollower(app.log, app.settings.topics.outcomes)
-    coordinator = Coordinator(publisher, app.log, app.settings.topics, follower, pump=pump)
-    batches = BatchScheduler(coordinator, engine, snapshot, publisher.partitions, pump=pump)
-    scheduler = Scheduler(publisher, engine, snapshot, follower, pump=pump)
     pump()
-    return SchedulerWorker(app.log, app.settings.topics, scheduler, batches=batches)
+    return app.scheduler_worker(SchedulerConfig.default(), pump, publisher)
 
 
 def test_queue_depth_follows_the_queue_exactly_once_and_survives_restarts(
