@@ -58,9 +58,12 @@ class Settings:
         return self.db_url or sqlite_url(str(self.data_dir / "view.db"))
 
 
-def open_log(settings: Settings, read_only: bool = False) -> Log:
-    """``kafka://host:port[,host:port]`` or, by default, the embedded log
-    (``read_only`` lets several processes read one embedded log)."""
+def open_log(settings: Settings, read_only: bool = False, exclusive: bool = False) -> Log:
+    """``kafka://host:port[,host:port]`` or, by default, the embedded log.
+
+    Many processes may open one embedded log; an ``exclusive`` one keeps every
+    other writable one out while it is open, and ``read_only`` ones take no
+    part in that. Both mean nothing to Kafka."""
     url = settings.log_url
     if url.startswith("kafka://"):
         from ledger.kafka import KafkaLog
@@ -71,7 +74,7 @@ def open_log(settings: Settings, read_only: bool = False) -> Log:
     from ledger.embedded import EmbeddedLog
 
     directory = url.removeprefix("embedded:") or str(settings.data_dir)
-    return EmbeddedLog(directory, read_only=read_only)
+    return EmbeddedLog(directory, read_only=read_only, exclusive=exclusive)
 
 
 def create_topics(log: Log, settings: Settings) -> None:
@@ -95,11 +98,11 @@ def tune_gc() -> None:
 class App:
     """A log, a view and the writers of the partitions this process owns."""
 
-    def __init__(self, settings: Settings, migrate: bool = True) -> None:
+    def __init__(self, settings: Settings, migrate: bool = True, exclusive: bool = False) -> None:
         self.settings = settings
         if not settings.log_url and not settings.db_url:
             settings.data_dir.mkdir(parents=True, exist_ok=True)
-        self.log = open_log(settings)
+        self.log = open_log(settings, exclusive=exclusive)
         try:
             existing = self.log.partition_count(settings.topics.events)
         except UnknownTopic:

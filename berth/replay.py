@@ -253,15 +253,32 @@ def replay(
         for leftover in (fresh, *(Path(f"{fresh}{s}") for s in ("-wal", "-shm"))):
             leftover.unlink(missing_ok=True)
         target = replace(settings, db_url=f"sqlite:///{fresh}")
-    with App(target) as app:
+    rebuild = fresh is not None
+    # replacing the data directory's view while writers update it would lose
+    # their commits: a rebuild keeps them out of the log until it is done
+    with App(target, exclusive=rebuild) as app:
         target = app.settings  # the log's own partition count
         with app.engine.connect() as conn:
             if conn.execute(select(func.count()).select_from(partition_offsets)).scalar_one():
                 raise ValueError(
                     f"{target.view_url} already holds a view; replay needs an empty one"
                 )
-        rebuild = fresh is not None
         deferred = _drop_secondary_indexes(app.write_engine) if rebuild else []
+        app.engine.dispose()
+        app.write_engine.dispose()
+        return _replay_into(settings, target, fresh, deferred, verify, progress, jobs)
+
+
+def _replay_into(
+    settings: Settings,
+    target: Settings,
+    fresh: Path | None,
+    deferred: list[str],
+    verify: bool,
+    progress: Callable[[int], object] | None,
+    jobs: int,
+) -> ReplayResult:
+    rebuild = fresh is not None
     jobs = max(1, min(jobs, target.partitions))
     if jobs == 1:
         result = _replay_partitions(

@@ -71,20 +71,32 @@ class _Request:
 
 
 class EmbeddedLog(Log):
-    """A :class:`Log` stored in files under ``data_dir``, safe for many threads.
+    """A :class:`Log` stored in files under ``data_dir``, safe for many threads
+    and many processes.
 
-    Concurrent ``append`` calls share fsyncs: each caller queues its framed
-    records, and whichever finds no commit in progress becomes the leader, writes
+    Concurrent ``append`` calls of one process share fsyncs: each caller queues
+    its framed records, and whichever finds no commit in progress becomes the
+    leader, locks the touched partition files against other processes, writes
     everything queued and fsyncs each touched partition once, then wakes the
-    others with their offsets. ``fsync`` is injectable so tests can count calls.
-    Only one writable ``EmbeddedLog`` (in any process) may hold a directory at a
-    time; ``read_only`` logs (for parallel replay) share it with each other. A
-    read-only log sees the records present when it was opened.
+    others with their offsets. Every process sees the records and topics the
+    others have made durable (see :mod:`ledger.embedded_file`). ``fsync`` is
+    injectable so tests can count calls.
+
+    An ``exclusive`` log keeps every other writable log out of the directory
+    while it is open (a replay that rebuilds the view from the log holds one);
+    ``read_only`` logs (parallel replay workers) take no part in that.
     """
 
     def __init__(
-        self, data_dir: str | Path, *, fsync: Fsync = os.fsync, read_only: bool = False
+        self,
+        data_dir: str | Path,
+        *,
+        fsync: Fsync = os.fsync,
+        read_only: bool = False,
+        exclusive: bool = False,
     ) -> None:
+        if read_only and exclusive:
+            raise ValueError("a read-only log cannot hold a directory exclusively")
         self._root = Path(data_dir) / "log"
         self._read_only = read_only
         self._fsync = fsync
@@ -100,7 +112,7 @@ class EmbeddedLog(Log):
         try:
             if not read_only:
                 _make_dirs(self._root, fsync)
-            self._lock_fd = self._take_directory_lock()
+                self._lock_fd = self._take_directory_lock(exclusive)
             self._open_existing()
         except BaseException as exc:
             self._close_files()
@@ -122,19 +134,18 @@ class EmbeddedLog(Log):
             raise ValueError(f"invalid topic name {topic!r}")
         with self._topics_lock:
             self._check_open()
-            existing = self._topics.get(topic)
-            if existing is not None:
-                if len(existing) != partitions:
-                    raise LogError(
-                        f"topic {topic!r} exists with {len(existing)} partitions, not {partitions}"
-                    )
-                return
-            if self._read_only:
+            existing = self._topics.get(topic) or self._discover(topic)
+            if existing is None and not self._read_only:
+                try:
+                    existing = self._create_or_find(topic, partitions)
+                except OSError as exc:
+                    raise LogError(f"cannot create topic {topic!r}: {exc}") from exc
+            if existing is None:
                 raise LogError(f"{self._root} is open read-only: cannot create {topic!r}")
-            try:
-                self._topics[topic] = self._create_files(topic, partitions)
-            except OSError as exc:
-                raise LogError(f"cannot create topic {topic!r}: {exc}") from exc
+            if len(existing) != partitions:
+                raise LogError(
+                    f"topic {topic!r} exists with {len(existing)} partitions, not {partitions}"
+                )
 
     def partition_count(self, topic: str) -> int:
         return len(self._partitions(topic))
@@ -201,23 +212,39 @@ class EmbeddedLog(Log):
         for request in group:
             for chunk in request.chunks:
                 staged.setdefault(chunk.partition, []).append(chunk)
+        # one order in every process, so that two leaders cannot deadlock
+        order = sorted(staged, key=lambda part: str(part.path))
+        locked: list[PartitionFile] = []
         try:
             if self._broken is not None:
                 raise LogError(f"log unusable after an earlier I/O failure: {self._broken}")
-            published = [(part, self._write(part, chunks)) for part, chunks in staged.items()]
-            self._sync([part.fd for part in staged])
+            for part in order:
+                part.lock_for_append()
+                locked.append(part)
+            published = [(part, self._write(part, staged[part])) for part in order]
+            self._sync([part.fd for part in order])
         except BaseException as exc:
             if self._broken is None:
-                self._fail(exc, staged)
+                self._fail(exc, locked)
+            self._unlock(locked)
             for request in group:
                 request.error = exc
                 request.done = True
             return
         for part, (ends, key_lengths) in published:
             part.publish(ends, key_lengths)
+        self._unlock(locked)
         for request in group:
             request.offsets = [chunk.base + index for chunk, index in request.order]
             request.done = True
+
+    @staticmethod
+    def _unlock(parts: list[PartitionFile]) -> None:
+        for part in parts:
+            try:
+                part.unlock_after_append()
+            except OSError:
+                _log.exception("%s: cannot release the append lock", part.path)
 
     def _sync(self, fds: list[int]) -> None:
         """fsync every file, several at once: the kernel and the device merge
@@ -236,7 +263,7 @@ class EmbeddedLog(Log):
         """Write ``chunks`` after the partition's end; return the new records'
         ends and key lengths, for publication once they are durable."""
         start = part.end_position
-        offset = part.end_offset
+        offset = part.appended
         ends = array("q")
         key_lengths = array("I")
         position = start
@@ -265,7 +292,20 @@ class EmbeddedLog(Log):
         self._check_open()
         parts = self._topics.get(topic)
         if parts is None:
-            raise UnknownTopic(topic)
+            with self._topics_lock:
+                parts = self._topics.get(topic) or self._discover(topic)
+            if parts is None:
+                raise UnknownTopic(topic)
+        return parts
+
+    def _discover(self, topic: str) -> list[PartitionFile] | None:
+        """A topic another process created since this log looked; the caller
+        holds ``_topics_lock``."""
+        if not _TOPIC_NAME.fullmatch(topic):
+            return None
+        parts = self._open_topic(self._root / topic / _META)
+        if parts is not None:
+            self._topics[topic] = parts
         return parts
 
     def _partition(self, topic: str, partition: int) -> PartitionFile:
@@ -278,24 +318,45 @@ class EmbeddedLog(Log):
         if self._closed:
             raise LogError("embedded log is closed")
 
-    def _take_directory_lock(self) -> int:
+    def _take_directory_lock(self, exclusive: bool) -> int:
         fd = os.open(self._root / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
-            # readers share the directory with each other, never with a writer
-            fcntl.flock(fd, (fcntl.LOCK_SH if self._read_only else fcntl.LOCK_EX) | fcntl.LOCK_NB)
+            fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
         except BlockingIOError as exc:
             os.close(fd)
-            raise LogError(f"{self._root} is already open in another log") from exc
+            held = "open in another log" if exclusive else "held exclusively (a replay?)"
+            raise LogError(f"{self._root} is {held}") from exc
         return fd
 
     def _open_existing(self) -> None:
         for meta in sorted(self._root.glob(f"*/{_META}")):
-            topic = meta.parent.name
-            try:
-                count = int(json.loads(meta.read_text())["partitions"])
-            except (OSError, ValueError, KeyError, TypeError) as exc:
-                raise LogError(f"unreadable topic metadata {meta}: {exc}") from exc
-            self._topics[topic] = self._open_partitions(meta.parent, count, must_exist=True)
+            parts = self._open_topic(meta)
+            if parts is not None:
+                self._topics[meta.parent.name] = parts
+
+    def _open_topic(self, meta: Path) -> list[PartitionFile] | None:
+        """The partition files of the topic ``meta`` describes; None if it does
+        not exist (yet)."""
+        try:
+            count = int(json.loads(meta.read_text())["partitions"])
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise LogError(f"unreadable topic metadata {meta}: {exc}") from exc
+        return self._open_partitions(meta.parent, count, must_exist=True)
+
+    def _create_or_find(self, topic: str, partitions: int) -> list[PartitionFile]:
+        """Create ``topic``, or open it if another process created it first:
+        creations are serialised across processes by a lock file."""
+        fd = os.open(self._root / ".create.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            parts = self._discover(topic)
+            if parts is None:
+                parts = self._topics[topic] = self._create_files(topic, partitions)
+            return parts
+        finally:
+            os.close(fd)  # closing releases the flock
 
     def _open_partitions(
         self, directory: Path, count: int, *, must_exist: bool

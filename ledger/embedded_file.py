@@ -10,15 +10,24 @@ the check instead of passing as an empty record, and a damaged key length cannot
 silently move bytes from the value to the key.
 
 An offset is a record's index in its file. The byte position and key length of
-every record are kept in memory, rebuilt by scanning the file on its first use,
-so that a read slices records out of one ``pread`` without parsing headers. The
-scan stops at the first short or corrupt record and the file is truncated there,
-which is exactly what an interrupted write leaves behind.
+every record are kept in memory, built by scanning the file on its first use
+and extended as it grows, so that a read slices records out of one ``pread``
+without parsing headers. A scan stops at the first short or corrupt record.
+
+Several processes may append to one file. An appender holds an exclusive
+``flock`` from the moment it looks at the file's end until its records are
+written, fsynced and indexed, so appends never interleave and offsets stay
+dense. A process that finds the file longer than its index scans the new tail
+under a shared ``flock``, which it can only hold between appends: it never
+indexes a record that is not yet durable. Bytes after the last intact record
+while no appender holds the lock can only be what an appender that died
+mid-write left behind; the next appender cuts them off before it writes.
 """
 
 from __future__ import annotations
 
 import bisect
+import fcntl
 import logging
 import mmap
 import os
@@ -70,33 +79,36 @@ def _pread_all(fd: int, size: int, position: int) -> bytes:
     return data
 
 
-def _scan(fd: int, size: int) -> tuple[array[int], array[int]]:
-    """Positions of every intact record plus the end of the last one, and the
-    key length of every intact record."""
-    positions = array("q", [0])
+def _scan(fd: int, start: int, size: int) -> tuple[array[int], array[int]]:
+    """The ends of the intact records from file position ``start`` up to
+    ``size``, and their key lengths."""
+    ends = array("q")
     key_lengths = array("I")
-    if size == 0:
-        return positions, key_lengths
-    with mmap.mmap(fd, size, access=mmap.ACCESS_READ) as mm:
+    if size <= start:
+        return ends, key_lengths
+    # mmap offsets must be multiples of the allocation granularity
+    base = start - start % mmap.ALLOCATIONGRANULARITY
+    with mmap.mmap(fd, size - base, access=mmap.ACCESS_READ, offset=base) as mm:
         view = memoryview(mm)
         try:
-            pos = 0
+            pos = start - base
+            limit = size - base
             header = _HEADER.size
             unpack = _HEADER.unpack_from
             crc32 = zlib.crc32
-            while pos + header <= size:
+            while pos + header <= limit:
                 length, crc, key_len = unpack(mm, pos)
                 end = pos + header + length
-                if key_len > length or end > size:
+                if key_len > length or end > limit:
                     break
                 if crc32(view[pos + _CRC_FROM : end]) != crc:
                     break
                 pos = end
-                positions.append(pos)
+                ends.append(base + pos)
                 key_lengths.append(key_len)
         finally:
             view.release()
-    return positions, key_lengths
+    return ends, key_lengths
 
 
 def _decode(
@@ -122,34 +134,28 @@ class PartitionFile:
     """One partition file and the positions of its records.
 
     ``positions[i]`` is where record ``i`` starts and ``positions[-1]`` where the
-    next one will go; ``key_lengths[i]`` is the key length of record ``i``. Only
-    the commit leader appends to the file; ``lock`` orders its publication of
-    new records against readers and ``close``.
+    next one will go; ``key_lengths[i]`` is the key length of record ``i``.
+    ``lock`` guards them within the process; the file locks described in the
+    module order this process's appends and scans against other processes'.
 
-    The file is scanned on first use, not on open, up to the size it had when
-    opened: a process that uses a few partitions of a large log (a replay
-    worker, a writer of some partitions) does not pay to check every record of
-    the others. A torn tail is cut at that first use, before any append.
+    The file is scanned on first use, not on open: a process that uses a few
+    partitions of a large log (a replay worker, a writer of some partitions)
+    does not pay to check every record of the others.
     """
 
-    def __init__(
-        self,
-        path: Path,
-        partition: int,
-        fd: int,
-        size: int,
-        fsync: Fsync,
-        read_only: bool,
-    ) -> None:
+    def __init__(self, path: Path, partition: int, fd: int, fsync: Fsync, read_only: bool) -> None:
         self.path = path
         self.partition = partition
         self.fd = fd
         self.lock = threading.Lock()
-        self._size = size
         self._fsync = fsync
         self._read_only = read_only
-        self._positions: array[int] | None = None
+        self._positions = array("q", [0])
         self._key_lengths = array("I")
+        # The shared flock goes on a second descriptor: flock() on the one this
+        # process's appender locks would convert its exclusive lock, not wait.
+        self._scan_fd = -1
+        self._scanning = threading.Lock()
 
     @classmethod
     def open(
@@ -157,55 +163,101 @@ class PartitionFile:
     ) -> PartitionFile:
         flags = os.O_RDONLY if read_only else os.O_RDWR | os.O_CREAT
         fd = os.open(path, flags | os.O_CLOEXEC, 0o644)
-        try:
-            size = os.fstat(fd).st_size
-        except BaseException:
-            os.close(fd)
-            raise
-        return cls(path, partition, fd, size, fsync, read_only)
+        return cls(path, partition, fd, fsync, read_only)
 
-    def _index(self) -> array[int]:
-        """The record positions, scanning the file the first time; the caller
+    def _grown(self) -> bool:
+        """Whether the file holds bytes past the indexed records; the caller
         holds ``lock``."""
-        positions = self._positions
-        if positions is not None:
-            return positions
         if self.fd < 0:
             raise LogError(f"{self.path}: log is closed")
-        positions, self._key_lengths = _scan(self.fd, self._size)
-        if positions[-1] < self._size and not self._read_only:
-            _log.warning(
-                "%s: dropping %d bytes of torn or corrupt tail after record %d",
-                self.path,
-                self._size - positions[-1],
-                len(positions) - 1,
-            )
-            os.ftruncate(self.fd, positions[-1])
+        return os.fstat(self.fd).st_size > self._positions[-1]
+
+    def _extend(self) -> int:
+        """Index the intact records past the known ones; return the file's size.
+        The caller holds ``lock`` and one of the flocks."""
+        size = os.fstat(self.fd).st_size
+        ends, key_lengths = _scan(self.fd, self._positions[-1], size)
+        if ends:
+            # appended by another process, which fsynced them unless it died
+            # first: make sure before anything is decided on them
             self._fsync(self.fd)
-        self._positions = positions
-        return positions
+            self._positions.extend(ends)
+            self._key_lengths.extend(key_lengths)
+        return size
+
+    def _refresh(self) -> None:
+        """Index what other processes have appended since the last look."""
+        with self.lock:
+            if not self._grown():
+                return
+        with self._scanning:
+            if self._scan_fd < 0:
+                self._scan_fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+            # blocks only while an append is between its write and its fsync
+            fcntl.flock(self._scan_fd, fcntl.LOCK_SH)
+            try:
+                with self.lock:
+                    if self._grown():
+                        self._extend()
+            finally:
+                fcntl.flock(self._scan_fd, fcntl.LOCK_UN)
+
+    def lock_for_append(self) -> None:
+        """Take the exclusive flock and index what other processes appended;
+        cut off what an appender that died mid-write left after them."""
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+        try:
+            with self.lock:
+                if self._grown():
+                    size = self._extend()
+                    end = self._positions[-1]
+                    if size > end:
+                        _log.warning(
+                            "%s: dropping %d bytes of torn or corrupt tail after record %d",
+                            self.path,
+                            size - end,
+                            len(self._positions) - 1,
+                        )
+                        os.ftruncate(self.fd, end)
+                        self._fsync(self.fd)
+        except BaseException:
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
+            raise
+
+    def unlock_after_append(self) -> None:
+        fcntl.flock(self.fd, fcntl.LOCK_UN)
 
     @property
     def end_offset(self) -> int:
+        self._refresh()
         with self.lock:
-            return len(self._index()) - 1
+            return len(self._positions) - 1
 
     @property
     def end_position(self) -> int:
+        """Where the next record goes; the caller holds the append flock."""
         with self.lock:
-            return self._index()[-1]
+            return self._positions[-1]
+
+    @property
+    def appended(self) -> int:
+        """Records indexed so far; the caller holds the append flock."""
+        with self.lock:
+            return len(self._positions) - 1
 
     def publish(self, ends: array[int], key_lengths: array[int]) -> None:
         with self.lock:
-            self._index().extend(ends)
+            self._positions.extend(ends)
             self._key_lengths.extend(key_lengths)
 
     def read(self, offset: int, max_records: int) -> list[Record]:
-        """Up to ``max_records`` published records from ``offset``."""
+        """Up to ``max_records`` durable records from ``offset``."""
+        if offset + max_records > len(self._positions) - 1:
+            self._refresh()
         with self.lock:
             if self.fd < 0:
                 raise LogError(f"{self.path}: log is closed")
-            positions = self._index()
+            positions = self._positions
             count = len(positions) - 1
             if offset >= count or max_records == 0:
                 return []
@@ -221,10 +273,13 @@ class PartitionFile:
         return _decode(data, start, self.partition, offset, ends, key_lengths)
 
     def close(self) -> None:
-        with self.lock:
+        with self._scanning, self.lock:
             if self.fd >= 0:
                 os.close(self.fd)
                 self.fd = -1
+            if self._scan_fd >= 0:
+                os.close(self._scan_fd)
+                self._scan_fd = -1
 
 
 class Chunk:

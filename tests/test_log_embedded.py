@@ -190,9 +190,13 @@ def test_a_failed_fsync_fails_the_append_and_stops_further_appends(tmp_path: Pat
         assert [r.value for r in log.read("t", 0, 0, 10)] == [b"kept"]
 
 
-def test_a_directory_is_held_by_one_log_at_a_time(tmp_path: Path) -> None:
-    with EmbeddedLog(tmp_path), pytest.raises(LogError):
-        EmbeddedLog(tmp_path)
+def test_an_exclusive_log_keeps_other_writable_logs_out(tmp_path: Path) -> None:
+    with EmbeddedLog(tmp_path), pytest.raises(LogError, match="open in another log"):
+        EmbeddedLog(tmp_path, exclusive=True)
+    with EmbeddedLog(tmp_path, exclusive=True):
+        with pytest.raises(LogError, match="held exclusively"):
+            EmbeddedLog(tmp_path)
+        EmbeddedLog(tmp_path, read_only=True).close()
     EmbeddedLog(tmp_path).close()
 
 
@@ -232,19 +236,16 @@ def test_unfinished_topic_creation_is_ignored_then_completed(tmp_path: Path) -> 
         assert log.append("half", [Append(1, b"k", b"v")]) == [0]
 
 
-def test_read_only_logs_share_a_directory_but_not_with_a_writer(tmp_path: Path) -> None:
+def test_read_only_logs_share_a_directory_with_writers(tmp_path: Path) -> None:
     with EmbeddedLog(tmp_path) as writer:
         writer.create_topic("t", 2)
         writer.append("t", [Append(1, b"k", b"v")])
-        with pytest.raises(LogError):
-            EmbeddedLog(tmp_path, read_only=True)
-    with EmbeddedLog(tmp_path, read_only=True) as a, EmbeddedLog(tmp_path, read_only=True) as b:
-        assert [r.value for r in a.read("t", 1, 0, 10)] == [b"v"]
-        assert b.end_offset("t", 1) == 1
-        a.create_topic("t", 2)  # exists: allowed
-        with pytest.raises(LogError):
-            a.append("t", [Append(0, b"k", b"w")])
-        with pytest.raises(LogError):
-            a.create_topic("other", 1)
-        with pytest.raises(LogError):
-            EmbeddedLog(tmp_path)
+        with EmbeddedLog(tmp_path, read_only=True) as a, EmbeddedLog(tmp_path, read_only=True) as b:
+            assert [r.value for r in a.read("t", 1, 0, 10)] == [b"v"]
+            writer.append("t", [Append(1, b"k", b"w")])
+            assert b.end_offset("t", 1) == 2
+            a.create_topic("t", 2)  # exists: allowed
+            with pytest.raises(LogError):
+                a.append("t", [Append(0, b"k", b"w")])
+            with pytest.raises(LogError):
+                a.create_topic("other", 1)

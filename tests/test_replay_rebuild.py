@@ -14,7 +14,7 @@ from sqlalchemy import Engine
 from bench.projector import _write_log
 from berth.app import App, Settings
 from berth.replay import replay
-from ledger.log import Append
+from ledger.log import Append, LogError
 from projections.view.engine import make_engine
 from schemas.codec import encode_event
 from tests.contracts.view_contract import _dump, pool_scenario
@@ -111,3 +111,25 @@ def test_a_crashed_rebuild_leaves_the_view_alone_and_a_rerun_recovers(tmp_path: 
     assert result.divergence is None
     assert not partial.exists()
     assert _snapshot(make_engine(result.view_url)) == live
+
+
+def test_a_rebuild_waits_for_no_writer_and_keeps_writers_out(tmp_path: Path) -> None:
+    """Replacing view.db under a running writer would drop its commits: a
+    rebuild refuses while another process has the log open for writing, and
+    a writer cannot open it while a rebuild runs."""
+    data = tmp_path / "data"
+    _write_log(data, 500, 10, 2)
+    settings = Settings(data_dir=data)
+    with App(settings), pytest.raises(LogError, match="open in another log"):
+        replay(settings, verify=False)
+    assert not (data / "view.replay.db").exists()
+    opened: list[str] = []
+
+    def progress(_: int) -> None:
+        with pytest.raises(LogError, match="held exclusively"):
+            App(settings)
+        opened.append("refused")
+
+    result = replay(settings, verify=True, progress=progress)
+    assert opened and result.divergence is None
+    App(settings).close()  # the rebuild is done: writers may come back

@@ -11,6 +11,7 @@ import threading
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
+from contextlib import closing
 
 import pytest
 
@@ -32,7 +33,8 @@ class LogContract(ABC):
 
     @abstractmethod
     def make_log(self) -> Log:
-        """A new, empty log for one test."""
+        """A handle on this test's log, empty when the test begins; each call
+        opens another handle on the same log, as another process would."""
 
     @pytest.fixture
     def log(self) -> Iterator[Log]:
@@ -177,13 +179,16 @@ class LogContract(ABC):
             b"2-3",
         ]
 
-    def test_concurrent_appends_get_dense_unique_offsets(self, log: Log) -> None:
-        topic = self.new_topic(log, 2)
+    @staticmethod
+    def _race_appends(handles: list[Log], topic: str, threads_per_handle: int) -> None:
+        """Threads on every handle append to two partitions at once; every
+        append gets its own offsets, dense per partition, and every handle
+        reads the same records at them."""
         acked: list[tuple[int, int, bytes]] = []
         acked_lock = threading.Lock()
         errors: list[BaseException] = []
 
-        def writer(name: int) -> None:
+        def writer(log: Log, name: int) -> None:
             try:
                 for round_ in range(15):
                     batch = [
@@ -198,7 +203,11 @@ class LogContract(ABC):
             except BaseException as exc:
                 errors.append(exc)
 
-        threads = [threading.Thread(target=writer, args=(n,)) for n in range(4)]
+        threads = [
+            threading.Thread(target=writer, args=(log, n * threads_per_handle + k))
+            for n, log in enumerate(handles)
+            for k in range(threads_per_handle)
+        ]
         for thread in threads:
             thread.start()
         for thread in threads:
@@ -207,8 +216,50 @@ class LogContract(ABC):
         for partition in range(2):
             mine = sorted((o, v) for p, o, v in acked if p == partition)
             assert [o for o, _ in mine] == list(range(len(mine)))
-            assert [(r.offset, r.value) for r in read_all(log, topic, partition)] == mine
-            assert log.end_offset(topic, partition) == len(mine)
+            for log in handles:
+                assert [(r.offset, r.value) for r in read_all(log, topic, partition)] == mine
+                assert log.end_offset(topic, partition) == len(mine)
+
+    def test_concurrent_appends_get_dense_unique_offsets(self, log: Log) -> None:
+        self._race_appends([log], self.new_topic(log, 2), threads_per_handle=4)
+
+    # -- several handles (processes) on one log ----------------------------------
+
+    def test_a_second_handle_sees_topics_and_records_made_after_it_opened(self, log: Log) -> None:
+        with closing(self.make_log()) as other:
+            topic = self.new_topic(log, 2)
+            log.append(topic, [Append(1, b"k", b"first"), Append(1, b"k", b"second")])
+            assert other.partition_count(topic) == 2
+            assert other.end_offset(topic, 1) == 2
+            assert [r.value for r in other.read(topic, 1, 0, 10)] == [b"first", b"second"]
+            assert other.append(topic, [Append(1, b"k", b"third")]) == [2]
+            assert [r.value for r in log.read(topic, 1, 2, 10)] == [b"third"]
+
+    def test_handles_creating_one_topic_at_once_agree(self, log: Log) -> None:
+        topic = f"t-{uuid.uuid4().hex[:12]}"
+        with closing(self.make_log()) as other:
+            both = threading.Barrier(2, timeout=30)
+            errors: list[BaseException] = []
+
+            def create(handle: Log) -> None:
+                try:
+                    both.wait()
+                    handle.create_topic(topic, 3)
+                except BaseException as exc:
+                    errors.append(exc)
+
+            threads = [threading.Thread(target=create, args=(h,)) for h in (log, other)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            assert not errors
+            assert log.partition_count(topic) == other.partition_count(topic) == 3
+
+    def test_handles_appending_at_once_get_dense_unique_offsets(self, log: Log) -> None:
+        topic = self.new_topic(log, 2)
+        with closing(self.make_log()) as other:
+            self._race_appends([log, other], topic, threads_per_handle=2)
 
     def test_large_values(self, log: Log) -> None:
         topic = self.new_topic(log)
