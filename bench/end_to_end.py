@@ -1,16 +1,18 @@
 """Placements through the scheduler and the embedded ledger, end to end.
 
-    python -m bench.end_to_end [--providers 10000] [--requests 20000] [--sample 10] [--wave 2000]
+    python -m bench.end_to_end [--providers 10000] [--requests 20000] [--sample 10]
+                               [--wave 2000] [--writer-processes N]
     python -m bench.end_to_end --scenario race [--kafka auto|HOST:PORT]
 
 The sustained scenario publishes the cluster, then places a stream of
 requests in waves (one view snapshot per wave, completed with the claims
-proposed since) with explain off and then on, the writers deciding in their
-own thread; only placements the writers accepted count; the race scenario
-is 600 requests from 8 concurrent publishers for 50 providers that hold
-exactly 400 instances: threads on the embedded ledger, or, with --kafka,
-processes with a projector process on Kafka and the view on PostgreSQL.
-Progress goes to stderr; the figures are one JSON object on the last line.
+proposed since) with explain off and then on, the writers deciding in a
+thread beside the scheduler or in their own processes; only placements the
+writers accepted count. The race scenario is 600 requests from 8 publisher
+processes for 50 providers that hold exactly 400 instances, with a projector
+process, on the embedded log and SQLite or, with --kafka, on Kafka and
+PostgreSQL. Progress goes to stderr; the figures are one JSON object on the
+last line.
 """
 
 from __future__ import annotations
@@ -18,8 +20,12 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import signal
+import subprocess
+import sys
 import tempfile
 import threading
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -31,9 +37,10 @@ from berth.app import App, Settings, tune_gc
 from berth.client import Publisher
 from consumers.partition_writer import PartitionWriter
 from consumers.scheduler import OutcomeFollower, Scheduled, Scheduler
-from consumers.snapshot_source import LiveSnapshot, snapshot_from_view
+from consumers.snapshot_source import LiveSnapshot
 from placement.config import SchedulerConfig
 from placement.engine import Sampling
+from projections.view.engine import sqlite_url
 from projections.view.tables import inventories, partition_offsets
 from schemas.events import Event, Inventory, InventorySet, ProviderRegistered
 from schemas.requests import PlacementRequest
@@ -104,12 +111,69 @@ def _projecting(writers: list[PartitionWriter], stop: threading.Event) -> None:
             stop.wait(0.0005)
 
 
+def _projectors(settings: Settings, processes: int) -> list[subprocess.Popen[bytes]]:
+    """``berth projector`` processes sharing the partitions between them."""
+    where = (
+        ["--log", settings.log_url] if settings.log_url else ["--data-dir", str(settings.data_dir)]
+    )
+    if settings.db_url:
+        where += ["--db", settings.db_url]
+    return [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "berth.cli",
+                "projector",
+                *where,
+                "--owned",
+                ",".join(str(p) for p in range(k, settings.partitions, processes)),
+                "--idle-wait-s",
+                "0.0005",
+            ],
+            stdout=subprocess.DEVNULL,
+        )
+        for k in range(processes)
+    ]
+
+
+def _caught_up(app: App, projectors: list[subprocess.Popen[bytes]], timeout_s: float = 120) -> None:
+    """Wait until the view reflects every record of the events topic, then stop
+    the projector processes."""
+    settings = app.settings
+    deadline = time.monotonic() + timeout_s
+    try:
+        while True:
+            ends = [
+                app.log.end_offset(settings.topics.events, p) for p in range(settings.partitions)
+            ]
+            with app.engine.connect() as conn:
+                query = select(partition_offsets.c.partition, partition_offsets.c.next_offset)
+                done = {int(p): int(o) for p, o in conn.execute(query)}
+            if all(done.get(p, 0) >= end for p, end in enumerate(ends)):
+                return
+            if time.monotonic() > deadline or any(p.poll() is not None for p in projectors):
+                raise RuntimeError("the projector processes did not catch up")
+            time.sleep(0.05)
+    finally:
+        for projector in projectors:
+            projector.send_signal(signal.SIGINT)
+        for projector in projectors:
+            projector.wait(timeout=30)
+
+
 def sustained(
-    providers: int, requests: int, sample: float, explain: bool, wave: int = 2000
+    providers: int,
+    requests: int,
+    sample: float,
+    explain: bool,
+    wave: int = 2000,
+    writer_processes: int = 0,
 ) -> dict[str, Any]:
-    """The writers run in their own thread, as beside a scheduler process: the
-    scheduler ranks its next wave (one snapshot each) while they decide the
-    previous one, and only their decisions count as placements."""
+    """The scheduler ranks its next wave (one snapshot each) while the writers
+    decide the previous one, and only their decisions count as placements.
+    The writers run in a thread of this process, or with ``writer_processes``
+    in that many ``berth projector`` processes on the same embedded log."""
     with tempfile.TemporaryDirectory(prefix="berth-e2e-") as tmp:
         app = _setup(Path(tmp), providers, partitions=16)
         writers = app.writers()
@@ -129,7 +193,9 @@ def sustained(
         )
         stop = threading.Event()
         projector = threading.Thread(target=_projecting, args=(writers, stop))
-        projector.start()
+        projectors = _projectors(app.settings, writer_processes) if writer_processes else []
+        if not projectors:
+            projector.start()
         try:
             with timed() as t:
                 stream = [
@@ -145,9 +211,12 @@ def sustained(
                 results = scheduler.schedule(stream)
         finally:
             stop.set()
-            projector.join()
-        for writer in writers:
-            writer.catch_up()
+            if projectors:
+                _caught_up(app, projectors)
+            else:
+                projector.join()
+                for writer in writers:
+                    writer.catch_up()
         placed = sum(r.placed for r in results)
         failed = len(results) - placed
         attempts = sum(r.attempts for r in results)
@@ -177,83 +246,30 @@ def _race_figures(
     }
 
 
-def race(publishers: int = 8, providers: int = 50, requests: int = 600) -> dict[str, Any]:
-    """Threads, not processes: the embedded log belongs to one process."""
-    with tempfile.TemporaryDirectory(prefix="berth-race-") as tmp:
-        app = _setup(Path(tmp), providers, partitions=8, sizes=(4, 32_768, 160))
-        writers = app.writers()
-        stop = threading.Event()
-        results: list[Scheduled] = []
-        lock = threading.Lock()
-
-        def projector() -> None:
-            while not stop.is_set():
-                if all(w.step() is None for w in writers):
-                    stop.wait(0.001)
-
-        def publisher(k: int) -> None:
-            scheduler = Scheduler(
-                Publisher(app.log, clock_ms=lambda: NOW_MS),
-                SchedulerConfig.default().engine(),
-                lambda: snapshot_from_view(app.engine, placements=False),
-                OutcomeFollower(app.log, app.settings.topics.outcomes),
-                max_attempts=10,
-                poll_interval_s=0.001,
-            )
-            for i in range(k, requests, publishers):
-                request = PlacementRequest(
-                    request_id=f"race-{i}",
-                    ts_ms=NOW_MS,
-                    project_id="ci",
-                    resources={"VCPU": 2, "MEMORY_MB": 4096, "DISK_GB": 20},
-                )
-                done = scheduler.schedule([request])
-                with lock:
-                    results.extend(done)
-
-        applying = threading.Thread(target=projector)
-        applying.start()
-        threads = [threading.Thread(target=publisher, args=(k,)) for k in range(publishers)]
-        with timed() as t:
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join()
-        stop.set()
-        applying.join()
-        for writer in writers:
-            writer.catch_up()
-        overcommitted = _overcommitted(app)
-        app.close()
-    return _race_figures(results, overcommitted, t[0], f"{publishers} threads")
-
-
-def race_processes(kafka: str, publishers: int = 8, providers: int = 50) -> dict[str, Any]:
-    """The race as the issue states it: publisher processes and a projector
-    process on a Kafka-protocol broker, the view on PostgreSQL."""
-    import subprocess
-    import sys
-    import time
+def race(kafka: str = "", publishers: int = 8, providers: int = 50) -> dict[str, Any]:
+    """The race as the issue states it: publisher processes, each with its own
+    scheduler, and a projector process, on the embedded log and SQLite, or
+    with ``kafka`` on a Kafka-protocol broker and PostgreSQL."""
     from contextlib import ExitStack
 
     from tests.kafka_broker import running_tansu
     from tests.postgres import scratch_database
 
     with ExitStack() as stack:
-        bootstrap = stack.enter_context(running_tansu()) if kafka == "auto" else kafka
-        db = stack.enter_context(scratch_database())
-        log_url = f"kafka://{bootstrap}"
-        settings = Settings(log_url=log_url, db_url=db, partitions=8)
-        with App(settings) as app:
-            edge = Publisher(app.log, clock_ms=lambda: NOW_MS)
-            edge.publish(_cluster(providers, (4, 32_768, 160)))
-        berth = [sys.executable, "-m", "berth.cli"]
-        projector = subprocess.Popen(
-            [*berth, "projector", "--log", log_url, "--db", db, "--idle-wait-s", "0.002"],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        stack.callback(projector.kill)
+        if kafka:
+            bootstrap = stack.enter_context(running_tansu()) if kafka == "auto" else kafka
+            db = stack.enter_context(scratch_database())
+            settings = Settings(log_url=f"kafka://{bootstrap}", db_url=db, partitions=8)
+            how = f"{publishers} processes, Kafka (tansu) + PostgreSQL"
+        else:
+            tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="berth-race-")))
+            settings = Settings(
+                log_url=f"embedded:{tmp}", db_url=sqlite_url(str(tmp / "view.db")), partitions=8
+            )
+            how = f"{publishers} processes, embedded log + SQLite"
+        app = stack.enter_context(App(settings))
+        Publisher(app.log, clock_ms=lambda: NOW_MS).publish(_cluster(providers, (4, 32_768, 160)))
+        projectors = _projectors(settings, 1)
         started = time.perf_counter()
         runs = [
             subprocess.Popen(
@@ -262,9 +278,9 @@ def race_processes(kafka: str, publishers: int = 8, providers: int = 50) -> dict
                     "-m",
                     "bench.race_publisher",
                     "--log",
-                    log_url,
+                    settings.log_url,
                     "--db",
-                    db,
+                    settings.db_url,
                     "--index",
                     str(k),
                     "--of",
@@ -278,18 +294,8 @@ def race_processes(kafka: str, publishers: int = 8, providers: int = 50) -> dict
         outputs = [run.communicate(timeout=600)[0] for run in runs]
         elapsed = time.perf_counter() - started
         results = [Scheduled.from_dict(r) for out in outputs for r in json.loads(out)]
-        deadline = time.monotonic() + 60
-        with App(settings) as app:
-            while time.monotonic() < deadline:  # let the projector finish the releases
-                ends = [app.log.end_offset(settings.topics.events, p) for p in range(8)]
-                with app.engine.connect() as conn:
-                    query = select(partition_offsets.c.partition, partition_offsets.c.next_offset)
-                    done = {int(p): int(o) for p, o in conn.execute(query)}
-                if all(done.get(p, 0) >= end for p, end in enumerate(ends)):
-                    break
-                time.sleep(0.05)
-            overcommitted = _overcommitted(app)
-    how = f"{publishers} processes, Kafka (tansu) + PostgreSQL"
+        _caught_up(app, projectors)  # the releases of the losers' claims, too
+        overcommitted = _overcommitted(app)
     return _race_figures(results, overcommitted, elapsed, how)
 
 
@@ -303,29 +309,35 @@ def main() -> None:
     parser.add_argument(
         "--wave", type=int, default=2000, help="requests ranked on one snapshot (sustained)"
     )
+    parser.add_argument(
+        "--writer-processes",
+        type=int,
+        default=0,
+        help="run the writers in N berth projector processes (default: a thread of this one)",
+    )
     parser.add_argument("--scenario", choices=("sustained", "race"), default="sustained")
     parser.add_argument(
         "--kafka", default="", help="race on Kafka + PostgreSQL: auto (start tansu) or HOST:PORT"
     )
     args = parser.parse_args()
     tune_gc()
-    if args.scenario == "race" and args.kafka:
-        note("race: 600 requests, 8 publisher processes, Kafka + PostgreSQL ...")
-        print(json.dumps(race_processes(args.kafka)))
-        return
     if args.scenario == "race":
-        note("race: 600 requests, 8 publishers, 50 providers ...")
-        print(json.dumps(race()))
+        on = "Kafka + PostgreSQL" if args.kafka else "the embedded log + SQLite"
+        note(f"race: 600 requests, 8 publisher processes, 50 providers, {on} ...")
+        print(json.dumps(race(args.kafka)))
         return
     figures: dict[str, Any] = {
         "providers": args.providers,
         "requests": args.requests,
         "sample_percentage": args.sample,
         "wave": args.wave,
+        "writer_processes": args.writer_processes,
     }
     for explain in (False, True):
         note(f"sustained, explain {'on' if explain else 'off'} ...")
-        result = sustained(args.providers, args.requests, args.sample, explain, args.wave)
+        result = sustained(
+            args.providers, args.requests, args.sample, explain, args.wave, args.writer_processes
+        )
         suffix = "explain_on" if explain else "explain_off"
         figures.update({f"{k}_{suffix}": v for k, v in result.items()})
     print(json.dumps(figures))
