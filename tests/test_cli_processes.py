@@ -1,0 +1,90 @@
+"""The embedded default as separate processes: ``berth serve`` runs while
+``berth publish`` and ``berth request`` append to the same data directory."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from berth.cli import main
+from consumers.topics import DEFAULT_TOPICS
+from ledger.embedded import EmbeddedLog
+from tests.builders import provider
+from tests.contracts.log_contract import read_all
+
+
+def _wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def _answers(data: Path) -> list[dict[str, object]]:
+    with EmbeddedLog(data, read_only=True) as log:
+        topic = DEFAULT_TOPICS.placements
+        return [
+            json.loads(r.value)
+            for p in range(log.partition_count(topic))
+            for r in read_all(log, topic, p)
+        ]
+
+
+def test_requests_published_while_serve_runs_are_placed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = tmp_path / "data"
+    serve = subprocess.Popen(
+        [sys.executable, "-m", "berth.cli", "serve", "--data-dir", str(data), "--partitions", "4"],
+        stderr=subprocess.PIPE,
+    )
+    try:
+        _wait_for(
+            lambda: (data / "log" / DEFAULT_TOPICS.placements / "meta.json").exists(), "serve"
+        )
+        now = int(time.time() * 1000)
+        events = tmp_path / "events.jsonl"
+        events.write_text(
+            "".join(
+                event.model_dump_json() + "\n"
+                for n in range(3)
+                for event in provider(f"node-{n}", ts=now, VCPU=(4, 1.0), MEMORY_MB=8192)
+            )
+        )
+        assert main(["publish", "--data-dir", str(data), str(events)]) == 0
+        requests = tmp_path / "requests.jsonl"
+        requests.write_text(
+            "".join(
+                json.dumps(
+                    {
+                        "request_id": f"r{k}",
+                        "ts_ms": now,
+                        "project_id": "p",
+                        "resources": {"VCPU": 2, "MEMORY_MB": 4096},
+                    }
+                )
+                + "\n"
+                for k in range(7)
+            )
+        )
+        assert main(["request", "--data-dir", str(data), str(requests)]) == 0
+        capsys.readouterr()
+        _wait_for(lambda: len(_answers(data)) == 7, "seven answers on the placements topic")
+    finally:
+        serve.send_signal(signal.SIGINT)
+        _, err = serve.communicate(timeout=30)
+    assert serve.returncode == 0, err.decode()
+    answers = {a["request_id"]: a for a in _answers(data)}
+    placed = [a for a in answers.values() if a["placed"]]
+    # three providers of 4 VCPU hold exactly six instances of 2
+    assert len(placed) == 6
+    failed = [a for a in answers.values() if not a["placed"]]
+    assert len(failed) == 1 and "no valid host" in str(failed[0]["reason"])
