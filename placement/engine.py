@@ -16,7 +16,6 @@ cannot be placed.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -101,15 +100,26 @@ class _Run:
     explain: bool
     gone: BoolArray | None = None
     """Rows some filter has already rejected (their first story stands);
-    allocated when a filter first rejects one."""
+    allocated when a filter first rejects one. Kept only with ``explain``,
+    as are the two below: nothing else reads them."""
     eliminations: dict[int, Elimination] = field(default_factory=dict)
-    counts: Counter[str] = field(default_factory=Counter)
+    counts: dict[str, int] = field(default_factory=dict)
     """Filter -> providers it was the first to reject."""
 
     def apply(self, f: HostFilter, rows: IntArray) -> IntArray:
         keep = f.mask(self.ctx, rows)
-        if keep.all():
+        # count_nonzero is a plain C loop, cheaper than keep.all()'s reduction
+        if np.count_nonzero(keep) == len(rows):
             return rows
+        if self.explain:
+            # only the trace reads the bookkeeping, so a decision without it skips it
+            self._record(f, rows, keep)
+        kept = rows[keep]
+        self.ctx.narrow(rows, keep, kept)
+        return kept
+
+    def _record(self, f: HostFilter, rows: IntArray, keep: BoolArray) -> None:
+        """Note which of the rows ``f`` dropped no earlier filter had."""
         dropped = rows[~keep]
         if self.gone is None:
             self.gone = np.zeros(self.ctx.snapshot.size, dtype=np.bool_)
@@ -118,12 +128,10 @@ class _Run:
             first = dropped[~self.gone[dropped]]
         if len(first):
             self.gone[first] = True
-            self.counts[f.name] += len(first)
-            if self.explain:
-                providers = self.ctx.snapshot.providers
-                for row, reason in zip(first.tolist(), f.reasons(self.ctx, first), strict=True):
-                    self.eliminations[row] = Elimination(providers[row].provider_id, f.name, reason)
-        return rows[keep]
+            self.counts[f.name] = self.counts.get(f.name, 0) + len(first)
+            providers = self.ctx.snapshot.providers
+            for row, reason in zip(first.tolist(), f.reasons(self.ctx, first), strict=True):
+                self.eliminations[row] = Elimination(providers[row].provider_id, f.name, reason)
 
 
 class Engine:
@@ -147,19 +155,20 @@ class Engine:
     def place(self, snapshot: Snapshot, request: Request, explain: bool = False) -> Placement:
         window = self._window(snapshot.size)
         if window is not None and not explain:
-            placement = self._place(snapshot, request, False, window)
+            placement = self._place(snapshot, request, False, *window)
             if placement.placed:
                 return placement
             # the sample was not enough: look at every provider before saying no
         everyone = self._all_rows(snapshot.size)
-        placement = self._place(snapshot, request, explain, everyone)
+        placement = self._place(snapshot, request, explain, everyone, 0)
         if not placement.placed and not explain:
             # the full story costs nothing on the success path
-            placement = self._place(snapshot, request, True, everyone)
+            placement = self._place(snapshot, request, True, everyone, 0)
         return placement
 
-    def _window(self, size: int) -> IntArray | None:
-        """The rotating sample of rows to examine, or None for all of them."""
+    def _window(self, size: int) -> tuple[IntArray, int | None] | None:
+        """The rotating sample of rows to examine and, unless it wraps around
+        the end, its first row; None for all of them."""
         wanted = self.sampling.size(size)
         if wanted >= size:
             return None
@@ -167,9 +176,9 @@ class Engine:
         self._next_start = start + wanted
         every = self._all_rows(size)
         if start + wanted <= size:
-            return every[start : start + wanted]
+            return every[start : start + wanted], start
         rows: IntArray = np.concatenate((every[start:], every[: start + wanted - size]))
-        return rows
+        return rows, None
 
     def _all_rows(self, size: int) -> IntArray:
         if len(self._rows) != size:
@@ -178,13 +187,22 @@ class Engine:
         return self._rows
 
     def _place(
-        self, snapshot: Snapshot, request: Request, explain: bool, rows: IntArray
+        self,
+        snapshot: Snapshot,
+        request: Request,
+        explain: bool,
+        rows: IntArray,
+        start: int | None,
     ) -> Placement:
+        """Place ``request`` on ``rows``; ``start`` is given when they are
+        consecutive, from ``start`` on."""
         # the snapshot's usage is only read until a pick that a later pick of
         # this request must see, so most requests never copy it
         ctx = Context(snapshot, request, snapshot.used)
+        if start is not None:
+            ctx.consecutive(rows, start)
         run = _Run(ctx, explain)
-        demand = demand_row(snapshot, request.resources)
+        demand: IntArray | None = None  # only a pick that a later pick must see needs it
         for f in self.once:
             if f.applies(request):
                 rows = run.apply(f, rows)
@@ -198,13 +216,15 @@ class Engine:
             if len(candidates) == 0:
                 break
             scores = self._weigh(ctx, candidates)
-            best = int(np.argmax(scores))  # first maximum: the earliest row breaks ties
+            best = int(scores.argmax())  # first maximum: the earliest row breaks ties
             row = int(candidates[best])
             picks.append(snapshot.providers[row].provider_id)
             weights.append(float(scores[best]))
             if len(picks) < request.num_instances:
                 if ctx.used is snapshot.used:
                     ctx.used = snapshot.used.copy()
+                if demand is None:
+                    demand = demand_row(snapshot, request.resources)
                 ctx.used[row] += demand
             ctx.picked.append(row)
         trace = None

@@ -15,7 +15,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from placement.model import BoolArray, IntArray, Request, Snapshot
+from placement.model import BoolArray, FloatArray, IntArray, Request, Snapshot
 
 
 @dataclass(slots=True)
@@ -30,12 +30,19 @@ class Context:
     picked: list[int] = field(default_factory=list)
     """Rows already picked for this request (one per earlier instance)."""
     _free: tuple[IntArray, IntArray, int, IntArray] | None = None
-    """(rows, capacity, picks so far, capacity[rows] - used[rows]) of the
-    last ``free`` call: the resource filter and the three resource weighers
-    of one pick ask about the same rows."""
+    """(rows, capacity, picks so far, what is free) of the last ``free``
+    call, or carried over to the rows a filter kept: the resource filter
+    and the three resource weighers of one pick ask about the same rows."""
+    _scaled: tuple[IntArray, IntArray, int, FloatArray] | None = None
+    """The same for ``free_scaled``."""
+    _run: tuple[IntArray, int, int, BoolArray | None] | None = None
+    """(rows, start, stop, keep): ``rows`` are the rows start..stop-1, or
+    those of them ``keep`` marks."""
 
     def free(self, rows: IntArray, capacity: IntArray) -> IntArray:
-        """``capacity[rows] - used[rows]``, every class, one row per row asked."""
+        """What is free of every class on ``rows``, by class: row j is
+        ``capacity[j, rows] - used[rows, j]``, where ``capacity`` is by
+        class (``Snapshot.capacity_by_class``)."""
         memo = self._free
         if (
             memo is not None
@@ -44,9 +51,57 @@ class Context:
             and memo[2] == len(self.picked)
         ):
             return memo[3]
-        free: IntArray = capacity.take(rows, axis=0) - self.used.take(rows, axis=0)
+        free: IntArray
+        run = self._run
+        if run is not None and run[0] is rows:
+            # slices are views, so only the subtraction touches the data;
+            # gathering rows of a few classes costs several times more
+            _, start, stop, keep = run
+            free = capacity[:, start:stop] - self.used[start:stop].T
+            if keep is not None:
+                free = free.compress(keep, axis=1)
+        else:
+            free = capacity.take(rows, axis=1) - self.used.take(rows, axis=0).T
         self._free = (rows, capacity, len(self.picked), free)
         return free
+
+    def consecutive(self, rows: IntArray, start: int) -> None:
+        """``rows`` are ``start``, ``start + 1``, ... (a sample that does not
+        wrap around, or every row), which ``free`` can read as slices."""
+        self._run = (rows, start, start + len(rows), None)
+
+    def narrow(self, rows: IntArray, keep: BoolArray, kept: IntArray) -> None:
+        """``kept`` is ``rows[keep]``: what ``free`` knows of ``rows`` carries
+        over, so the weighers after a filter do not gather it again."""
+        memo = self._free
+        if memo is not None and memo[0] is rows and memo[2] == len(self.picked):
+            # compress: several times quicker than boolean indexing on 2-D
+            self._free = (kept, memo[1], memo[2], memo[3].compress(keep, axis=1))
+        run = self._run
+        if run is not None and run[0] is rows and run[3] is None:
+            # one filter's cut of a run (usually ComputeFilter's) is still
+            # cheaper to read as the run's slices, compressed
+            self._run = (kept, run[1], run[2], keep)
+
+    def free_scaled(self, rows: IntArray, capacity: IntArray) -> FloatArray:
+        """``free(rows, capacity)`` as floats clamped at 0 and divided by each
+        class's largest value (a class whose largest is 0 stays all 0):
+        Nova's normalisation with ``minval = 0``, done for every class at
+        once since the RAM, CPU and disk weighers of one pick all want it."""
+        memo = self._scaled
+        picks = len(self.picked)
+        if memo is not None and memo[0] is rows and memo[1] is capacity and memo[2] == picks:
+            return memo[3]
+        # clamped as ints, then cast: the same numbers as casting first, quicker
+        scaled: FloatArray = np.maximum(self.free(rows, capacity), 0).astype(np.float64)
+        highest = scaled.max(axis=1, keepdims=True)
+        # (x - 0.0) / (high - 0.0) is exactly x / high: normalize's arithmetic
+        if 0.0 not in highest.ravel().tolist():
+            scaled /= highest
+        else:
+            np.divide(scaled, highest, out=scaled, where=highest > 0.0)
+        self._scaled = (rows, capacity, picks, scaled)
+        return scaled
 
     @classmethod
     def start(cls, snapshot: Snapshot, request: Request) -> Context:

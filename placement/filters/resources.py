@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from placement.filters.base import Context, HostFilter
-from placement.model import BoolArray, FloatArray, IntArray, Snapshot
+from placement.model import BoolArray, FloatArray, IntArray, Snapshot, by_class
 
 NOVA_RATIO_KEYS: Mapping[str, str] = {
     "VCPU": "cpu_allocation_ratio",
@@ -69,6 +70,30 @@ def effective_ratios(snapshot: Snapshot) -> FloatArray:
     return ratios
 
 
+@dataclass(frozen=True, slots=True)
+class _Demand:
+    """A request's resources against one inventory table: the (column,
+    amount) of each class it asks a positive amount of, and the providers
+    whose unit rules allow them all. No rules when it asks for nothing (it
+    fits everywhere) or for a class the snapshot lacks (``fits_nowhere``)."""
+
+    wanted: tuple[tuple[int, int], ...] = ()
+    rules: BoolArray | None = None
+    fits_nowhere: bool = False
+    amounts: tuple[tuple[int, np.int64], ...] = field(init=False)
+    """``wanted`` with NumPy amounts, which compare with an array without
+    converting a Python int each time."""
+    rules_pass_all: bool = field(init=False)
+    """Whether every provider's unit rules allow the request (the usual
+    min_unit 1, step_size 1), so that only the free amounts need checking."""
+
+    def __post_init__(self) -> None:
+        amounts = tuple((j, np.int64(amount)) for j, amount in self.wanted)
+        object.__setattr__(self, "amounts", amounts)
+        passing = self.rules is not None and bool(self.rules.all())
+        object.__setattr__(self, "rules_pass_all", passing)
+
+
 class ResourceFilter(HostFilter):
     """For every class the request asks a positive amount of, the provider must
     have inventory of it (total > 0), the amount must lie within
@@ -91,18 +116,25 @@ class ResourceFilter(HostFilter):
         # they are computed once per inventory table, not per decision.
         self._inventory: tuple[IntArray, object] | None = None
         self._capacity: IntArray = np.zeros((0, 0), dtype=np.int64)
+        self._by_class: IntArray = self._capacity
+        """``_capacity`` by class, as ``Context.free`` reads it."""
         self._units: dict[tuple[tuple[int, int], ...], BoolArray] = {}
+        self._demands: dict[tuple[tuple[str, int], ...], _Demand] = {}
 
     def _tables(self, snapshot: Snapshot) -> IntArray:
         key = self._inventory
         if key is None or key[0] is not snapshot.total or key[1] is not snapshot.aggregates:
             ratios = effective_ratios(snapshot)
             if ratios is snapshot.allocation_ratio:
-                self._capacity = snapshot.capacity_table()  # shared with the weighers
+                # shared with the weighers, so that they reuse the filter's free
+                self._capacity = snapshot.capacity_table()
+                self._by_class = snapshot.capacity_by_class()
             else:
                 usable = snapshot.total - snapshot.reserved
                 self._capacity = (usable * ratios).astype(np.int64)
+                self._by_class = by_class(self._capacity)
             self._units = {}
+            self._demands = {}
             self._inventory = (snapshot.total, snapshot.aggregates)
         return self._capacity
 
@@ -132,22 +164,46 @@ class ResourceFilter(HostFilter):
         free: IntArray = capacity - used
         return free
 
-    def mask(self, ctx: Context, rows: IntArray) -> BoolArray:
-        snap = ctx.snapshot
+    def _demand(self, snapshot: Snapshot, resources: Mapping[str, int]) -> _Demand:
+        """What ``resources`` asks of this snapshot's inventories, worked out
+        once per inventory table and request shape."""
+        self._tables(snapshot)
+        key = tuple(resources.items())
+        demand = self._demands.get(key)
+        if demand is None:
+            demand = self._work_out(snapshot, resources)
+            if len(self._demands) > 1024:
+                self._demands.clear()
+            self._demands[key] = demand
+        return demand
+
+    def _work_out(self, snapshot: Snapshot, resources: Mapping[str, int]) -> _Demand:
         wanted: list[tuple[int, int]] = []
-        for rc, amount in ctx.request.resources.items():
+        for rc, amount in resources.items():
             if amount <= 0:
                 continue
-            j = snap.column(rc)
+            j = snapshot.column(rc)
             if j is None:
-                return np.zeros(len(rows), dtype=np.bool_)
+                return _Demand(fits_nowhere=True)
             wanted.append((j, amount))
         if not wanted:
-            return np.ones(len(rows), dtype=np.bool_)
-        ok: BoolArray = self._unit_rules(snap, tuple(wanted))[rows]
-        free = ctx.free(rows, self._tables(snap))
-        for j, amount in wanted:
-            ok &= amount <= free[:, j]
+            return _Demand()
+        return _Demand(tuple(wanted), self._unit_rules(snapshot, tuple(wanted)))
+
+    def mask(self, ctx: Context, rows: IntArray) -> BoolArray:
+        snap = ctx.snapshot
+        demand = self._demand(snap, ctx.request.resources)
+        if demand.rules is None:
+            return np.full(len(rows), not demand.fits_nowhere, dtype=np.bool_)
+        free = ctx.free(rows, self._by_class)  # _demand brought the tables up to date
+        # class by class: a 2-D comparison reduced with all(axis=0) costs
+        # more on a few classes
+        (first, amount), *others = demand.amounts
+        ok: BoolArray = free[first] >= amount
+        for j, amount in others:
+            ok &= free[j] >= amount
+        if not demand.rules_pass_all:
+            ok &= demand.rules.take(rows)
         return ok
 
     def reject(self, ctx: Context, row: int) -> str | None:

@@ -17,13 +17,15 @@ that a lone candidate is not weighed at all.
 from __future__ import annotations
 
 import logging
+import math
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from typing import ClassVar
 
 import numpy as np
 
 from placement.filters.base import Context
-from placement.model import FloatArray, IntArray
+from placement.model import Aggregate, FloatArray, IntArray
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +35,12 @@ class Weigher(ABC):
     multiplier_key: ClassVar[str]
     minval: ClassVar[float | None] = None
     maxval: ClassVar[float | None] = None
+    negated: ClassVar[bool] = False
+    """Nova negates some weighers' multiplier (configured or overridden)
+    rather than their weights."""
+    _overridden: tuple[Mapping[str, Aggregate], bool] | None = None
+    """(aggregates, whether one of them sets ``multiplier_key``) for the last
+    snapshot's aggregates, which its usage-only twins share."""
 
     def __init__(self, multiplier: float = 1.0) -> None:
         self.multiplier = multiplier
@@ -47,11 +55,44 @@ class Weigher(ABC):
     def weigh(self, ctx: Context, rows: IntArray) -> FloatArray:
         """Raw weights of ``rows`` (higher is preferred before multiplying)."""
 
+    def add_to(self, total: FloatArray, ctx: Context, rows: IntArray) -> None:
+        """``total += multipliers x normalize(weigh)``, one value per row:
+        this weigher's share of Nova's weight sum. Weighers may override it
+        with fewer array operations, giving the very same numbers."""
+        raw = np.asarray(self.weigh(ctx, rows), dtype=np.float64)
+        if raw.shape != (len(rows),):
+            raise ValueError(
+                f"{self.name} returned weights of shape {raw.shape} for {len(rows)} rows"
+            )
+        normalised = normalize(raw, self.minval, self.maxval)
+        multiplier = self.uniform_multiplier(ctx)
+        if multiplier is None:
+            total += self.multipliers(ctx, rows) * normalised
+        else:
+            accumulate(total, multiplier, normalised)
+
+    def uniform_multiplier(self, ctx: Context) -> float | None:
+        """The multiplier of every provider when no aggregate of the snapshot
+        can override it (what ``multipliers`` would fill its array with),
+        else None."""
+        if type(self).multipliers is not Weigher.multipliers:
+            return None  # a subclass computes its own: ask it row by row
+        aggregates = ctx.snapshot.aggregates
+        if aggregates:
+            known = self._overridden
+            if known is None or known[0] is not aggregates:
+                key = self.multiplier_key
+                known = (aggregates, any(key in a.metadata for a in aggregates.values()))
+                self._overridden = known
+            if known[1]:
+                return None
+        return -self.multiplier if self.negated else self.multiplier
+
     def multipliers(self, ctx: Context, rows: IntArray) -> FloatArray:
         """Per-row multiplier with per-aggregate overrides."""
         out = np.full(len(rows), self.multiplier, dtype=np.float64)
         if not ctx.snapshot.aggregates:
-            return out
+            return -out if self.negated else out
         for k, row in enumerate(rows):
             values = []
             for aggregate in ctx.snapshot.aggregates_of(int(row)):
@@ -74,7 +115,18 @@ class Weigher(ABC):
             else:
                 if values:
                     out[k] = min(values)
-        return out
+        return -out if self.negated else out
+
+
+def accumulate(total: FloatArray, multiplier: float, normalised: FloatArray) -> None:
+    """``total += multiplier x normalised``. The common multipliers skip the
+    product: x x 1.0 is x, and t + (-1.0 x x) is t - x, bit for bit."""
+    if multiplier == 1.0:
+        total += normalised
+    elif multiplier == -1.0:
+        total -= normalised
+    else:
+        total += multiplier * normalised
 
 
 def normalize(
@@ -98,4 +150,8 @@ def normalize(
     high = float(values.max()) if maxval is None else float(maxval)
     if low == high:
         return np.zeros(len(values), dtype=np.float64)
+    if low == 0.0 and math.copysign(1.0, low) > 0.0:
+        # x - (+0.0) is x exactly, -0.0 included: the usual minval 0 saves a pass
+        scaled: FloatArray = values / high
+        return scaled
     return (values - low) / (high - low)

@@ -26,6 +26,7 @@ from placement.weighers.base import Weigher
 class BuildFailureWeigher(Weigher):
     name: ClassVar[str] = "BuildFailureWeigher"
     multiplier_key: ClassVar[str] = "build_failure_weight_multiplier"
+    negated: ClassVar[bool] = True
 
     def __init__(self, multiplier: float = 1000000.0) -> None:
         super().__init__(multiplier)
@@ -36,6 +37,3 @@ class BuildFailureWeigher(Weigher):
     def weigh(self, ctx: Context, rows: IntArray) -> FloatArray:
         failures: FloatArray = ctx.snapshot.build_failures[rows].astype(np.float64)
         return failures
-
-    def multipliers(self, ctx: Context, rows: IntArray) -> FloatArray:
-        return -super().multipliers(ctx, rows)

@@ -9,19 +9,13 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from placement.filters.base import Context
-from placement.model import FloatArray, IntArray
-from placement.weighers.base import Weigher
-from placement.weighers.ram import free_of
+from placement.weighers.ram import FreeResourceWeigher
 
 
-class CPUWeigher(Weigher):
+class CPUWeigher(FreeResourceWeigher):
     name: ClassVar[str] = "CPUWeigher"
     multiplier_key: ClassVar[str] = "cpu_weight_multiplier"
-    minval: ClassVar[float | None] = 0.0
+    resource_class: ClassVar[str] = "VCPU"
 
     def __init__(self, multiplier: float = 1.0) -> None:
         super().__init__(multiplier)
-
-    def weigh(self, ctx: Context, rows: IntArray) -> FloatArray:
-        return free_of(ctx, rows, "VCPU")
