@@ -62,7 +62,8 @@ class Log(ABC):
     @abstractmethod
     def read(self, topic: str, partition: int, offset: int, max_records: int) -> list[Record]:
         """Up to ``max_records`` records of one partition starting at ``offset``
-        (fewer, or none, at the end of the partition). Never blocks waiting."""
+        (fewer, or none, at the end of the partition). Never waits for records
+        to arrive; it may wait for an append in progress to become durable."""
 
     @abstractmethod
     def end_offset(self, topic: str, partition: int) -> int:
