@@ -157,7 +157,7 @@ def _caught_up(app: App, projectors: list[subprocess.Popen[bytes]], timeout_s: f
             time.sleep(0.05)
     finally:
         for projector in projectors:
-            projector.send_signal(signal.SIGINT)
+            projector.send_signal(signal.SIGTERM)
         for projector in projectors:
             projector.wait(timeout=30)
 

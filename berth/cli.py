@@ -8,7 +8,9 @@ import json
 import logging
 import os
 import shutil
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -223,7 +225,20 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return 0
 
 
+def _stop_on_sigterm() -> None:
+    """``docker stop`` and ``kill`` send SIGTERM: a worker stops as on Ctrl-C
+    (a batch interrupted before its commit is redone on restart), also when
+    it was started in the background, where SIGINT is ignored."""
+
+    def stop(_signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is threading.main_thread():  # only it may set handlers
+        signal.signal(signal.SIGTERM, stop)
+
+
 def cmd_projector(args: argparse.Namespace) -> int:
+    _stop_on_sigterm()
     settings = _settings(args)
     owned = [int(p) for p in args.owned.split(",")] if args.owned else None
     with App(settings) as app:
@@ -253,6 +268,7 @@ def _scheduler_worker(
 def cmd_scheduler(args: argparse.Namespace) -> int:
     from consumers.queue_projector import QueueProjector
 
+    _stop_on_sigterm()
     owned = [int(p) for p in args.owned.split(",")] if args.owned else None
     with App(_settings(args)) as app:
         worker = _scheduler_worker(app, args, lambda: None, owned)
@@ -271,6 +287,7 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     from consumers.queue_projector import QueueProjector
 
+    _stop_on_sigterm()
     settings = _settings(args)
     with App(settings) as app:
         writers = app.writers()
@@ -380,8 +397,6 @@ def cmd_queue(args: argparse.Namespace) -> int:
 
 
 def cmd_reaper(args: argparse.Namespace) -> int:
-    import threading
-
     from berth.client import Publisher
     from consumers.reaper import Reaper
 
@@ -390,6 +405,7 @@ def cmd_reaper(args: argparse.Namespace) -> int:
         return 2
     settings = _settings(args)
     # the reaper only appends: it has no use for the view, so leave its schema alone
+    _stop_on_sigterm()
     with App(settings, migrate=False) as app:
         reaper = Reaper(Publisher(app.log, app.settings.topics), args.interval)
         logging.info(

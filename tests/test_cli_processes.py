@@ -79,7 +79,7 @@ def test_requests_published_while_serve_runs_are_placed(
         capsys.readouterr()
         _wait_for(lambda: len(_answers(data)) == 7, "seven answers on the placements topic")
     finally:
-        serve.send_signal(signal.SIGINT)
+        serve.send_signal(signal.SIGTERM)
         _, err = serve.communicate(timeout=30)
     assert serve.returncode == 0, err.decode()
     answers = {a["request_id"]: a for a in _answers(data)}
