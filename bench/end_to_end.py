@@ -176,7 +176,10 @@ def sustained(
     in that many ``berth projector`` processes on the same embedded log."""
     with tempfile.TemporaryDirectory(prefix="berth-e2e-") as tmp:
         app = _setup(Path(tmp), providers, partitions=16)
-        writers = app.writers()
+        if writer_processes:
+            app.close()  # the projector processes own the partitions
+            app = App(app.settings)
+        writers = [] if writer_processes else app.writers()
         config = SchedulerConfig.default()
         engine = config.engine()
         engine.sampling = Sampling(percentage=sample, minimum=100)

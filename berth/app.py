@@ -121,7 +121,11 @@ class App:
     def writers(
         self, partitions: list[int] | None = None, publish: bool = True
     ) -> list[PartitionWriter]:
-        owned = range(self.settings.partitions) if partitions is None else partitions
+        """The single writers of the given partitions (all by default); on the
+        embedded log this process owns them until the app closes, so a second
+        writer of one of them elsewhere is refused."""
+        owned = list(range(self.settings.partitions)) if partitions is None else partitions
+        self.log.own(self.settings.topics.events, owned)
         return [
             PartitionWriter(
                 self.log,
@@ -146,7 +150,9 @@ class App:
         default): single requests through a :class:`Scheduler`, batches and
         requests taking identifiers through a :class:`BatchScheduler` and its
         coordinator, both ranking on the view with ``config``'s engine.
-        ``pump`` lets writers in this process catch up while it waits."""
+        ``pump`` lets writers in this process catch up while it waits. Like
+        the writers, it owns its request partitions: two schedulers answering
+        one request would place it twice."""
         from berth.client import Publisher
         from consumers.batches import BatchScheduler
         from consumers.coordinator import Coordinator
@@ -155,6 +161,8 @@ class App:
         from consumers.snapshot_source import snapshot_from_view
 
         topics = self.settings.topics
+        answered = list(range(self.settings.partitions)) if partitions is None else partitions
+        self.log.own(topics.requests, answered)
         publisher = publisher or Publisher(self.log, topics)
         follower = OutcomeFollower(self.log, topics.outcomes)
         engine = config.engine()

@@ -108,6 +108,7 @@ class EmbeddedLog(Log):
         self._closed = False
         self._broken: BaseException | None = None
         self._lock_fd = -1
+        self._owned: dict[tuple[str, int], int] = {}
         self._syncers: ThreadPoolExecutor | None = None
         try:
             if not read_only:
@@ -193,6 +194,28 @@ class EmbeddedLog(Log):
 
     def end_offset(self, topic: str, partition: int) -> int:
         return self._partition(topic, partition).end_offset
+
+    def own(self, topic: str, partitions: Sequence[int]) -> None:
+        """An exclusive flock on ``p<N>.owner`` beside each partition file,
+        held until this log closes (or its process dies)."""
+        parts = self._partitions(topic)
+        with self._topics_lock:
+            for partition in partitions:
+                if not 0 <= partition < len(parts):
+                    raise LogError(f"topic {topic!r} has no partition {partition}")
+                if (topic, partition) in self._owned:
+                    continue
+                path = self._root / topic / f"p{partition}.owner"
+                fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError as exc:
+                    os.close(fd)
+                    raise LogError(
+                        f"partition {partition} of {topic!r} is already owned by another "
+                        "process: one writer and one scheduler per partition"
+                    ) from exc
+                self._owned[(topic, partition)] = fd
 
     def close(self) -> None:
         with self._cond:
@@ -405,6 +428,9 @@ class EmbeddedLog(Log):
         return parts
 
     def _close_files(self) -> None:
+        for fd in self._owned.values():
+            os.close(fd)  # closing releases the flock
+        self._owned.clear()
         if self._syncers is not None:
             self._syncers.shutdown()
             self._syncers = None

@@ -181,6 +181,12 @@ class KafkaLog(Log):
         with self._read_lock, _translated(f"end offset of {topic!r}/{partition}"):
             return self._fetch_end(tp)
 
+    def own(self, topic: str, partitions: Sequence[int]) -> None:
+        """Kafka cannot tell without consumer groups, which Berth does not
+        use: a deployment splits the partitions between its processes
+        (``berth projector --owned``, ``berth scheduler --owned``)."""
+        self.partition_count(topic)  # an unknown topic is still an error
+
     def close(self) -> None:
         producer, consumer, admin = self._producer, self._consumer, self._admin
         self._producer = self._consumer = self._admin = None

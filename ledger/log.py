@@ -70,6 +70,13 @@ class Log(ABC):
         """The offset the next appended record of this partition will get."""
 
     @abstractmethod
+    def own(self, topic: str, partitions: Sequence[int]) -> None:
+        """Make this handle the one process acting on these partitions of
+        ``topic`` (their single writer, or the scheduler answering them) until
+        it closes; :class:`LogError` if another handle already does, where
+        the backend can tell."""
+
+    @abstractmethod
     def close(self) -> None:
         """Release files, sockets and threads. The log is unusable afterwards."""
 

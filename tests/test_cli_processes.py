@@ -1,5 +1,6 @@
 """The embedded default as separate processes: ``berth serve`` runs while
-``berth publish`` and ``berth request`` append to the same data directory."""
+``berth publish`` and ``berth request`` append to the same data directory,
+and no partition gets a second writer or scheduler."""
 
 from __future__ import annotations
 
@@ -13,9 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from berth.app import App, Settings
 from berth.cli import main
 from consumers.topics import DEFAULT_TOPICS
 from ledger.embedded import EmbeddedLog
+from ledger.log import LogError
+from placement.config import SchedulerConfig
 from tests.builders import provider
 from tests.contracts.log_contract import read_all
 
@@ -88,3 +92,15 @@ def test_requests_published_while_serve_runs_are_placed(
     assert len(placed) == 6
     failed = [a for a in answers.values() if not a["placed"]]
     assert len(failed) == 1 and "no valid host" in str(failed[0]["reason"])
+
+
+def test_a_second_writer_or_scheduler_of_a_partition_is_refused(tmp_path: Path) -> None:
+    settings = Settings(data_dir=tmp_path, partitions=4)
+    with App(settings) as first, App(settings) as second:
+        first.writers([0, 1])
+        second.writers([2, 3])
+        with pytest.raises(LogError, match="already owned"):
+            second.writers([1])
+        first.scheduler_worker(SchedulerConfig.default(), lambda: None, partitions=[0])
+        with pytest.raises(LogError, match="already owned"):
+            second.scheduler_worker(SchedulerConfig.default(), lambda: None)

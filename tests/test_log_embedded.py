@@ -249,3 +249,17 @@ def test_read_only_logs_share_a_directory_with_writers(tmp_path: Path) -> None:
                 a.append("t", [Append(0, b"k", b"w")])
             with pytest.raises(LogError):
                 a.create_topic("other", 1)
+
+
+def test_a_partition_is_owned_by_one_handle_at_a_time(tmp_path: Path) -> None:
+    with EmbeddedLog(tmp_path) as first, EmbeddedLog(tmp_path) as second:
+        first.create_topic("t", 3)
+        first.own("t", [0, 1])
+        first.own("t", [1])  # again by the owner: nothing changes
+        second.own("t", [2])
+        with pytest.raises(LogError, match="partition 1 of 't' is already owned"):
+            second.own("t", [2, 1])
+        with pytest.raises(LogError, match="no partition 3"):
+            second.own("t", [3])
+        first.close()  # closing gives them up
+        second.own("t", [0, 1])
