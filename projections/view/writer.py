@@ -20,7 +20,7 @@ from projections.view.tables import (
     providers,
 )
 from schemas.events import Claim, ClaimSet, ClaimSpec, Event, PoolDefined, TransactionRef
-from schemas.outcomes import Kind, Outcome
+from schemas.outcomes import Kind, Outcome, Reason
 
 _CREATING = frozenset({Kind.ACCEPTED, Kind.PREPARED})
 _STATUS_OF_KIND = {
@@ -252,6 +252,20 @@ def _resources_json(resources: dict[str, int]) -> str:
     return text
 
 
+_REASONS_JSON: dict[tuple[Reason, ...], str] = {}
+
+
+def _reasons_json(reasons: tuple[Reason, ...]) -> str:
+    """A decision's reasons as JSON; most repeat (every consume or release of
+    a reservation already final says the same), so their JSON is cached."""
+    text = _REASONS_JSON.get(reasons)
+    if text is None:
+        if len(_REASONS_JSON) > 10_000:
+            _REASONS_JSON.clear()
+        text = _REASONS_JSON[reasons] = _json([r.to_dict() for r in reasons])
+    return text
+
+
 def _items_json(claim: ClaimSpec) -> str:
     """The claim's items as JSON."""
     items = claim.items
@@ -289,11 +303,7 @@ def _write_outcomes(plan: _Plan, batch: Batch) -> None:
             for o in applied.outcomes:
                 if not o.reasons and not o.identifiers:
                     continue
-                row = (
-                    *o[:7],
-                    _json([r.to_dict() for r in o.reasons]) if o.reasons else None,
-                    o.expires_at_ms,
-                )
+                row = (*o[:7], _reasons_json(o.reasons) if o.reasons else None, o.expires_at_ms)
                 if o.identifiers:
                     given.append((*row, _json(o.identifiers)))
                 else:
