@@ -405,7 +405,8 @@ class EmbeddedLog(Log):
         directory.mkdir(exist_ok=True)
         parts = self._open_partitions(directory, partitions, must_exist=False)
         try:
-            if any(part.end_position for part in parts):
+            # bytes, not indexed records: a file is only indexed on first use
+            if any(os.fstat(part.fd).st_size for part in parts):
                 raise LogError(f"{directory} holds records of an unregistered topic")
             for part in parts:
                 self._fsync(part.fd)

@@ -263,3 +263,12 @@ def test_a_partition_is_owned_by_one_handle_at_a_time(tmp_path: Path) -> None:
             second.own("t", [3])
         first.close()  # closing gives them up
         second.own("t", [0, 1])
+
+
+def test_records_left_without_a_topic_are_not_adopted(tmp_path: Path) -> None:
+    with closing(EmbeddedLog(tmp_path)) as log:
+        log.create_topic("t", 1)
+        log.append("t", [Append(0, b"k", b"orphan")])
+    (tmp_path / "log" / "t" / "meta.json").unlink()
+    with closing(EmbeddedLog(tmp_path)) as log, pytest.raises(LogError, match="unregistered"):
+        log.create_topic("t", 1)
