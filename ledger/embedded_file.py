@@ -143,13 +143,12 @@ class PartitionFile:
     does not pay to check every record of the others.
     """
 
-    def __init__(self, path: Path, partition: int, fd: int, fsync: Fsync, read_only: bool) -> None:
+    def __init__(self, path: Path, partition: int, fd: int, fsync: Fsync) -> None:
         self.path = path
         self.partition = partition
         self.fd = fd
         self.lock = threading.Lock()
         self._fsync = fsync
-        self._read_only = read_only
         self._positions = array("q", [0])
         self._key_lengths = array("I")
         # The shared flock goes on a second descriptor: flock() on the one this
@@ -163,7 +162,7 @@ class PartitionFile:
     ) -> PartitionFile:
         flags = os.O_RDONLY if read_only else os.O_RDWR | os.O_CREAT
         fd = os.open(path, flags | os.O_CLOEXEC, 0o644)
-        return cls(path, partition, fd, fsync, read_only)
+        return cls(path, partition, fd, fsync)
 
     def _grown(self) -> bool:
         """Whether the file holds bytes past the indexed records; the caller
@@ -173,8 +172,8 @@ class PartitionFile:
         return os.fstat(self.fd).st_size > self._positions[-1]
 
     def _extend(self) -> int:
-        """Index the intact records past the known ones; return the file's size.
-        The caller holds ``lock`` and one of the flocks."""
+        """Index the intact records past the known ones, if any; return the
+        file's size. The caller holds ``lock`` and one of the flocks."""
         size = os.fstat(self.fd).st_size
         ends, key_lengths = _scan(self.fd, self._positions[-1], size)
         if ends:
@@ -197,8 +196,7 @@ class PartitionFile:
             fcntl.flock(self._scan_fd, fcntl.LOCK_SH)
             try:
                 with self.lock:
-                    if self._grown():
-                        self._extend()
+                    self._extend()
             finally:
                 fcntl.flock(self._scan_fd, fcntl.LOCK_UN)
 
@@ -208,18 +206,17 @@ class PartitionFile:
         fcntl.flock(self.fd, fcntl.LOCK_EX)
         try:
             with self.lock:
-                if self._grown():
-                    size = self._extend()
-                    end = self._positions[-1]
-                    if size > end:
-                        _log.warning(
-                            "%s: dropping %d bytes of torn or corrupt tail after record %d",
-                            self.path,
-                            size - end,
-                            len(self._positions) - 1,
-                        )
-                        os.ftruncate(self.fd, end)
-                        self._fsync(self.fd)
+                size = self._extend()
+                end = self._positions[-1]
+                if size > end:
+                    _log.warning(
+                        "%s: dropping %d bytes of torn or corrupt tail after record %d",
+                        self.path,
+                        size - end,
+                        len(self._positions) - 1,
+                    )
+                    os.ftruncate(self.fd, end)
+                    self._fsync(self.fd)
         except BaseException:
             fcntl.flock(self.fd, fcntl.LOCK_UN)
             raise
