@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -22,14 +21,7 @@ from ledger.log import LogError
 from placement.config import SchedulerConfig
 from tests.builders import provider
 from tests.contracts.log_contract import read_all
-
-
-def _wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
+from tests.polling import wait_for
 
 
 def _answers(data: Path) -> list[dict[str, object]]:
@@ -51,9 +43,8 @@ def test_requests_published_while_serve_runs_are_placed(
         stderr=subprocess.PIPE,
     )
     try:
-        _wait_for(
-            lambda: (data / "log" / DEFAULT_TOPICS.placements / "meta.json").exists(), "serve"
-        )
+        placements = data / "log" / DEFAULT_TOPICS.placements / "meta.json"
+        wait_for(placements.exists, "serve to create its topics", timeout_s=60)
         now = int(time.time() * 1000)
         events = tmp_path / "events.jsonl"
         events.write_text(
@@ -81,7 +72,7 @@ def test_requests_published_while_serve_runs_are_placed(
         )
         assert main(["request", "--data-dir", str(data), str(requests)]) == 0
         capsys.readouterr()
-        _wait_for(lambda: len(_answers(data)) == 7, "seven answers on the placements topic")
+        wait_for(lambda: len(_answers(data)) == 7, "seven answers to the requests", timeout_s=60)
     finally:
         serve.send_signal(signal.SIGTERM)
         _, err = serve.communicate(timeout=30)

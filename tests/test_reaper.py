@@ -7,7 +7,6 @@ a step the test takes; the threaded tests poll with a deadline.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from ledger.partitioner import partition_for
 from schemas.events import Event
 from schemas.outcomes import Kind, Outcome, Reason
 from tests.builders import claim, consume, provider
+from tests.polling import wait_for
 
 PARTITIONS = 4
 T0 = 1_700_000_000_123
@@ -167,13 +167,6 @@ def test_several_reapers_decide_what_one_reaper_decides(
     ]
     with App(Settings(data_dir=tmp_path / "many", partitions=PARTITIONS)) as crowd:
         assert scenario(crowd, lags_ms, order) == (expected, clocks)
-
-
-def wait_for(predicate: Callable[[], bool], what: str, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)
 
 
 def test_reapers_in_threads_expire_a_quiet_hold_once(app: App) -> None:
