@@ -41,7 +41,8 @@ from consumers.snapshot_source import LiveSnapshot
 from placement.config import SchedulerConfig
 from placement.engine import Sampling
 from projections.view.engine import sqlite_url
-from projections.view.tables import inventories, partition_offsets
+from projections.view.loader import committed_offsets
+from projections.view.tables import inventories
 from schemas.events import Event, Inventory, InventorySet, ProviderRegistered
 from schemas.requests import PlacementRequest
 
@@ -148,8 +149,7 @@ def _caught_up(app: App, projectors: list[subprocess.Popen[bytes]], timeout_s: f
                 app.log.end_offset(settings.topics.events, p) for p in range(settings.partitions)
             ]
             with app.engine.connect() as conn:
-                query = select(partition_offsets.c.partition, partition_offsets.c.next_offset)
-                done = {int(p): int(o) for p, o in conn.execute(query)}
+                done = committed_offsets(conn)
             if all(done.get(p, 0) >= end for p, end in enumerate(ends)):
                 return
             if time.monotonic() > deadline or any(p.poll() is not None for p in projectors):

@@ -18,7 +18,8 @@ import numpy as np
 from sqlalchemy import Connection, Engine, Row, func, or_, select
 
 from placement.model import RESOURCE_ARRAYS, Provider, Snapshot
-from projections.view.tables import inventories, partition_offsets, providers, reservations
+from projections.view.loader import committed_offsets
+from projections.view.tables import inventories, providers, reservations
 
 _ACTIVE = ("held", "consumed", "pending")
 """Statuses of reservations that occupy capacity (a pending hold does, until
@@ -113,10 +114,7 @@ class LiveSnapshot:
             # the offsets must describe exactly the rows read with them, so a
             # scheduler adding its own later proposals never counts one twice
             _repeatable(conn)
-            query = select(partition_offsets.c.partition, partition_offsets.c.next_offset)
-            offsets: dict[int, int] = {
-                int(row.partition): int(row.next_offset) for row in conn.execute(query)
-            }
+            offsets = committed_offsets(conn)
             if self.snapshot is None:
                 return self._full(conn, offsets)
             moved = [p for p, o in offsets.items() if o != self.seen.get(p)]

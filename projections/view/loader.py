@@ -40,6 +40,12 @@ _ACTIVE = {"held": HELD, "consumed": CONSUMED, "pending": HELD}
 """Statuses of live reservations (a pending hold is held until its deadline)."""
 
 
+def committed_offsets(conn: Connection) -> dict[int, int]:
+    """Partition -> the next offset its writer will apply: what the view reflects."""
+    query = select(partition_offsets.c.partition, partition_offsets.c.next_offset)
+    return {int(partition): int(offset) for partition, offset in conn.execute(query)}
+
+
 def load_state(conn: Connection, partition: int, partitions: int) -> tuple[PartitionState, int]:
     """The state of ``partition`` as of the view, and the next offset to apply."""
     state = PartitionState(partition=partition, partitions=partitions)
