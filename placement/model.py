@@ -178,6 +178,23 @@ class Snapshot:
         except ValueError:
             return None
 
+    def inventory(self) -> tuple[object, ...]:
+        """The objects capacity and unit rules derive from: the inventory
+        arrays, and the aggregates with the providers' membership of them
+        (per-aggregate ratios). A snapshot refreshed from the view shares
+        those that did not change, so a cache keyed on their identity holds
+        while they do."""
+        return (
+            self.total,
+            self.reserved,
+            self.allocation_ratio,
+            self.min_unit,
+            self.max_unit,
+            self.step_size,
+            self.aggregates,
+            self.providers,
+        )
+
     def capacity(self, ratio: FloatArray | None = None) -> IntArray:
         """(total - reserved) x allocation_ratio, per provider and class."""
         ratios = self.allocation_ratio if ratio is None else ratio

@@ -3,10 +3,13 @@ deterministic ties, traces, rotating samples, multipliers."""
 
 from __future__ import annotations
 
+import copy
 from typing import ClassVar
 
 import numpy as np
+import pytest
 
+from placement.config import SchedulerConfig
 from placement.engine import Engine, Sampling
 from placement.filters.base import Context, HostFilter
 from placement.model import FloatArray, IntArray, Provider, Request, Snapshot
@@ -150,3 +153,31 @@ def test_with_used_changes_only_the_usage() -> None:
     assert twin.enabled.tolist() == [True, False] and twin.row_of == {"p0": 0, "p1": 1}
     placement = Engine([FreeVcpu(), Enabled()]).place(twin, Request("q", {"VCPU": 2}))
     assert not placement.placed  # p0 has 1 left, p1 is disabled
+
+
+@pytest.mark.parametrize(
+    ("array", "value"),
+    [
+        ("reserved", 4),
+        ("allocation_ratio", 0.5),
+        ("min_unit", 16),
+        ("max_unit", 4),
+        ("step_size", 3),
+    ],
+)
+def test_an_engine_reused_across_snapshots_sees_every_inventory_change(
+    array: str, value: float
+) -> None:
+    # a refreshed snapshot shares the arrays that did not change (see
+    # consumers.snapshot_source): the engine's caches must notice the one that did
+    inventories = {f"p{i}": {"VCPU": {"total": 8}} for i in range(3)}
+    snapshot = Snapshot.build([Provider(f"p{i}") for i in range(3)], inventories)
+    engine = SchedulerConfig.default().engine()
+    request = Request("r", {"VCPU": 8})
+    assert engine.place(snapshot, request).placed
+    twin = copy.copy(snapshot)
+    changed = getattr(snapshot, array).copy()
+    changed[:, 0] = value
+    object.__setattr__(twin, array, changed)
+    assert not SchedulerConfig.default().engine().place(twin, request).placed
+    assert not engine.place(twin, request).placed

@@ -8,6 +8,7 @@ provider's inventory constraints and its free capacity.
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -113,53 +114,47 @@ class ResourceFilter(HostFilter):
     def __init__(self) -> None:
         # Capacity and the unit rules depend only on the inventories, which
         # every request on a snapshot (and its usage-only twins) shares, so
-        # they are computed once per inventory table, not per decision.
-        self._inventory: tuple[IntArray, object] | None = None
-        self._capacity: IntArray = np.zeros((0, 0), dtype=np.int64)
-        self._by_class: IntArray = self._capacity
-        """``_capacity`` by class, as ``Context.free`` reads it."""
-        self._units: dict[tuple[tuple[int, int], ...], BoolArray] = {}
+        # they are computed once per inventory, not per decision.
+        self._inventory: tuple[object, ...] = ()
+        self._by_class: IntArray = np.zeros((0, 0), dtype=np.int64)
+        """Capacity, classes x providers, as ``Context.free`` reads it."""
         self._demands: dict[tuple[tuple[str, int], ...], _Demand] = {}
 
     def _tables(self, snapshot: Snapshot) -> IntArray:
-        key = self._inventory
-        if key is None or key[0] is not snapshot.total or key[1] is not snapshot.aggregates:
+        """Capacity by class for ``snapshot``; a snapshot refreshed from the
+        view shares the arrays that did not change, so the tables are kept
+        while every one they derive from is the same object."""
+        inventory = snapshot.inventory()
+        if len(inventory) != len(self._inventory) or not all(
+            map(operator.is_, inventory, self._inventory)
+        ):
             ratios = effective_ratios(snapshot)
             if ratios is snapshot.allocation_ratio:
                 # shared with the weighers, so that they reuse the filter's free
-                self._capacity = snapshot.capacity_table()
                 self._by_class = snapshot.capacity_by_class()
             else:
-                usable = snapshot.total - snapshot.reserved
-                self._capacity = (usable * ratios).astype(np.int64)
-                self._by_class = by_class(self._capacity)
-            self._units = {}
+                self._by_class = by_class(snapshot.capacity(ratios))
             self._demands = {}
-            self._inventory = (snapshot.total, snapshot.aggregates)
-        return self._capacity
+            self._inventory = inventory
+        return self._by_class
 
-    def _unit_rules(self, snapshot: Snapshot, wanted: tuple[tuple[int, int], ...]) -> BoolArray:
+    @staticmethod
+    def _unit_rules(snapshot: Snapshot, wanted: tuple[tuple[int, int], ...]) -> BoolArray:
         """Providers that have every (column, amount) wanted and allow each
         amount by their unit rules."""
-        self._tables(snapshot)
-        rules = self._units.get(wanted)
-        if rules is None:
-            rules = np.ones(snapshot.size, dtype=np.bool_)
-            for column, amount in wanted:
-                step = np.maximum(snapshot.step_size[:, column], 1)
-                rules &= (
-                    (snapshot.total[:, column] > 0)
-                    & (snapshot.min_unit[:, column] <= amount)
-                    & (amount <= snapshot.max_unit[:, column])
-                    & (amount % step == 0)
-                )
-            if len(self._units) > 1024:
-                self._units.clear()
-            self._units[wanted] = rules
+        rules = np.ones(snapshot.size, dtype=np.bool_)
+        for column, amount in wanted:
+            step = np.maximum(snapshot.step_size[:, column], 1)
+            rules &= (
+                (snapshot.total[:, column] > 0)
+                & (snapshot.min_unit[:, column] <= amount)
+                & (amount <= snapshot.max_unit[:, column])
+                & (amount % step == 0)
+            )
         return rules
 
     def _free(self, ctx: Context, rows: IntArray, column: int) -> IntArray:
-        capacity = self._tables(ctx.snapshot)[rows, column]
+        capacity = self._tables(ctx.snapshot)[column, rows]
         used: IntArray = ctx.used[rows, column]
         free: IntArray = capacity - used
         return free
