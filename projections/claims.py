@@ -23,7 +23,7 @@ from projections.state import (
     Taken,
 )
 from schemas.events import Claim, ClaimSet, ClaimSpec, IdentifierItem, TransactionRef
-from schemas.outcomes import Code, Kind, Reason, new_outcome
+from schemas.outcomes import Code, Kind, Reason
 
 Shapes = tuple[tuple[str, Amounts], ...]
 
@@ -86,32 +86,9 @@ def claim(state: PartitionState, event: Claim, out: Emitter) -> None:
                 expires_at = state.clock_ms + f["lease_ms"]
                 print_ = fingerprint(event, ((provider_id, amounts),))
                 hold(state, event, ((provider, amounts),), (), expires_at, print_)
-                _accepted(state, out, rid, expires_at)
+                out.emit(Kind.ACCEPTED, rid, (), expires_at)
                 return
     _claim_on_the_ladder(state, event, out)
-
-
-def _accepted(state: PartitionState, out: Emitter, rid: str, expires_at: int) -> None:
-    emitted = out.out
-    emitted.append(
-        new_outcome(
-            (
-                state.partition,
-                out.offset,
-                len(emitted),
-                _ACCEPTED,
-                out.event_id,
-                rid,
-                state.clock_ms,
-                (),
-                expires_at,
-                (),
-            )
-        )
-    )
-
-
-_ACCEPTED = Kind.ACCEPTED
 
 
 def _claim_on_the_ladder(state: PartitionState, event: Claim, out: Emitter) -> None:
@@ -127,10 +104,7 @@ def _claim_on_the_ladder(state: PartitionState, event: Claim, out: Emitter) -> N
         return
     expires_at = state.clock_ms + event.lease_ms
     reservation = hold(state, event, items, picks, expires_at, fingerprint(event, shapes))
-    if picks:
-        out.emit(Kind.ACCEPTED, rid, expires_at_ms=expires_at, identifiers=named(reservation))
-        return
-    _accepted(state, out, rid, expires_at)
+    out.emit(Kind.ACCEPTED, rid, (), expires_at, named(reservation) if picks else ())
 
 
 class _Decided(NamedTuple):
