@@ -314,7 +314,7 @@ def _write_outcomes(plan: _Plan, batch: Batch) -> None:
 
 
 def _tags(tags: frozenset[str]) -> str:
-    return _json(sorted(tags)) if tags else _EMPTY_JSON_LIST
+    return _json(sorted(tags))
 
 
 def _claim_row(claim: ClaimSpec, partition: int, offset: int, expires_at_ms: int) -> list[Any]:
@@ -390,7 +390,7 @@ def _write_reservations(plan: _Plan, state: PartitionState, batch: Batch) -> Non
     partition = batch.partition
     creating, renewed, committed_ = _CREATING, Kind.RENEWED, Kind.COMMITTED
     created: dict[str, list[Any]] = {}
-    with_extras: list[str] = []  # created rows that are not plain claims
+    with_extras: list[str] = []  # created rows with identifiers or a transaction
     changed: dict[str, list[Any]] = {}  # [status, expires_at_ms | None, offset, id]
     committed: list[str] = []  # created before this batch, no longer pending
     taken: dict[tuple[str, str], tuple[Any, ...]] = {}  # identifier rows to insert
@@ -412,8 +412,9 @@ def _write_reservations(plan: _Plan, state: PartitionState, batch: Batch) -> Non
                 else:
                     assert isinstance(event, Claim)
                     spec, transaction = event, None
-                created[o.subject] = _spec_row(spec, transaction, partition, o)
-                with_extras.append(o.subject)
+                new_row = created[o.subject] = _spec_row(spec, transaction, partition, o)
+                if len(new_row) > _PLAIN_ROW:  # not a claim set's member without any
+                    with_extras.append(o.subject)
                 for position, identifier in enumerate(identifiers):
                     taken[identifier] = (*identifier, o.subject, partition, position)
                 continue
@@ -464,9 +465,6 @@ def _insert_with_extras(
     places: dict[str, tuple[int, dict[str, int]]] = {}
     for rid in rids:
         row = created.pop(rid)
-        if len(row) == _PLAIN_ROW:  # a claim set's member without any
-            created[rid] = row
-            continue
         if row[_STATUS] == "pending":
             priority, place = _pending_places(state, row[_TRANSACTION], places)
             row[_PRIORITY] = priority
