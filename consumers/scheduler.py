@@ -158,6 +158,20 @@ class _Unseen:
     resources: Mapping[str, int]
 
 
+def _demand(
+    snapshot: Snapshot,
+    resources: Mapping[str, int],
+    known: dict[tuple[tuple[str, int], ...], IntArray],
+) -> IntArray:
+    """``resources`` as a row of the snapshot's classes; a wave's requests
+    and its unseen claims share a few shapes, each turned into a row once."""
+    shape = tuple(resources.items())
+    row = known.get(shape)
+    if row is None:
+        row = known[shape] = demand_row(snapshot, resources)
+    return row
+
+
 class Scheduler:
     def __init__(
         self,
@@ -198,7 +212,9 @@ class Scheduler:
         self.decision_timeout_s = decision_timeout_s
         self.poll_interval_s = poll_interval_s
         self.wave = wave
-        self.depth = depth if isinstance(snapshot, Versioned) else 1
+        # asked once: isinstance on a runtime-checkable Protocol costs microseconds
+        self._versioned = snapshot if isinstance(snapshot, Versioned) else None
+        self.depth = depth if self._versioned is not None else 1
         self._unseen: dict[str, _Unseen] = {}
         """Reservation id -> a claim proposed that the last snapshot did not
         reflect and the writer has not rejected (with a Versioned source)."""
@@ -226,10 +242,10 @@ class Scheduler:
         snapshot = self.snapshot()
         rows = snapshot.row_of
         used = snapshot.used.copy()
-        self._add_unseen(snapshot, used)
+        demands: dict[tuple[tuple[str, int], ...], IntArray] = {}  # by request shape
+        self._add_unseen(snapshot, used, demands)
         working = snapshot.with_used(used)
         claims: list[Claim] = []
-        demands: dict[tuple[tuple[str, int], ...], IntArray] = {}
         for p in wave:
             p.attempts += 1
             p.proposed.clear()
@@ -238,10 +254,7 @@ class Scheduler:
                 trace = placement.trace.lines() if placement.trace else []
                 self._fail(p, placement.reason, tuple(trace))
                 continue
-            shape = tuple(p.request.resources.items())
-            demand = demands.get(shape)
-            if demand is None:
-                demand = demands[shape] = demand_row(snapshot, p.request.resources)
+            demand = _demand(snapshot, p.request.resources, demands)
             for instance, pid in zip(p.left, placement.providers, strict=True):
                 claim = _claim(p, instance, pid, self.generation)
                 p.proposed[claim.reservation_id] = (instance, pid)
@@ -252,7 +265,7 @@ class Scheduler:
         where = self.publisher.publish(claims)
         ids = [c.reservation_id for c in claims]
         self.follower.watched.update(ids)
-        if isinstance(self.snapshot, Versioned):
+        if self._versioned is not None:
             for claim, (partition, offset) in zip(claims, where, strict=True):
                 (item,) = claim.items
                 self._unseen[claim.reservation_id] = _Unseen(
@@ -260,12 +273,17 @@ class Scheduler:
                 )
         return ids
 
-    def _add_unseen(self, snapshot: Snapshot, used: IntArray) -> None:
+    def _add_unseen(
+        self,
+        snapshot: Snapshot,
+        used: IntArray,
+        demands: dict[tuple[tuple[str, int], ...], IntArray],
+    ) -> None:
         """Count on ``used`` the claims proposed after ``snapshot`` was read;
         forget those it reflects (accepted or not, the view has the answer)."""
-        if not self._unseen or not isinstance(self.snapshot, Versioned):
+        if not self._unseen or self._versioned is None:
             return
-        seen = self.snapshot.offsets()
+        seen = self._versioned.offsets()
         rows: list[int] = []
         amounts: list[IntArray] = []
         for rid, claim in list(self._unseen.items()):
@@ -275,7 +293,7 @@ class Scheduler:
             row = snapshot.row_of.get(claim.provider_id)
             if row is not None:
                 rows.append(row)
-                amounts.append(demand_row(snapshot, claim.resources))
+                amounts.append(_demand(snapshot, claim.resources, demands))
         if rows:
             np.add.at(used, np.asarray(rows, dtype=np.int64), np.stack(amounts))
 
