@@ -8,7 +8,6 @@ the partition's writer has the last word on every claim.
 
 from __future__ import annotations
 
-import copy
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -194,17 +193,16 @@ class LiveSnapshot:
             if not np.array_equal(current[rows], block):
                 arrays[name] = current.copy()
                 arrays[name][rows] = block
-        records = list(snapshot.providers)
+        records: list[Provider] | None = None  # copied at the first record that changed
         for row, i in zip(changed, rows.tolist(), strict=True):
             record = _provider(row, {}, {}, {})
-            if record != records[i]:
+            if record != snapshot.providers[i]:
+                if records is None:
+                    records = list(snapshot.providers)
                 records[i] = record
-        if any(a is not b for a, b in zip(records, snapshot.providers, strict=True)):
+        if records is not None:
             return replace(snapshot, providers=tuple(records), **arrays)
-        twin = copy.copy(snapshot)  # the derived columns depend on the records only
-        for name, value in arrays.items():
-            object.__setattr__(twin, name, value)
-        return twin
+        return snapshot.with_arrays(**arrays)  # the derived columns depend on the records only
 
     def _full(self, conn: Connection, offsets: dict[int, int]) -> Snapshot:
         self.snapshot = _read(conn, placements=False)

@@ -164,12 +164,21 @@ class Snapshot:
         return len(self.providers)
 
     def with_used(self, used: IntArray) -> Snapshot:
-        """The same snapshot with other usage (``replace`` would recompute every
-        derived column, which only the providers determine)."""
-        if used.shape != self.used.shape:
-            raise ValueError(f"used has shape {used.shape}, not {self.used.shape}")
+        """The same snapshot with other usage."""
+        return self.with_arrays(used=used)
+
+    def with_arrays(self, **arrays: IntArray | FloatArray) -> Snapshot:
+        """The same snapshot with other per provider x class arrays (named as in
+        :data:`RESOURCE_ARRAYS`): ``replace`` would recompute every derived
+        column, which only the providers determine. The others are shared."""
         twin = copy.copy(self)
-        object.__setattr__(twin, "used", used)
+        for name, array in arrays.items():
+            if name not in RESOURCE_ARRAYS:
+                raise ValueError(f"{name} is not one of the snapshot's arrays")
+            current = getattr(self, name)
+            if array.shape != current.shape:
+                raise ValueError(f"{name} has shape {array.shape}, not {current.shape}")
+            object.__setattr__(twin, name, array)
         return twin
 
     def column(self, resource_class: str) -> int | None:
