@@ -35,7 +35,7 @@ from sqlalchemy import func, select
 from bench.common import note, timed
 from berth.app import App, Settings, tune_gc
 from berth.client import Publisher
-from consumers.partition_writer import PartitionWriter
+from consumers.partition_writer import PartitionWriter, step_all
 from consumers.scheduler import OutcomeFollower, Scheduled, Scheduler
 from consumers.snapshot_source import LiveSnapshot
 from placement.config import SchedulerConfig
@@ -108,7 +108,7 @@ def _projecting(writers: list[PartitionWriter], stop: threading.Event) -> None:
     """The writers' loop, as a projector process runs it: decide what has
     arrived, or wait a moment when nothing has."""
     while not stop.is_set():
-        if all(w.step() is None for w in writers):
+        if not step_all(writers):
             stop.wait(0.0005)
 
 

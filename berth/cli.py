@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Never, get_args
 from tqdm import tqdm
 
 from berth.app import DEFAULT_DATA_DIR, DEFAULT_PARTITIONS, App, Settings, tune_gc
+from consumers.partition_writer import step_all
 from schemas.events import PoolKind
 
 if TYPE_CHECKING:
@@ -247,10 +248,7 @@ def cmd_projector(args: argparse.Namespace) -> int:
         logging.info("projector: %d partitions owned", len(writers))
         try:
             while True:
-                busy = False
-                for writer in writers:
-                    busy = writer.step() is not None or busy
-                if not busy:
+                if not step_all(writers):
                     time.sleep(args.idle_wait_s)
         except KeyboardInterrupt:
             return 0
@@ -302,7 +300,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         logging.info("serving %d partitions", len(writers))
         try:
             while True:
-                busy = any([writer.step() is not None for writer in writers])
+                busy = step_all(writers)
                 busy = bool(worker.step()) or busy
                 if not queue.step() and not busy:
                     time.sleep(args.idle_wait_s)

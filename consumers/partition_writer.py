@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+from collections.abc import Iterable
 
 from consumers.topics import DEFAULT_TOPICS, Topics
 from ledger.log import Append, Log
@@ -115,3 +116,12 @@ class PartitionWriter:
         while (batch := self.step()) is not None:
             total += batch.end - batch.start
         return total
+
+
+def step_all(writers: Iterable[PartitionWriter]) -> bool:
+    """One batch from every writer that has records waiting; whether any had.
+    Every writer gets its turn each round, so no partition waits on another."""
+    busy = False
+    for writer in writers:
+        busy = writer.step() is not None or busy
+    return busy

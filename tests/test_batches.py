@@ -17,6 +17,7 @@ from berth.app import App, Settings
 from berth.client import Publisher
 from consumers.batches import BatchResult, BatchScheduler
 from consumers.coordinator import Coordinator
+from consumers.partition_writer import step_all
 from consumers.scheduler import OutcomeFollower
 from consumers.snapshot_source import snapshot_from_view
 from placement.config import SchedulerConfig
@@ -159,7 +160,7 @@ def test_two_concurrent_batches_on_room_for_one_exactly_one_wins(tmp_path: Path)
 
         def projector() -> None:
             while not stop.is_set():
-                if all(w.step() is None for w in writers):
+                if not step_all(writers):
                     stop.wait(0.002)
 
         results: dict[str, BatchResult] = {}

@@ -12,6 +12,7 @@ from sqlalchemy import select
 
 from berth.app import App, Settings
 from berth.client import Publisher
+from consumers.partition_writer import step_all
 from consumers.scheduler import OutcomeFollower, Scheduled, Scheduler
 from consumers.snapshot_source import snapshot_from_view
 from placement.config import SchedulerConfig
@@ -42,7 +43,7 @@ def test_eight_publishers_race_for_a_tight_cluster(tmp_path: Path) -> None:
 
         def projector() -> None:  # the single writer of every partition
             while not stop.is_set():
-                if all(w.step() is None for w in writers):
+                if not step_all(writers):
                     stop.wait(0.002)
 
         results: list[Scheduled] = []
