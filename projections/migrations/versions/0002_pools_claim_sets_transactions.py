@@ -57,11 +57,7 @@ def upgrade() -> None:
         batch_op.add_column(sa.Column("transaction_priority", sa.BigInteger(), nullable=True))
         batch_op.add_column(sa.Column("transaction_position", sa.Integer(), nullable=True))
         batch_op.create_index(
-            "ix_reservations_transaction_id",
-            ["transaction_id"],
-            unique=False,
-            sqlite_where=sa.text("transaction_id IS NOT NULL"),
-            postgresql_where=sa.text("transaction_id IS NOT NULL"),
+            batch_op.f("ix_reservations_transaction_id"), ["transaction_id"], unique=False
         )
 
     with op.batch_alter_table("outcomes", schema=None) as batch_op:
@@ -73,7 +69,7 @@ def downgrade() -> None:
         batch_op.drop_column("identifiers")
 
     with op.batch_alter_table("reservations", schema=None) as batch_op:
-        batch_op.drop_index("ix_reservations_transaction_id")
+        batch_op.drop_index(batch_op.f("ix_reservations_transaction_id"))
         batch_op.drop_column("transaction_position")
         batch_op.drop_column("transaction_priority")
         batch_op.drop_column("transaction_id")

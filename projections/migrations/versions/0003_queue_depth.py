@@ -1,4 +1,4 @@
-"""queue depth by resource shape
+"""queue depth by resource shape; the transaction index made partial
 
 Revision ID: 0003
 Revises: 0002
@@ -17,6 +17,16 @@ depends_on = None
 
 
 def upgrade() -> None:
+    # plain claims, the hot path, hold no transaction: they need no entry
+    with op.batch_alter_table("reservations", schema=None) as batch_op:
+        batch_op.drop_index("ix_reservations_transaction_id")
+        batch_op.create_index(
+            "ix_reservations_transaction_id",
+            ["transaction_id"],
+            unique=False,
+            sqlite_where=sa.text("transaction_id IS NOT NULL"),
+            postgresql_where=sa.text("transaction_id IS NOT NULL"),
+        )
     op.create_table(
         "queued_batches",
         sa.Column("batch_id", sa.String(length=255), nullable=False),
@@ -45,3 +55,6 @@ def downgrade() -> None:
     op.drop_table("queue_offsets")
     op.drop_table("queue_depth")
     op.drop_table("queued_batches")
+    with op.batch_alter_table("reservations", schema=None) as batch_op:
+        batch_op.drop_index("ix_reservations_transaction_id")
+        batch_op.create_index("ix_reservations_transaction_id", ["transaction_id"], unique=False)
