@@ -17,10 +17,7 @@ from berth.replay import replay
 from ledger.log import Append, LogError
 from projections.view.engine import make_engine
 from schemas.codec import encode_event
-from tests.contracts.view_contract import _dump, pool_scenario
-
-_BATCH_DEPENDENT = {"providers": {"updated_offset"}, "pools": {"updated_offset"}}
-"""Columns that say in which batch a row last changed: the end offset of the batch."""
+from tests.contracts.view_contract import BATCH_DEPENDENT, _dump, pool_scenario
 
 
 def _schema(engine: Engine) -> list[tuple[Any, ...]]:
@@ -38,7 +35,7 @@ def _snapshot(engine: Engine) -> tuple[list[tuple[Any, ...]], dict[str, list[tup
     try:
         with engine.connect() as conn:
             assert conn.exec_driver_sql("PRAGMA integrity_check").scalar_one() == "ok"
-        return _schema(engine), _dump(engine, _BATCH_DEPENDENT)
+        return _schema(engine), _dump(engine, BATCH_DEPENDENT)
     finally:
         engine.dispose()
 
