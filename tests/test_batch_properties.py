@@ -17,28 +17,14 @@ from sqlalchemy import select
 
 from consumers.snapshot_source import snapshot_from_view
 from projections.view.tables import inventories, reservation_identifiers, reservations
-from schemas.events import IdentifierItem, PoolDefined, Release
+from schemas.events import IdentifierItem, Release
 from schemas.requests import BatchRequest, PlacementRequest
 from tests.test_batches import NOW_MS, Stack, _Crash, _die, stack
+from tests.txn_builders import pool
 
 POOLS = {
-    "net": PoolDefined(
-        event_id="p-net",
-        ts_ms=1,
-        partition_key="net",
-        pool_id="net",
-        kind="ipv4",
-        cidr="10.9.0.0/29",
-    ),
-    "vlan": PoolDefined(
-        event_id="p-vlan",
-        ts_ms=1,
-        partition_key="vlan",
-        pool_id="vlan",
-        kind="vlan",
-        first=100,
-        last=104,
-    ),
+    "net": pool("net", "ipv4", cidr="10.9.0.0/29", ts=1),
+    "vlan": pool("vlan", "vlan", first=100, last=104, ts=1),
 }
 
 batches = st.lists(

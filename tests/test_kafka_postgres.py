@@ -14,6 +14,7 @@ from projections.view.tables import inventories, reservations
 from schemas.outcomes import Kind, Outcome
 from tests.builders import claim, provider, release
 from tests.postgres import scratch_database
+from tests.txn_builders import pool
 
 
 def test_claims_through_kafka_and_postgres(kafka_bootstrap: str, postgres_url: str) -> None:
@@ -139,7 +140,7 @@ def test_batches_commit_whole_or_hold_nothing_on_kafka_and_postgres(
     from placement.config import SchedulerConfig
     from placement.model import Snapshot
     from projections.view.tables import reservations
-    from schemas.events import IdentifierItem, PoolDefined
+    from schemas.events import IdentifierItem
     from schemas.requests import BatchMode, BatchRequest, PlacementRequest
 
     suffix = uuid.uuid4().hex[:8]
@@ -150,9 +151,7 @@ def test_batches_commit_whole_or_hold_nothing_on_kafka_and_postgres(
     with App(settings) as app:
         edge = Publisher(app.log, topics, clock_ms=lambda: 10**6)
         edge.publish([e for n in range(4) for e in provider(f"n{n}", ts=1, VCPU=4)])
-        edge.publish(
-            [PoolDefined(event_id="vni", ts_ms=1, partition_key="vni", pool_id="vni", kind="vni")]
-        )
+        edge.publish([pool("vni", "vni", ts=1)])
         writers = app.writers()
 
         def pump() -> None:
