@@ -35,7 +35,7 @@ from sqlalchemy import func, select
 from bench.common import note, timed
 from berth.app import App, Settings, tune_gc
 from berth.client import Publisher
-from consumers.partition_writer import PartitionWriter, step_all
+from consumers.partition_writer import PartitionWriter, catch_up_all, step_all
 from consumers.scheduler import OutcomeFollower, Scheduled, Scheduler
 from consumers.snapshot_source import LiveSnapshot
 from placement.config import SchedulerConfig
@@ -99,8 +99,7 @@ def _setup(directory: Path, providers: int, partitions: int, sizes: Any = None) 
     events = _cluster(providers, sizes)
     for start in range(0, len(events), 5000):
         publisher.publish(events[start : start + 5000])
-    for writer in app.writers():
-        writer.catch_up()
+    catch_up_all(app.writers())
     return app
 
 
@@ -218,8 +217,7 @@ def sustained(
                 _caught_up(app, projectors)
             else:
                 projector.join()
-                for writer in writers:
-                    writer.catch_up()
+                catch_up_all(writers)
         placed = sum(r.placed for r in results)
         failed = len(results) - placed
         attempts = sum(r.attempts for r in results)

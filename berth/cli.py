@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Never, get_args
 from tqdm import tqdm
 
 from berth.app import DEFAULT_DATA_DIR, DEFAULT_PARTITIONS, App, Settings, tune_gc
-from consumers.partition_writer import step_all
+from consumers.partition_writer import catch_up_all, step_all
 from schemas.events import PoolKind
 
 if TYPE_CHECKING:
@@ -291,8 +291,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         writers = app.writers()
 
         def pump() -> None:
-            for writer in writers:
-                writer.catch_up()
+            catch_up_all(writers)
 
         worker = _scheduler_worker(app, args, pump, None)
         queue = QueueProjector(app.log, app.settings.topics, app.engine)

@@ -125,3 +125,8 @@ def step_all(writers: Iterable[PartitionWriter]) -> bool:
     for writer in writers:
         busy = writer.step() is not None or busy
     return busy
+
+
+def catch_up_all(writers: Iterable[PartitionWriter]) -> int:
+    """Every writer up to its partition's current end; how many records that took."""
+    return sum(writer.catch_up() for writer in writers)

@@ -17,7 +17,7 @@ from berth.app import App, Settings
 from berth.client import Publisher
 from consumers.batches import BatchResult, BatchScheduler
 from consumers.coordinator import Coordinator
-from consumers.partition_writer import step_all
+from consumers.partition_writer import catch_up_all, step_all
 from consumers.scheduler import OutcomeFollower
 from consumers.snapshot_source import snapshot_from_view
 from placement.config import SchedulerConfig
@@ -84,8 +84,7 @@ def stack(tmp_path: Path, providers: int = 8, vcpu: int = 4) -> Iterator[Stack]:
         writers = app.writers()
 
         def pump() -> None:
-            for writer in writers:
-                writer.catch_up()
+            catch_up_all(writers)
 
         pump()
         yield Stack(app, publisher, clock, pump)
@@ -181,8 +180,7 @@ def test_two_concurrent_batches_on_room_for_one_exactly_one_wins(tmp_path: Path)
             t.join(timeout=120)
         stop.set()
         applying.join(timeout=30)
-        for writer in writers:
-            writer.catch_up()
+        catch_up_all(writers)
 
         assert sorted(r.status for r in results.values()) == ["committed", "failed"]
         winner = next(r for r in results.values() if r.placed)

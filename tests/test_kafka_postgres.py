@@ -9,6 +9,7 @@ from sqlalchemy import select
 from berth.app import App, Settings
 from berth.client import Publisher
 from berth.replay import replay
+from consumers.partition_writer import catch_up_all
 from consumers.topics import Topics
 from projections.view.tables import inventories, reservations
 from schemas.outcomes import Kind, Outcome
@@ -37,8 +38,7 @@ def test_claims_through_kafka_and_postgres(kafka_bootstrap: str, postgres_url: s
         )
         edge.publish([release("r1", ts=13).model_copy(update={"partition_key": "n1"})])
         edge.publish([claim("r4", "n1", ts=14, VCPU=3)])  # fits again
-        for writer in app.writers():
-            writer.catch_up()
+        catch_up_all(app.writers())
         decided = {
             o.subject: o.kind
             for p in range(3)
@@ -94,8 +94,7 @@ def test_the_scheduler_worker_on_kafka_and_postgres(
         writers = app.writers()
 
         def pump() -> None:  # stands in for the projector process
-            for writer in writers:
-                writer.catch_up()
+            catch_up_all(writers)
 
         scheduler = Scheduler(
             edge,
@@ -155,8 +154,7 @@ def test_batches_commit_whole_or_hold_nothing_on_kafka_and_postgres(
         writers = app.writers()
 
         def pump() -> None:
-            for writer in writers:
-                writer.catch_up()
+            catch_up_all(writers)
 
         def snapshot() -> Snapshot:
             return snapshot_from_view(app.engine)

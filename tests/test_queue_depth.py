@@ -12,6 +12,7 @@ from berth.app import App, Settings
 from berth.cli import main
 from berth.client import Publisher
 from consumers.batches import shape_key
+from consumers.partition_writer import catch_up_all
 from consumers.queue_projector import QueueProjector, read_depth
 from consumers.scheduler_worker import SchedulerWorker
 from placement.config import SchedulerConfig
@@ -58,8 +59,7 @@ def _worker(app: App, publisher: Publisher) -> SchedulerWorker:
     writers = app.writers()
 
     def pump() -> None:
-        for writer in writers:
-            writer.catch_up()
+        catch_up_all(writers)
 
     pump()
     return app.scheduler_worker(SchedulerConfig.default(), pump, publisher)

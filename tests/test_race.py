@@ -12,7 +12,7 @@ from sqlalchemy import select
 
 from berth.app import App, Settings
 from berth.client import Publisher
-from consumers.partition_writer import step_all
+from consumers.partition_writer import catch_up_all, step_all
 from consumers.scheduler import OutcomeFollower, Scheduled, Scheduler
 from consumers.snapshot_source import snapshot_from_view
 from placement.config import SchedulerConfig
@@ -68,8 +68,7 @@ def test_eight_publishers_race_for_a_tight_cluster(tmp_path: Path) -> None:
                 with lock:
                     results.extend(done)
 
-        for writer in writers:
-            writer.catch_up()
+        catch_up_all(writers)
         applying = threading.Thread(target=projector)
         applying.start()
         publishers = [threading.Thread(target=publisher, args=(k,)) for k in range(PUBLISHERS)]
@@ -80,8 +79,7 @@ def test_eight_publishers_race_for_a_tight_cluster(tmp_path: Path) -> None:
         stop.set()
         applying.join(timeout=30)
         assert not any(t.is_alive() for t in publishers), "a publisher hung"
-        for writer in writers:
-            writer.catch_up()
+        catch_up_all(writers)
         with app.engine.connect() as conn:
             usage = conn.execute(
                 select(inventories.c.held, inventories.c.capacity, inventories.c.resource_class)

@@ -14,6 +14,7 @@ from sqlalchemy import Engine
 from bench.projector import _write_log
 from berth.app import App, Settings
 from berth.replay import replay
+from consumers.partition_writer import catch_up_all
 from ledger.log import Append, LogError
 from projections.view.engine import make_engine
 from schemas.codec import encode_event
@@ -44,8 +45,7 @@ def _live(data: Path, batch_size: int) -> Any:
     """Decide the whole log with the live writers, in small batches, publishing
     outcomes; the view they leave behind."""
     with App(Settings(data_dir=data, batch_size=batch_size)) as app:
-        for writer in app.writers():
-            writer.catch_up()
+        catch_up_all(app.writers())
     return _snapshot(make_engine(f"sqlite:///{data / 'view.db'}"))
 
 

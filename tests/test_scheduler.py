@@ -12,6 +12,7 @@ from sqlalchemy import select
 
 from berth.app import App, Settings
 from berth.client import Publisher
+from consumers.partition_writer import catch_up_all
 from consumers.scheduler import OutcomeFollower, Scheduler, Versioned
 from consumers.snapshot_source import LiveSnapshot, snapshot_from_view
 from placement.engine import Engine
@@ -74,8 +75,7 @@ def _providers_of_4_vcpus(app: App, publisher: Publisher, count: int) -> Callabl
     writers = app.writers()
 
     def pump() -> None:
-        for writer in writers:
-            writer.catch_up()
+        catch_up_all(writers)
 
     pump()
     return pump

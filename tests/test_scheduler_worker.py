@@ -7,6 +7,7 @@ from pathlib import Path
 
 from berth.app import App, Settings
 from berth.client import Publisher
+from consumers.partition_writer import catch_up_all
 from consumers.scheduler import OutcomeFollower, Scheduled, Scheduler
 from consumers.scheduler_worker import SchedulerWorker
 from consumers.snapshot_source import snapshot_from_view
@@ -31,8 +32,7 @@ def _worker(app: App) -> SchedulerWorker:
     writers = app.writers()
 
     def pump() -> None:
-        for writer in writers:
-            writer.catch_up()
+        catch_up_all(writers)
 
     scheduler = Scheduler(
         Publisher(app.log, clock_ms=lambda: NOW_MS),

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from sqlalchemy import Engine
 
-from consumers.partition_writer import PartitionWriter
+from consumers.partition_writer import PartitionWriter, catch_up_all
 from consumers.snapshot_source import snapshot_from_view
 from consumers.topics import DEFAULT_TOPICS
 from ledger.embedded import EmbeddedLog
@@ -69,8 +69,7 @@ def test_a_live_snapshot_matches_a_full_read_as_the_view_changes(tmp_path: Path)
         writers = app.writers()
 
         def settle() -> None:
-            for writer in writers:
-                writer.catch_up()
+            catch_up_all(writers)
 
         def same() -> None:
             full = snapshot_from_view(app.engine, placements=False)
