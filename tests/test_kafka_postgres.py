@@ -14,6 +14,7 @@ from consumers.topics import Topics
 from projections.view.tables import inventories, reservations
 from schemas.outcomes import Kind, Outcome
 from tests.builders import claim, provider, release
+from tests.placements import placement_answers
 from tests.postgres import scratch_database
 from tests.txn_builders import pool
 
@@ -75,7 +76,6 @@ def test_claims_through_kafka_and_postgres(kafka_bootstrap: str, postgres_url: s
 def test_the_scheduler_worker_on_kafka_and_postgres(
     kafka_bootstrap: str, postgres_url: str
 ) -> None:
-    import json
 
     from consumers.scheduler import OutcomeFollower, Scheduler
     from consumers.scheduler_worker import SchedulerWorker
@@ -113,9 +113,7 @@ def test_the_scheduler_worker_on_kafka_and_postgres(
             ]
         )
         assert worker.step() == 3
-        answers = [
-            json.loads(r.value) for p in range(2) for r in app.log.read(topics.placements, p, 0, 10)
-        ]
+        answers = placement_answers(app)
     assert sorted(a["placed"] for a in answers) == [False, True, True]
 
 
@@ -126,7 +124,6 @@ def test_batches_commit_whole_or_hold_nothing_on_kafka_and_postgres(
     real engines: a batch spanning both partitions commits whole, one that
     cannot fit holds nothing, a queued one is counted by shape, and a new
     coordinator finds nothing left unfinished."""
-    import json
 
     from sqlalchemy import select
 
@@ -182,14 +179,7 @@ def test_batches_commit_whole_or_hold_nothing_on_kafka_and_postgres(
             edge.submit([request])  # one at a time: the worker reads partitions in turn
             assert worker.step() == 1
         pump()
-        answers = {
-            a["request_id"]: a
-            for a in (
-                json.loads(r.value)
-                for p in range(2)
-                for r in app.log.read(topics.placements, p, 0, 10)
-            )
-        }
+        answers = {a["request_id"]: a for a in placement_answers(app)}
         assert answers["whole"]["status"] == "committed", answers["whole"]["reason"]
         vnis = sorted(int(v) for i in answers["whole"]["instances"] for _, v in i["identifiers"])
         assert vnis == [1, 2, 3]

@@ -20,6 +20,7 @@ from projections.queue_depth import Depth, QueueDepth
 from schemas.events import Release
 from schemas.requests import BatchMode, BatchRequest, PlacementRequest
 from tests.builders import provider
+from tests.placements import placement_answers
 
 NOW_MS = 10**12
 
@@ -94,11 +95,7 @@ def test_queue_depth_follows_the_queue_exactly_once_and_survives_restarts(
         worker = _worker(app, publisher)
         assert worker.batches is not None
         assert [b.batch_id for b in worker.batches.queued()] == ["urgent", "wait"]
-        answers = [
-            json.loads(r.value)
-            for p in range(2)
-            for r in app.log.read(settings.topics.placements, p, 0, 10)
-        ]
+        answers = placement_answers(app)
         (fill,) = [a for a in answers if a["request_id"] == "fill"]
         publisher.publish(
             [

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from berth.app import App, Settings
@@ -15,17 +14,9 @@ from ledger.log import Append
 from placement.config import SchedulerConfig
 from schemas.requests import PlacementRequest
 from tests.builders import provider
+from tests.placements import placement_answers
 
 NOW_MS = 10**12
-
-
-def _results(app: App) -> list[dict[str, object]]:
-    topic = app.settings.topics.placements
-    return [
-        json.loads(r.value)
-        for p in range(app.settings.partitions)
-        for r in app.log.read(topic, p, 0, 1000)
-    ]
 
 
 def _worker(app: App) -> SchedulerWorker:
@@ -61,7 +52,7 @@ def test_requests_are_answered_once_and_the_worker_resumes(tmp_path: Path) -> No
         edge.submit([_request("r0", 2), _request("r9", 2)])  # r0 again: its first answer
         restarted = _worker(app)  # resumes after what was answered
         assert restarted.step() == 2
-        results = _results(app)
+        results = placement_answers(app)
     by_id = {str(r["request_id"]): Scheduled.from_dict(r) for r in results}
     assert len(results) == 8
     assert all(by_id[f"r{k}"].placed for k in (0, 1, 2, 3, 9))
