@@ -19,14 +19,22 @@ from tests.postgres import scratch_database
 from tests.txn_builders import pool
 
 
-def test_claims_through_kafka_and_postgres(kafka_bootstrap: str, postgres_url: str) -> None:
+def _settings(kafka_bootstrap: str, postgres_url: str, partitions: int) -> Settings:
+    """Kafka and PostgreSQL, with topics of this test's own: the broker is
+    shared by the whole session."""
     suffix = uuid.uuid4().hex[:8]
-    topics = Topics(
-        *(f"{name}-{suffix}" for name in ("events", "outcomes", "dead", "req", "place", "txn"))
+    topics = Topics(*(f"{name}-{suffix}" for name in ("ev", "out", "dead", "req", "place", "txn")))
+    return Settings(
+        log_url=f"kafka://{kafka_bootstrap}",
+        db_url=postgres_url,
+        partitions=partitions,
+        topics=topics,
     )
-    settings = Settings(
-        log_url=f"kafka://{kafka_bootstrap}", db_url=postgres_url, partitions=3, topics=topics
-    )
+
+
+def test_claims_through_kafka_and_postgres(kafka_bootstrap: str, postgres_url: str) -> None:
+    settings = _settings(kafka_bootstrap, postgres_url, partitions=3)
+    topics = settings.topics
     with App(settings) as app:
         edge = Publisher(app.log, topics, clock_ms=lambda: 10**6)
         edge.publish([*provider("n1", ts=1, VCPU=4), *provider("n2", ts=1, VCPU=2)])
@@ -83,11 +91,8 @@ def test_the_scheduler_worker_on_kafka_and_postgres(
     from placement.config import SchedulerConfig
     from schemas.requests import PlacementRequest
 
-    suffix = uuid.uuid4().hex[:8]
-    topics = Topics(*(f"{name}-{suffix}" for name in ("ev", "out", "dead", "req", "place", "txn")))
-    settings = Settings(
-        log_url=f"kafka://{kafka_bootstrap}", db_url=postgres_url, partitions=2, topics=topics
-    )
+    settings = _settings(kafka_bootstrap, postgres_url, partitions=2)
+    topics = settings.topics
     with App(settings) as app:
         edge = Publisher(app.log, topics, clock_ms=lambda: 10**6)
         edge.publish([e for n in range(2) for e in provider(f"n{n}", ts=1, VCPU=4)])
@@ -139,11 +144,8 @@ def test_batches_commit_whole_or_hold_nothing_on_kafka_and_postgres(
     from schemas.events import IdentifierItem
     from schemas.requests import BatchMode, BatchRequest, PlacementRequest
 
-    suffix = uuid.uuid4().hex[:8]
-    topics = Topics(*(f"{name}-{suffix}" for name in ("ev", "out", "dead", "req", "place", "txn")))
-    settings = Settings(
-        log_url=f"kafka://{kafka_bootstrap}", db_url=postgres_url, partitions=2, topics=topics
-    )
+    settings = _settings(kafka_bootstrap, postgres_url, partitions=2)
+    topics = settings.topics
     with App(settings) as app:
         edge = Publisher(app.log, topics, clock_ms=lambda: 10**6)
         edge.publish([e for n in range(4) for e in provider(f"n{n}", ts=1, VCPU=4)])
