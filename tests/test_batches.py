@@ -26,10 +26,11 @@ from projections.projector import apply
 from projections.state import PartitionState
 from projections.view.tables import inventories, reservations
 from schemas.codec import decode_event
-from schemas.events import IdentifierItem, PoolDefined
+from schemas.events import IdentifierItem
 from schemas.outcomes import Outcome
 from schemas.requests import BatchMode, BatchRequest, PlacementRequest
 from tests.builders import provider
+from tests.txn_builders import pool
 
 NOW_MS = 10**12
 PARTITIONS = 4
@@ -237,18 +238,8 @@ def test_compute_addresses_and_vnis_are_claimed_together(tmp_path: Path) -> None
     with stack(tmp_path) as s:
         s.publisher.publish(
             [
-                PoolDefined(
-                    event_id="p1",
-                    ts_ms=1,
-                    partition_key="net",
-                    pool_id="net",
-                    kind="ipv4",
-                    cidr="10.0.0.0/29",
-                    excluded=frozenset({"10.0.0.1"}),
-                ),
-                PoolDefined(
-                    event_id="p2", ts_ms=1, partition_key="vnis", pool_id="vnis", kind="vni"
-                ),
+                pool("net", "ipv4", cidr="10.0.0.0/29", excluded={"10.0.0.1"}, ts=1),
+                pool("vnis", "vni", ts=1),
             ]
         )
         wanted = (IdentifierItem(pool_id="net"), IdentifierItem(pool_id="vnis"))
