@@ -160,6 +160,9 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def _progress(total: int | None, desc: str, enabled: bool = True) -> tqdm[Never]:
+    # no monitor thread: the bars are updated often, and a replay forks its
+    # workers only from a process with one thread
+    tqdm.monitor_interval = 0
     return tqdm(total=total, desc=desc, unit="rec", disable=not enabled, file=sys.stderr)
 
 

@@ -5,12 +5,16 @@ it only once complete."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 from sqlalchemy import Engine
 
+import berth.replay
 from bench.projector import _write_log
 from berth.app import App, Settings
 from berth.replay import replay
@@ -49,8 +53,12 @@ def _live(data: Path, batch_size: int) -> Any:
     return _snapshot(make_engine(f"sqlite:///{data / 'view.db'}"))
 
 
-@pytest.mark.parametrize("jobs", [1, 2])
-def test_a_rebuild_is_identical_to_the_live_view(tmp_path: Path, jobs: int) -> None:
+@pytest.mark.parametrize(("jobs", "start_method"), [(1, None), (2, "fork"), (2, "spawn")])
+def test_a_rebuild_is_identical_to_the_live_view(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, jobs: int, start_method: str | None
+) -> None:
+    if start_method is not None:
+        monkeypatch.setattr(berth.replay, "_start_method", lambda: start_method)
     data = tmp_path / "data"
     # claims, consumes and releases on 40 providers in 4 partitions; short
     # leases expire, some claims do not fit
@@ -130,3 +138,21 @@ def test_a_rebuild_waits_for_no_writer_and_keeps_writers_out(tmp_path: Path) -> 
     result = replay(settings, verify=True, progress=progress)
     assert opened and result.divergence is None
     App(settings).close()  # the rebuild is done: writers may come back
+
+
+def test_workers_are_forked_only_from_a_process_with_one_thread() -> None:
+    alone = subprocess.run(
+        [sys.executable, "-c", "from berth.replay import _start_method; print(_start_method())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert alone.stdout.strip() == ("fork" if sys.platform == "linux" else "spawn")
+    release = threading.Event()
+    other = threading.Thread(target=release.wait)
+    other.start()
+    try:
+        assert berth.replay._start_method() == "spawn"
+    finally:
+        release.set()
+        other.join()
