@@ -200,10 +200,21 @@ def _multi_row(sql: str, rows: int, qmark: bool) -> str:
     return statement
 
 
+# The sqlite3 module binds None through its adapter lookup, which costs as
+# much as three other values: a column the hot rows leave empty is a NULL in
+# the statement, or a sentinel the statement turns into NULL (no expiry is -1,
+# no anti-affinity group is ""; neither is a valid value).
+_NO_EXPIRY = -1
+_NO_GROUP = ""
 _OUTCOME_COLUMNS = (
     '"partition", "offset", seq, kind, event_id, subject, clock_ms, reasons, expires_at_ms'
 )
-_INSERT_OUTCOME = f"INSERT INTO outcomes ({_OUTCOME_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+_INSERT_OUTCOME = (
+    f"INSERT INTO outcomes ({_OUTCOME_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, NULL, NULLIF(?, -1))"
+)
+_INSERT_OUTCOME_WITH_REASONS = (
+    f"INSERT INTO outcomes ({_OUTCOME_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULLIF(?, -1))"
+)
 _INSERT_OUTCOME_WITH_IDENTIFIERS = (
     f"INSERT INTO outcomes ({_OUTCOME_COLUMNS}, identifiers) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
@@ -214,15 +225,16 @@ _RESERVATION_COLUMNS = (
 )
 _INSERT_RESERVATION = (
     f"INSERT INTO reservations ({_RESERVATION_COLUMNS}) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULLIF(?, ''), ?, ?, ?, ?, ?)"
 )
 _INSERT_RESERVATION_WITH_EXTRAS = (
     f"INSERT INTO reservations ({_RESERVATION_COLUMNS}, identifiers, transaction_id, "
     "transaction_priority, transaction_position) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULLIF(?, ''), ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _UPDATE_RESERVATION = (
-    "UPDATE reservations SET status = ?, expires_at_ms = COALESCE(?, expires_at_ms), "
+    "UPDATE reservations SET status = ?, "
+    "expires_at_ms = COALESCE(NULLIF(?, -1), expires_at_ms), "
     # no update leaves a hold pending: what only a pending hold has goes
     "updated_offset = ?, transaction_priority = NULL, transaction_position = NULL "
     "WHERE reservation_id = ?"
@@ -288,8 +300,18 @@ _OUTCOMES_OF = attrgetter("outcomes")
 def _write_outcomes(plan: _Plan, batch: Batch) -> None:
     # an Outcome is a NamedTuple in the table's column order: the common row
     # (no reasons, no identifiers) is sliced out by unpacking, in C
+    no_expiry = _NO_EXPIRY
     plain = [
-        (partition, offset, seq, kind, event, subject, clock, None, expires)
+        (
+            partition,
+            offset,
+            seq,
+            kind,
+            event,
+            subject,
+            clock,
+            no_expiry if expires is None else expires,
+        )
         for applied in batch.applied
         for partition, offset, seq, kind, event, subject, clock, why, expires, ids in (
             applied.outcomes
@@ -303,12 +325,13 @@ def _write_outcomes(plan: _Plan, batch: Batch) -> None:
             for o in applied.outcomes:
                 if not o.reasons and not o.identifiers:
                     continue
-                row = (*o[:7], _reasons_json(o.reasons) if o.reasons else None, o.expires_at_ms)
+                reasons = _reasons_json(o.reasons) if o.reasons else None
                 if o.identifiers:
-                    given.append((*row, _json(o.identifiers)))
+                    given.append((*o[:7], reasons, o.expires_at_ms, _json(o.identifiers)))
                 else:
-                    rejected.append(row)
-        plan.bulk(_INSERT_OUTCOME, rejected)
+                    expires = o.expires_at_ms
+                    rejected.append((*o[:7], reasons, no_expiry if expires is None else expires))
+        plan.bulk(_INSERT_OUTCOME_WITH_REASONS, rejected)
         plan.bulk(_INSERT_OUTCOME_WITH_IDENTIFIERS, given)
     plan.bulk(_INSERT_OUTCOME, plain)
 
@@ -328,7 +351,7 @@ def _claim_row(claim: ClaimSpec, partition: int, offset: int, expires_at_ms: int
         _items_json(claim),
         claim.lease_ms,
         expires_at_ms,
-        claim.anti_affinity_group,
+        claim.anti_affinity_group or _NO_GROUP,
         # most claims carry no tags: skip the calls for them
         _tags(tags) if tags else _EMPTY_JSON_LIST,
         _tags(with_tags) if with_tags else _EMPTY_JSON_LIST,
@@ -449,7 +472,13 @@ def _write_reservations(plan: _Plan, state: PartitionState, batch: Batch) -> Non
     if with_extras:
         _insert_with_extras(plan, state, created, with_extras)
     plan.bulk(_INSERT_RESERVATION, [tuple(row) for row in created.values()])
-    plan.bulk(_UPDATE_RESERVATION, [tuple(row) for row in changed.values()])
+    plan.bulk(
+        _UPDATE_RESERVATION,
+        [
+            (status, _NO_EXPIRY if expires is None else expires, offset, rid)
+            for status, expires, offset, rid in changed.values()
+        ],
+    )
     plan.bulk(_END_TRANSACTION, [(rid,) for rid in committed])
     # given back first: an identifier given back may be taken again in the batch
     plan.bulk(_DELETE_IDENTIFIER, sorted(given))
