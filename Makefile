@@ -4,7 +4,12 @@ VENV ?= .venv
 PYTHON ?= python3
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint check bench clean
+.PHONY: demo test lint check bench interpreted clean
+
+# The decision core compiled with mypyc (berth/compile.py says why), again
+# whenever a source in projections/ changes; without a C compiler the build
+# says so and the sources run interpreted.
+COMPILED := $(BIN)/.compiled
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -12,10 +17,14 @@ $(BIN)/.installed: pyproject.toml
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $@
 
-demo: $(BIN)/.installed
+$(COMPILED): $(BIN)/.installed berth/compile.py $(shell find projections -name '*.py')
+	$(BIN)/python -m berth.compile build
+	touch $@
+
+demo: $(COMPILED)
 	$(BIN)/berth demo
 
-test: $(BIN)/.installed
+test: $(COMPILED)
 	$(BIN)/pytest -q
 
 lint: $(BIN)/.installed
@@ -24,9 +33,15 @@ lint: $(BIN)/.installed
 
 check: lint test
 
-bench: $(BIN)/.installed
+bench: $(COMPILED)
 	$(BIN)/python -m bench.projector --kafka auto
 	$(BIN)/python -m bench.ledger --kafka auto
 
+# the same code, run by the interpreter (until the next make demo/test/bench)
+interpreted: $(BIN)/.installed
+	$(BIN)/python -m berth.compile remove
+	rm -f $(COMPILED)
+
 clean:
-	rm -rf $(VENV) berth-demo-data .pytest_cache .mypy_cache .ruff_cache
+	[ ! -x $(BIN)/python ] || $(BIN)/python -m berth.compile remove
+	rm -rf $(VENV) build berth-demo-data .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,98 @@
+"""Compile the decision core with mypyc, in place: ``python -m berth.compile
+build`` (``make`` runs it) or ``remove``.
+
+`apply` and the view's rows are the hot paths of every writer and of a
+replay, and in CPython most of their cost is the interpreter's own. The
+sources stay plain, type-checked Python; compiled, they run the same tests
+(CI runs the suite on the compiled build). Without a C compiler the build
+reports why and the sources run interpreted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+MODULES = (
+    "projections.claims",
+    "projections.emitter",
+    "projections.holds",
+    "projections.pool_events",
+    "projections.pools",
+    "projections.projector",
+    "projections.providers",
+    "projections.state",
+    "projections.view.writer",
+)
+"""What a writer and a replay run per record; every module must be in
+``projections`` (its import checks them against their sources)."""
+
+ROOT = Path(__file__).resolve().parent.parent
+_GROUP = "projections"  # mypyc's shared library: <group>__mypyc, at the top level
+
+# mypyc's setuptools entry point, run in a child so that the build's
+# output, and its failure, stay out of this process
+_SETUP = """
+import sys
+from setuptools import setup
+from mypyc.build import mypycify
+group, *sources = sys.argv[1:]
+setup(
+    name="berth-compiled",
+    script_args=["build_ext", "--inplace"],
+    ext_modules=mypycify(sources, opt_level="3", group_name=group),
+)
+"""
+
+
+def _source(module: str, root: Path) -> Path:
+    return root.joinpath(*module.split(".")).with_suffix(".py")
+
+
+def remove(root: Path = ROOT) -> None:
+    """Delete every compiled module and the record of them."""
+    package = root / "projections"
+    for path in [*package.rglob("*.so"), *root.glob(f"{_GROUP}__mypyc.*.so")]:
+        path.unlink()
+    (package / "compiled.json").unlink(missing_ok=True)
+
+
+def build(root: Path = ROOT) -> str | None:
+    """Compile :data:`MODULES` in place and record their sources' digests;
+    what went wrong if it failed (and then nothing stays compiled)."""
+    remove(root)
+    sources = [str(_source(m, root).relative_to(root)) for m in MODULES]
+    done = subprocess.run(
+        [sys.executable, "-c", _SETUP, _GROUP, *sources],
+        cwd=root,
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        remove(root)
+        return (done.stdout + done.stderr)[-4000:]
+    digests = {m: hashlib.sha256(_source(m, root).read_bytes()).hexdigest() for m in MODULES}
+    (root / "projections" / "compiled.json").write_text(json.dumps(digests, indent=1) + "\n")
+    return None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("action", choices=["build", "remove"])
+    if parser.parse_args().action == "remove":
+        remove()
+        return
+    failure = build()
+    if failure is not None:
+        print(
+            f"{failure}\nberth.compile: compiling failed; the sources run interpreted",
+            file=sys.stderr,
+        )
+
+
+if __name__ == "__main__":
+    main()

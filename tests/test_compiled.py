@@ -1,0 +1,79 @@
+"""The compiled decision core: importing ``projections`` refuses compiled
+modules that no longer match their sources, and a build is all or nothing."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+import sysconfig
+from importlib import import_module
+from pathlib import Path
+
+import projections
+from berth.compile import MODULES
+from projections import stale_compiled
+
+_SO = str(sysconfig.get_config_var("EXT_SUFFIX"))
+
+
+def _package(root: Path) -> Path:
+    """A copy of the ``projections`` package's init beside one module that
+    has a (stand-in) compiled form."""
+    package = root / "projections"
+    (package / "view").mkdir(parents=True)
+    shutil.copy(Path(projections.__file__), package / "__init__.py")
+    (package / "view" / "__init__.py").write_text("")
+    (package / "view" / "writer.py").write_text("ROWS = 1\n")
+    (package / "view" / f"writer{_SO}").write_bytes(b"compiled")
+    return package
+
+
+def _record(package: Path, source: str) -> None:
+    digest = hashlib.sha256(source.encode()).hexdigest()
+    (package / "compiled.json").write_text(json.dumps({"projections.view.writer": digest}))
+
+
+def test_compiled_code_matching_its_source_is_accepted(tmp_path: Path) -> None:
+    package = _package(tmp_path)
+    _record(package, "ROWS = 1\n")
+    assert stale_compiled(package) == []
+
+
+def test_compiled_code_older_than_its_source_is_found(tmp_path: Path) -> None:
+    package = _package(tmp_path)
+    _record(package, "ROWS = 0\n")
+    assert stale_compiled(package) == ["projections.view.writer"]
+
+
+def test_compiled_code_without_a_record_is_found(tmp_path: Path) -> None:
+    assert stale_compiled(_package(tmp_path)) == ["projections.view.writer"]
+
+
+def test_no_compiled_code_is_nothing_to_check(tmp_path: Path) -> None:
+    package = _package(tmp_path)
+    (package / "view" / f"writer{_SO}").unlink()
+    assert stale_compiled(package) == []
+
+
+def test_importing_the_package_refuses_stale_compiled_code(tmp_path: Path) -> None:
+    package = _package(tmp_path)
+    _record(package, "ROWS = 0\n")
+    run = subprocess.run(
+        [sys.executable, "-c", "import projections"],
+        cwd=tmp_path,
+        env={"PYTHONPATH": str(tmp_path)},
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 1
+    assert "StaleCompiledCode: projections.view.writer changed since compiled" in run.stderr
+
+
+def test_the_core_runs_all_compiled_or_all_interpreted() -> None:
+    compiled = {m: str(import_module(m).__file__).endswith(".so") for m in MODULES}
+    assert len(set(compiled.values())) == 1, compiled
+    assert projections.MANIFEST.exists() == all(compiled.values())
+    assert all(m.startswith("projections.") for m in MODULES)  # the import check covers them
