@@ -32,7 +32,10 @@ MODULES = (
 ``projections`` (its import checks them against their sources)."""
 
 ROOT = Path(__file__).resolve().parent.parent
-_GROUP = "projections"  # mypyc's shared library: <group>__mypyc, at the top level
+# mypyc's shared library, which holds the compiled code of every module, goes
+# in the package as projections/native__mypyc (by default it would be a
+# top-level module, which an editable install does not put on the path)
+_GROUP = "projections.native"
 
 # mypyc's setuptools entry point, run in a child so that the build's
 # output, and its failure, stay out of this process
@@ -56,7 +59,7 @@ def _source(module: str, root: Path) -> Path:
 def remove(root: Path = ROOT) -> None:
     """Delete every compiled module and the record of them."""
     package = root / "projections"
-    for path in [*package.rglob("*.so"), *root.glob(f"{_GROUP}__mypyc.*.so")]:
+    for path in package.rglob("*.so"):
         path.unlink()
     (package / "compiled.json").unlink(missing_ok=True)
 

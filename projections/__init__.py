@@ -32,7 +32,10 @@ def stale_compiled(package: Path = _HERE) -> list[str]:
     recorded: dict[str, str] = json.loads(manifest.read_text()) if manifest.exists() else {}
     changed = []
     for path in compiled:
-        source = path.parent / f"{path.name.split('.', 1)[0]}.py"
+        stem = path.name.split(".", 1)[0]
+        if stem.endswith("__mypyc"):
+            continue  # the library the modules' compiled code lives in: no source of its own
+        source = path.parent / f"{stem}.py"
         name = ".".join((package.name, *source.relative_to(package).with_suffix("").parts))
         if recorded.get(name) != hashlib.sha256(source.read_bytes()).hexdigest():
             changed.append(name)

@@ -77,3 +77,16 @@ def test_the_core_runs_all_compiled_or_all_interpreted() -> None:
     assert len(set(compiled.values())) == 1, compiled
     assert projections.MANIFEST.exists() == all(compiled.values())
     assert all(m.startswith("projections.") for m in MODULES)  # the import check covers them
+
+
+def test_the_core_imports_the_same_way_from_anywhere(tmp_path: Path) -> None:
+    """As the ``berth`` command imports it: from another directory, with no
+    source tree on the path but the installed package's."""
+    found = subprocess.run(
+        [sys.executable, "-c", f"import {MODULES[0]} as m; print(m.__file__)"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert found.stdout.strip() == import_module(MODULES[0]).__file__
