@@ -35,6 +35,7 @@ from sqlalchemy import func, select
 from bench.common import note, timed
 from berth.app import App, Settings, tune_gc
 from berth.client import Publisher
+from berth.compile import compiled
 from consumers.partition_writer import PartitionWriter, catch_up_all, step_all
 from consumers.scheduler import OutcomeFollower, Scheduled, Scheduler
 from consumers.snapshot_source import LiveSnapshot
@@ -333,6 +334,7 @@ def main() -> None:
         "sample_percentage": args.sample,
         "wave": args.wave,
         "writer_processes": args.writer_processes,
+        "compiled": compiled(),
     }
     for explain in (False, True):
         note(f"sustained, explain {'on' if explain else 'off'} ...")

@@ -23,6 +23,7 @@ from typing import Any
 
 from bench.common import claim, lifecycle, note, provider_events, timed
 from berth.app import App, Settings, tune_gc
+from berth.compile import compiled
 from berth.replay import replay
 from consumers.partition_writer import catch_up_all
 from ledger.log import Append
@@ -278,7 +279,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     tune_gc()
-    figures: dict[str, Any] = {}
+    figures: dict[str, Any] = {"compiled": compiled()}
     note("apply in memory ...")
     figures.update(bench_apply())
     figures.update(bench_decode())

@@ -43,6 +43,7 @@ from bench.common import note, timed
 from bench.end_to_end import _setup
 from berth.app import App, tune_gc
 from berth.client import Publisher
+from berth.compile import compiled
 from consumers.batches import BatchResult, BatchScheduler
 from consumers.coordinator import Coordinator, Part
 from consumers.partition_writer import PartitionWriter
@@ -462,6 +463,7 @@ def main() -> None:
         )
         figures.update(bench_second_phase(1_000, 30 if quick else 500))
     figures["bench_s"] = round(t[0], 1)
+    figures["compiled"] = compiled()
     print(json.dumps(figures))
 
 

@@ -56,6 +56,13 @@ def _source(module: str, root: Path) -> Path:
     return root.joinpath(*module.split(".")).with_suffix(".py")
 
 
+def compiled() -> bool:
+    """Whether this process runs the compiled decision core."""
+    from importlib import import_module
+
+    return all(str(import_module(m).__file__).endswith(".so") for m in MODULES)
+
+
 def remove(root: Path = ROOT) -> None:
     """Delete every compiled module and the record of them."""
     package = root / "projections"
