@@ -11,6 +11,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
+from multiprocessing.context import ForkContext, SpawnContext
 from multiprocessing.queues import Queue
 from operator import attrgetter
 from pathlib import Path
@@ -168,15 +169,15 @@ def _merge(results: list[ReplayResult], view_url: str) -> ReplayResult:
     )
 
 
-def _start_method() -> str:
+def _context() -> ForkContext | SpawnContext:
     """Fork where it is safe, else spawn. A forked worker starts at once; a
     spawned one first imports Berth again, about half a second of a replay
     that takes fifteen. Fork is safe only from a process with one thread
     (another thread may hold a lock the child would wait on forever), and
     only on Linux (macOS's system libraries do not support it)."""
     if sys.platform == "linux" and threading.active_count() == 1:
-        return "fork"
-    return "spawn"
+        return multiprocessing.get_context("fork")
+    return multiprocessing.get_context("spawn")
 
 
 def _in_processes(
@@ -187,11 +188,7 @@ def _in_processes(
     rebuild: bool,
 ) -> ReplayResult:
     """Partitions are independent: replay them in ``jobs`` processes at once."""
-    context = (
-        multiprocessing.get_context("fork")
-        if _start_method() == "fork"
-        else multiprocessing.get_context("spawn")
-    )
+    context = _context()
     reports: Queue[tuple[str, Any]] = context.Queue()
     groups = [list(range(target.partitions))[j::jobs] for j in range(jobs)]
     workers = [

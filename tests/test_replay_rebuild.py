@@ -5,6 +5,7 @@ it only once complete."""
 
 from __future__ import annotations
 
+import multiprocessing
 import subprocess
 import sys
 import threading
@@ -58,7 +59,8 @@ def test_a_rebuild_is_identical_to_the_live_view(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, jobs: int, start_method: str | None
 ) -> None:
     if start_method is not None:
-        monkeypatch.setattr(berth.replay, "_start_method", lambda: start_method)
+        context = multiprocessing.get_context(start_method)
+        monkeypatch.setattr(berth.replay, "_context", lambda: context)
     data = tmp_path / "data"
     # claims, consumes and releases on 40 providers in 4 partitions; short
     # leases expire, some claims do not fit
@@ -142,7 +144,11 @@ def test_a_rebuild_waits_for_no_writer_and_keeps_writers_out(tmp_path: Path) -> 
 
 def test_workers_are_forked_only_from_a_process_with_one_thread() -> None:
     alone = subprocess.run(
-        [sys.executable, "-c", "from berth.replay import _start_method; print(_start_method())"],
+        [
+            sys.executable,
+            "-c",
+            "from berth.replay import _context; print(_context().get_start_method())",
+        ],
         capture_output=True,
         text=True,
         check=True,
@@ -152,7 +158,7 @@ def test_workers_are_forked_only_from_a_process_with_one_thread() -> None:
     other = threading.Thread(target=release.wait)
     other.start()
     try:
-        assert berth.replay._start_method() == "spawn"
+        assert berth.replay._context().get_start_method() == "spawn"
     finally:
         release.set()
         other.join()
