@@ -56,6 +56,12 @@ def _source(module: str, root: Path) -> Path:
     return root.joinpath(*module.split(".")).with_suffix(".py")
 
 
+def _manifest(root: Path) -> Path:
+    """Where the build records its sources' digests, for ``projections``'
+    import check (which cannot be imported here: it refuses a stale build)."""
+    return root / "projections" / "compiled.json"
+
+
 def compiled() -> bool:
     """Whether this process runs the compiled decision core."""
     from importlib import import_module
@@ -68,7 +74,7 @@ def remove(root: Path = ROOT) -> None:
     package = root / "projections"
     for path in package.rglob("*.so"):
         path.unlink()
-    (package / "compiled.json").unlink(missing_ok=True)
+    _manifest(root).unlink(missing_ok=True)
 
 
 def build(root: Path = ROOT) -> str | None:
@@ -86,7 +92,7 @@ def build(root: Path = ROOT) -> str | None:
         remove(root)
         return (done.stdout + done.stderr)[-4000:]
     digests = {m: hashlib.sha256(_source(m, root).read_bytes()).hexdigest() for m in MODULES}
-    (root / "projections" / "compiled.json").write_text(json.dumps(digests, indent=1) + "\n")
+    _manifest(root).write_text(json.dumps(digests, indent=1) + "\n")
     return None
 
 
