@@ -110,23 +110,59 @@ Taken = tuple[tuple[PoolState, int], ...]
 """Identifiers a reservation holds: (pool, identifier as an integer) pairs."""
 
 
-@dataclass(slots=True, eq=False)
 class Reservation:
-    """An active (held or consumed) reservation."""
+    """An active (held or consumed) reservation.
 
-    reservation_id: str
-    items: tuple[tuple[ProviderState, Amounts], ...]
-    status: int
-    expires_at_ms: int
-    fingerprint: int
-    group: str | None = None
-    tags: frozenset[str] = frozenset()
-    consumer_id: str = ""
-    identifiers: Taken = ()
-    transaction: str | None = None
-    """Set while the hold is pending its transaction's decision."""
-    lease_ms: int = 0
-    """The lease a pending hold gets once its transaction commits."""
+    A plain class with its own __init__, which mypyc compiles: one is made
+    for every hold, and a dataclass's generated __init__ stays interpreted."""
+
+    __slots__ = (
+        "consumer_id",
+        "expires_at_ms",
+        "fingerprint",
+        "group",
+        "identifiers",
+        "items",
+        "lease_ms",
+        "reservation_id",
+        "status",
+        "tags",
+        "transaction",
+    )
+
+    def __init__(
+        self,
+        reservation_id: str,
+        items: tuple[tuple[ProviderState, Amounts], ...],
+        status: int,
+        expires_at_ms: int,
+        fingerprint: int,
+        group: str | None = None,
+        tags: frozenset[str] = frozenset(),
+        consumer_id: str = "",
+        identifiers: Taken = (),
+        transaction: str | None = None,
+        lease_ms: int = 0,
+    ) -> None:
+        self.reservation_id = reservation_id
+        self.items = items
+        self.status = status
+        self.expires_at_ms = expires_at_ms
+        self.fingerprint = fingerprint
+        self.group = group
+        self.tags = tags
+        self.consumer_id = consumer_id
+        self.identifiers = identifiers
+        self.transaction: str | None = transaction
+        """Set while the hold is pending its transaction's decision."""
+        self.lease_ms = lease_ms
+        """The lease a pending hold gets once its transaction commits."""
+
+    def __repr__(self) -> str:
+        return (
+            f"Reservation({self.reservation_id!r}, status={self.status}, "
+            f"expires_at_ms={self.expires_at_ms}, consumer_id={self.consumer_id!r})"
+        )
 
 
 @dataclass(slots=True, eq=False)
