@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 MODULES = (
+    "projections.batch",
     "projections.claims",
     "projections.emitter",
     "projections.holds",

@@ -15,11 +15,10 @@ from collections.abc import Iterable
 
 from consumers.topics import DEFAULT_TOPICS, Topics
 from ledger.log import Append, Log
-from projections.projector import apply
+from projections.batch import Batch, decide
 from projections.state import PartitionState
 from projections.view.loader import load_state
-from projections.view.writer import Applied, Batch, DeadLetter, ViewWriter
-from schemas.codec import EventDecodeError, decode_event
+from projections.view.writer import ViewWriter
 
 log = logging.getLogger(__name__)
 
@@ -70,14 +69,7 @@ class PartitionWriter:
         if not records:
             return None
         state: PartitionState = self.state
-        batch = Batch(self.partition, self.next_offset, records[-1].offset + 1)
-        for record in records:
-            try:
-                event = decode_event(record.value)
-            except EventDecodeError as error:
-                batch.dead.append(DeadLetter(record.offset, error.reason, record.value))
-                continue
-            batch.applied.append(Applied(record.offset, event, apply(state, record.offset, event)))
+        batch = decide(state, records)
         if self.publish:
             self._publish(batch)
         self.view.commit(state, batch)

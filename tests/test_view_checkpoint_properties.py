@@ -12,12 +12,13 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from projections.batch import Applied, Batch
 from projections.projector import apply
 from projections.state import PartitionState
 from projections.view.engine import make_engine
 from projections.view.loader import load_state
 from projections.view.tables import metadata
-from projections.view.writer import Applied, Batch, ViewWriter
+from projections.view.writer import ViewWriter
 from schemas.events import Event
 from tests.contracts.view_contract import _assert_identifiers_match, _assert_same_state
 from tests.test_transaction_properties import SETTINGS, records

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from itertools import chain
 from operator import attrgetter
 from typing import Any
 
 from sqlalchemy import Connection, Engine, Executable, bindparam, delete, update
 
+from projections.batch import Batch
 from projections.state import PartitionState, ProviderState
 from projections.view.tables import (
     dead_letters,
@@ -24,7 +24,6 @@ from schemas.events import (
     ClaimItem,
     ClaimSet,
     ClaimSpec,
-    Event,
     PoolDefined,
     TransactionRef,
 )
@@ -37,35 +36,6 @@ _STATUS_OF_KIND = {
     Kind.EXPIRED: "expired",
     Kind.ABORTED: "aborted",
 }
-
-
-@dataclass(slots=True)
-class Applied:
-    """One record of the log that decoded, and what the projector decided."""
-
-    offset: int
-    event: Event
-    outcomes: list[Outcome]
-
-
-@dataclass(slots=True)
-class DeadLetter:
-    """One record of the log that did not decode, and why."""
-
-    offset: int
-    reason: str
-    value: bytes
-
-
-@dataclass(slots=True)
-class Batch:
-    """Consecutive records ``[start, end)`` of one partition, all accounted for."""
-
-    partition: int
-    start: int
-    end: int
-    applied: list[Applied] = field(default_factory=list)
-    dead: list[DeadLetter] = field(default_factory=list)
 
 
 class StaleBatch(Exception):

@@ -12,6 +12,7 @@ from consumers.partition_writer import PartitionWriter
 from consumers.topics import DEFAULT_TOPICS
 from ledger.embedded import EmbeddedLog
 from ledger.log import Append, Log
+from projections.batch import Batch
 from projections.holds import named
 from projections.pools import PoolState
 from projections.projector import apply
@@ -29,7 +30,7 @@ from projections.view.tables import (
     reservation_identifiers,
     reservations,
 )
-from projections.view.writer import Batch, StaleBatch, ViewWriter
+from projections.view.writer import StaleBatch, ViewWriter
 from schemas.codec import encode_event
 from schemas.events import Claim, ClaimSpec, Event
 from schemas.outcomes import Code, Kind, Outcome
