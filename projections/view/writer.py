@@ -198,17 +198,22 @@ _INSERT_OUTCOME_WITH_IDENTIFIERS = (
 )
 _RESERVATION_COLUMNS = (
     'reservation_id, "partition", status, consumer_id, project_id, '
-    "items, lease_ms, expires_at_ms, anti_affinity_group, tags, require_with_tags, "
-    "require_without_tags, created_offset, updated_offset"
+    "items, lease_ms, expires_at_ms, created_offset, updated_offset, "
+    # the local rules last: most claims have none, and their rows stop before
+    "anti_affinity_group, tags, require_with_tags, require_without_tags"
+)
+_INSERT_PLAIN_RESERVATION = (
+    f"INSERT INTO reservations ({_RESERVATION_COLUMNS}) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, '[]', '[]', '[]')"
 )
 _INSERT_RESERVATION = (
     f"INSERT INTO reservations ({_RESERVATION_COLUMNS}) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULLIF(?, ''), ?, ?, ?, ?, ?)"
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULLIF(?, ''), ?, ?, ?)"
 )
 _INSERT_RESERVATION_WITH_EXTRAS = (
     f"INSERT INTO reservations ({_RESERVATION_COLUMNS}, identifiers, transaction_id, "
     "transaction_priority, transaction_position) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULLIF(?, ''), ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULLIF(?, ''), ?, ?, ?, ?, ?, ?, ?)"
 )
 _UPDATE_RESERVATION = (
     "UPDATE reservations SET status = ?, "
@@ -318,9 +323,11 @@ def _tags(tags: frozenset[str]) -> str:
 
 
 def _claim_row(claim: ClaimSpec, partition: int, offset: int, expires_at_ms: int) -> list[Any]:
+    """A new reservation's row; without the local rules' columns when it has
+    none, as most claims (the statement fills them in rather than binding four
+    more values a row)."""
     f = claim.__dict__  # one lookup a field: pydantic's attribute hook costs two
-    tags, with_tags, without_tags = f["tags"], f["require_with_tags"], f["require_without_tags"]
-    return [
+    row = [
         f["reservation_id"],
         partition,
         "held",
@@ -329,20 +336,28 @@ def _claim_row(claim: ClaimSpec, partition: int, offset: int, expires_at_ms: int
         _items_json(f["items"]),
         f["lease_ms"],
         expires_at_ms,
-        f["anti_affinity_group"] or _NO_GROUP,
-        # most claims carry no tags: skip the calls for them
-        _tags(tags) if tags else _EMPTY_JSON_LIST,
-        _tags(with_tags) if with_tags else _EMPTY_JSON_LIST,
-        _tags(without_tags) if without_tags else _EMPTY_JSON_LIST,
         offset,
         offset,
     ]
+    group, tags = f["anti_affinity_group"], f["tags"]
+    with_tags, without_tags = f["require_with_tags"], f["require_without_tags"]
+    if group is not None or tags or with_tags or without_tags:
+        row += (
+            group or _NO_GROUP,
+            _tags(tags) if tags else _EMPTY_JSON_LIST,
+            _tags(with_tags) if with_tags else _EMPTY_JSON_LIST,
+            _tags(without_tags) if without_tags else _EMPTY_JSON_LIST,
+        )
+    return row
 
 
-# positions in a reservation row; the last four only in rows with extras
-_STATUS, _EXPIRES, _UPDATED = 2, 7, 13
+# positions in a reservation row: a plain row ends with the updated offset,
+# one with rules after the four rules, and one with extras after those
+_STATUS, _EXPIRES, _UPDATED = 2, 7, 9
 _TRANSACTION, _PRIORITY, _POSITION = 15, 16, 17
-_PLAIN_ROW = 14
+_PLAIN_ROW = 10
+_RULES_ROW = 14
+_NO_RULES = (_NO_GROUP, _EMPTY_JSON_LIST, _EMPTY_JSON_LIST, _EMPTY_JSON_LIST)
 
 
 def _spec_row(
@@ -353,6 +368,8 @@ def _spec_row(
     row = _claim_row(spec, partition, o.offset, o.expires_at_ms)
     if not spec.identifiers and transaction is None:
         return row
+    if len(row) == _PLAIN_ROW:
+        row += _NO_RULES
     row.append(
         _json([i.model_dump(exclude_none=True) for i in spec.identifiers])
         if spec.identifiers
@@ -414,7 +431,7 @@ def _write_reservations(plan: _Plan, state: PartitionState, batch: Batch) -> Non
                     assert isinstance(event, Claim)
                     spec, transaction = event, None
                 new_row = created[o.subject] = _spec_row(spec, transaction, partition, o)
-                if len(new_row) > _PLAIN_ROW:  # not a claim set's member without any
+                if len(new_row) > _RULES_ROW:  # not a claim set's member without any
                     with_extras.append(o.subject)
                 for position, identifier in enumerate(identifiers):
                     taken[identifier] = (*identifier, o.subject, partition, position)
@@ -449,7 +466,11 @@ def _write_reservations(plan: _Plan, state: PartitionState, batch: Batch) -> Non
             changed[o.subject] = [status, expires, o.offset, o.subject]
     if with_extras:
         _insert_with_extras(plan, state, created, with_extras)
-    plan.bulk(_INSERT_RESERVATION, list(created.values()))
+    rows = list(created.values())
+    plain = [row for row in rows if len(row) == _PLAIN_ROW]
+    plan.bulk(_INSERT_PLAIN_RESERVATION, plain)
+    if len(plain) < len(rows):
+        plan.bulk(_INSERT_RESERVATION, [row for row in rows if len(row) == _RULES_ROW])
     plan.bulk(
         _UPDATE_RESERVATION,
         [
