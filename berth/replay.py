@@ -186,8 +186,11 @@ def _in_processes(
     verify: bool,
     progress: Callable[[int], object] | None,
     rebuild: bool,
+    core_idle: Callable[[], object] | None = None,
 ) -> ReplayResult:
-    """Partitions are independent: replay them in ``jobs`` processes at once."""
+    """Partitions are independent: replay them in ``jobs`` processes at once.
+    ``core_idle`` runs here once, as soon as fewer processes run than the
+    machine has cores while some still run: on the core left idle."""
     context = _context()
     reports: Queue[tuple[str, Any]] = context.Queue()
     groups = [list(range(target.partitions))[j::jobs] for j in range(jobs)]
@@ -211,6 +214,10 @@ def _in_processes(
                     progress(value)
             elif kind == "done":
                 results.append(value)
+                running = len(workers) - len(results)
+                if core_idle is not None and 0 < running < (os.cpu_count() or 1):
+                    core_idle()
+                    core_idle = None
             else:
                 raise RuntimeError(f"replay process failed: {value}")
     finally:
@@ -294,19 +301,18 @@ def _replay_into(
 ) -> ReplayResult:
     rebuild = fresh is not None
     jobs = max(1, min(jobs, target.partitions))
+    indexes = _Indexes(target, deferred)
     if jobs == 1:
         result = _replay_partitions(
             target, list(range(target.partitions)), verify, progress, rebuild
         )
     else:
-        result = _in_processes(target, jobs, verify, progress, rebuild)
+        result = _in_processes(target, jobs, verify, progress, rebuild, indexes.build)
     if fresh is None:
         return result
+    indexes.build()  # if no process finished before the last one
     engine = make_engine(target.view_url, writer=True, rebuild=True)
     try:
-        with engine.begin() as conn:
-            for sql in deferred:
-                conn.exec_driver_sql(sql)
         # the rebuild never synced: a synced checkpoint puts the whole file on
         # disk before it takes the view's place (outside any transaction, on
         # the driver's connection: the engine would begin one)
@@ -327,6 +333,34 @@ def _replay_into(
         Path(f"{view}{suffix}").unlink(missing_ok=True)
     os.replace(fresh, view)
     return replace(result, view_url=f"sqlite:///{view}")
+
+
+class _Indexes:
+    """The secondary indexes a rebuild dropped, built again once.
+
+    They are built as soon as a core is left idle, while the last replay
+    processes finish their partitions: the cores of a shared machine rarely
+    run at the same speed, and the index build (about two seconds for a
+    million records, on one core) then overlaps the slower process's last
+    batches instead of following them. The rows inserted after an index
+    exists keep it up to date, as in a live view; each index is its own
+    transaction, so a process waits at most one index build to commit."""
+
+    def __init__(self, target: Settings, statements: list[str]) -> None:
+        self.target = target
+        self.statements = statements
+
+    def build(self) -> None:
+        if not self.statements:
+            return
+        engine = make_engine(self.target.view_url, writer=True, rebuild=True)
+        try:
+            for sql in self.statements:
+                with engine.begin() as conn:
+                    conn.exec_driver_sql(sql)
+        finally:
+            engine.dispose()
+        self.statements = []
 
 
 def total_records(settings: Settings) -> int:

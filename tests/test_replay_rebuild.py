@@ -16,11 +16,13 @@ import pytest
 from sqlalchemy import Engine
 
 import berth.replay
-from bench.projector import _write_log
+from bench.common import claim
+from bench.projector import _cluster, _populate, _write_log
 from berth.app import App, Settings
 from berth.replay import replay
 from consumers.partition_writer import catch_up_all
 from ledger.log import Append, LogError
+from ledger.partitioner import partition_for
 from projections.view.engine import make_engine
 from schemas.codec import encode_event
 from tests.contracts.view_contract import BATCH_DEPENDENT, _dump, pool_scenario
@@ -92,6 +94,40 @@ def test_a_rebuild_of_pools_and_transactions_is_identical(tmp_path: Path) -> Non
 
 class _Crash(Exception):
     pass
+
+
+def test_the_indexes_are_built_on_the_core_a_finished_process_leaves_idle(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One partition of a few records and one of thousands, two processes:
+    the secondary indexes are built while the second still replays, and the
+    rows it writes after them keep them whole."""
+    data = tmp_path / "data"
+    with App(Settings(data_dir=data, partitions=2)) as app:
+        _populate(app, 20)
+        busy = _cluster(20, 2)[0]
+        claims = [
+            Append(0, pid.encode(), claim(f"r{k}", pid, 5_000 + k, lease_ms=1_000))
+            for k in range(20_000)
+            for pid in [busy[k % len(busy)]]
+        ]
+        assert all(partition_for(a.key, 2) == 0 for a in claims)
+        app.log.append(app.settings.topics.events, claims)
+    live = _live(data, batch_size=500)
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    still_replaying: list[bool] = []
+    build = berth.replay._Indexes.build
+
+    def watched(indexes: berth.replay._Indexes) -> None:
+        if indexes.statements:
+            still_replaying.append(any(p.is_alive() for p in multiprocessing.active_children()))
+        build(indexes)
+
+    monkeypatch.setattr(berth.replay._Indexes, "build", watched)
+    result = replay(Settings(data_dir=data), verify=True, jobs=2)
+    assert still_replaying == [True]
+    assert result.divergence is None
+    assert _snapshot(make_engine(result.view_url)) == live
 
 
 def test_a_crashed_rebuild_leaves_the_view_alone_and_a_rerun_recovers(tmp_path: Path) -> None:

@@ -10,6 +10,13 @@ _REBUILD_CACHE_KIB = 1 << 20
 """A rebuild's page cache: 1 GiB at most, holding a view of a few million
 records, so that index inserts at random keys do not go to the disk."""
 
+_BUSY_MS = 30_000
+_REBUILD_BUSY_MS = 3_600_000
+"""How long a rebuild's connection waits for the write lock: its replay
+processes wait for one another, and for an index built while one of them
+still writes, which takes longer the longer the log (about 1.4 s for a
+million records). Only the replay itself writes a rebuild's file."""
+
 
 def sqlite_url(path: str) -> str:
     return f"sqlite:///{path}"
@@ -40,7 +47,7 @@ def make_engine(url: str, writer: bool = False, rebuild: bool = False) -> Engine
             cursor.execute(f"PRAGMA synchronous={'OFF' if rebuild else 'NORMAL'}")
             if rebuild:
                 cursor.execute(f"PRAGMA cache_size=-{_REBUILD_CACHE_KIB}")
-            cursor.execute("PRAGMA busy_timeout=30000")
+            cursor.execute(f"PRAGMA busy_timeout={_REBUILD_BUSY_MS if rebuild else _BUSY_MS}")
             cursor.close()
             if writer:
                 dbapi_connection.isolation_level = None  # we issue BEGIN ourselves
