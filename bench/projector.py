@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import os
 import random
 import shutil
 import tempfile
@@ -24,7 +23,7 @@ from typing import Any
 from bench.common import claim, lifecycle, note, provider_events, timed
 from berth.app import App, Settings, tune_gc
 from berth.compile import compiled
-from berth.replay import replay
+from berth.replay import default_jobs, replay
 from consumers.partition_writer import catch_up_all
 from ledger.log import Append
 from ledger.partitioner import partition_for
@@ -272,7 +271,7 @@ def _kafka(target: str) -> Iterator[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--replay-records", type=int, default=1_000_000)
-    parser.add_argument("--replay-jobs", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--replay-jobs", type=int, default=default_jobs())
     parser.add_argument("--skip-memory", action="store_true")
     parser.add_argument(
         "--kafka", default="", help="auto (start tansu) or HOST:PORT for the Kafka figures"

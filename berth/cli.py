@@ -6,7 +6,6 @@ import argparse
 import contextlib
 import json
 import logging
-import os
 import shutil
 import signal
 import sys
@@ -19,6 +18,7 @@ from typing import TYPE_CHECKING, Never, get_args
 from tqdm import tqdm
 
 from berth.app import DEFAULT_DATA_DIR, DEFAULT_PARTITIONS, App, Settings, tune_gc
+from berth.replay import default_jobs
 from consumers.partition_writer import catch_up_all, step_all
 from schemas.events import PoolKind
 
@@ -59,8 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument(
         "--jobs",
         type=int,
-        default=os.cpu_count() or 1,
-        help="processes replaying partitions in parallel (default: one per core)",
+        default=default_jobs(),
+        help="processes replaying partitions in parallel (default: two per core)",
     )
 
     projector = sub.add_parser("projector", help="run partition writers until interrupted")

