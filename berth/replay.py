@@ -271,12 +271,13 @@ def replay(
 
     The fresh file is a rebuild: batches of :data:`REBUILD_BATCH_SIZE`, no
     syncing, and secondary indexes dropped after the migrations and recreated
-    from their own definitions once every partition is in. Each batch still
-    commits with its offset. A rebuild that dies leaves only
-    ``view.replay.db``, partial and without those indexes, which nothing
-    reads: the view in place is untouched, and the next replay deletes the
-    file and starts again from offset 0. Only a complete rebuild, indexes
-    built and synced to disk, replaces ``view.db``."""
+    from their own definitions once the first processes are done (see
+    :class:`_Indexes`). Each batch still commits with its offset. A rebuild
+    that dies leaves only ``view.replay.db``, partial and perhaps without
+    those indexes, which nothing reads: the view in place is untouched, and
+    the next replay deletes the file and starts again from offset 0. Only a
+    complete rebuild, indexes built and synced to disk, replaces
+    ``view.db``."""
     target = settings
     fresh: Path | None = None
     if not settings.db_url:
