@@ -93,7 +93,7 @@ def _replay_partitions(
     gc.disable()
     batch_size = max(target.batch_size, REBUILD_BATCH_SIZE) if rebuild else target.batch_size
     try:
-        view = ViewWriter(engine)
+        view = ViewWriter(engine, holds_back=rebuild)
         for partition in partitions:
             writer = PartitionWriter(
                 log,
@@ -127,6 +127,7 @@ def _replay_partitions(
                             checking = False
                             break
                         verified += 1
+            view.write_held_back(writer.state)
             if checking and divergence is None:
                 extra = next(recorded, None)
                 if extra is not None:
@@ -272,7 +273,9 @@ def replay(
     The fresh file is a rebuild: batches of :data:`REBUILD_BATCH_SIZE`, no
     syncing, and secondary indexes dropped after the migrations and recreated
     from their own definitions once the first processes are done (see
-    :class:`_Indexes`). Each batch still commits with its offset. A rebuild
+    :class:`_Indexes`). Each batch still commits with its offset, but the
+    rows of reservations still active and the providers' usage are written
+    once, after a partition's last batch (see :class:`ViewWriter`). A rebuild
     that dies leaves only ``view.replay.db``, partial and perhaps without
     those indexes, which nothing reads: the view in place is untouched, and
     the next replay deletes the file and starts again from offset 0. Only a

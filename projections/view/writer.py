@@ -44,10 +44,19 @@ class StaleBatch(Exception):
 
 
 class ViewWriter:
-    """Commits batches of one or more partitions to the read model."""
+    """Commits batches of one or more partitions to the read model.
 
-    def __init__(self, engine: Engine) -> None:
+    A writer that ``holds_back`` is a rebuild's, into a file that nothing
+    reads until it is complete: it writes a reservation's row once, when the
+    reservation is final (released, expired or aborted), and providers' usage
+    once, rather than updating both batch after batch (a rebuild's reservation
+    updates alone cost a tenth of its time). :meth:`write_held_back` writes
+    the rest when a partition's last batch is in. Claims with identifiers or
+    a transaction are written as a live writer does."""
+
+    def __init__(self, engine: Engine, holds_back: bool = False) -> None:
         self.engine = engine
+        self.held_back = _HeldBack() if holds_back else None
 
     def commit(self, state: PartitionState, batch: Batch) -> bool:
         """Write ``batch`` and its end offset atomically. False if the view
@@ -55,9 +64,10 @@ class ViewWriter:
         # rows are made before the transaction: with several writer processes
         # on one SQLite file, the write lock is then held only while writing
         plan = _Plan()
+        held = self.held_back
         _write_outcomes(plan, batch)
-        _write_reservations(plan, state, batch)
-        _write_providers(plan, state, batch.end)
+        _write_reservations(plan, state, batch, None if held is None else held.reservations)
+        _write_providers(plan, state, batch.end, None if held is None else held.usage)
         _write_pools(plan, state, batch)
         _write_dead_letters(plan, batch)
         with self.engine.begin() as conn:
@@ -73,6 +83,33 @@ class ViewWriter:
             row = (state.partitions, batch.end, state.clock_ms, batch.partition)
             _bulk(conn, _INSERT_OFFSET if current is None else _UPDATE_OFFSET, [row])
         return True
+
+    def write_held_back(self, state: PartitionState) -> None:
+        """Write what was held back of ``state``'s partition (see the class):
+        the rows of the reservations still active, and the usage of the
+        providers, each with the offset of the batch that last changed it."""
+        held = self.held_back
+        if held is None or not (held.reservations or held.usage):
+            return
+        plan = _Plan()
+        _insert_reservations(plan, list(held.reservations.values()))
+        _write_usage(plan, state, sorted(held.usage.items()))
+        held.reservations.clear()
+        held.usage.clear()
+        with self.engine.begin() as conn:
+            plan.run(conn)
+
+
+class _HeldBack:
+    """What a rebuild's writer has not written yet, of one partition."""
+
+    __slots__ = ("reservations", "usage")
+
+    def __init__(self) -> None:
+        self.reservations: dict[str, list[Any]] = {}
+        """Rows of active reservations (no identifiers, no transaction), by id."""
+        self.usage: dict[str, int] = {}
+        """Providers whose usage changed -> end offset of the batch it last did."""
 
 
 # the offset row is read and written once per commit: plain SQL, without
@@ -401,10 +438,13 @@ class _Members:
         return self.by_id[rid]
 
 
-def _write_reservations(plan: _Plan, state: PartitionState, batch: Batch) -> None:
+def _write_reservations(
+    plan: _Plan, state: PartitionState, batch: Batch, held: dict[str, list[Any]] | None
+) -> None:
     """Insert the reservations this batch created and update the others, each
     once, with its state at the end of the batch; likewise the identifiers they
-    hold (a row per identifier held at the end of the batch)."""
+    hold (a row per identifier held at the end of the batch). Rows ``held``
+    back are changed where they are (see :func:`_hold_back`)."""
     partition = batch.partition
     creating, renewed, committed_ = _CREATING, Kind.RENEWED, Kind.COMMITTED
     created: dict[str, list[Any]] = {}
@@ -466,11 +506,9 @@ def _write_reservations(plan: _Plan, state: PartitionState, batch: Batch) -> Non
             changed[o.subject] = [status, expires, o.offset, o.subject]
     if with_extras:
         _insert_with_extras(plan, state, created, with_extras)
-    rows = list(created.values())
-    plain = [row for row in rows if len(row) == _PLAIN_ROW]
-    plan.bulk(_INSERT_PLAIN_RESERVATION, plain)
-    if len(plain) < len(rows):
-        plan.bulk(_INSERT_RESERVATION, [row for row in rows if len(row) == _RULES_ROW])
+    if held is not None:
+        _hold_back(created, changed, held)
+    _insert_reservations(plan, list(created.values()))
     plan.bulk(
         _UPDATE_RESERVATION,
         [
@@ -482,6 +520,37 @@ def _write_reservations(plan: _Plan, state: PartitionState, batch: Batch) -> Non
     # given back first: an identifier given back may be taken again in the batch
     plan.bulk(_DELETE_IDENTIFIER, sorted(given))
     plan.bulk(_INSERT_IDENTIFIER, list(taken.values()))
+
+
+def _insert_reservations(plan: _Plan, rows: list[list[Any]]) -> None:
+    """Insert new reservations' rows: plain ones, and ones with local rules."""
+    plain = [row for row in rows if len(row) == _PLAIN_ROW]
+    plan.bulk(_INSERT_PLAIN_RESERVATION, plain)
+    if len(plain) < len(rows):
+        plan.bulk(_INSERT_RESERVATION, [row for row in rows if len(row) == _RULES_ROW])
+
+
+_FINAL_STATUSES = frozenset({"released", "expired", "aborted"})
+
+
+def _hold_back(
+    created: dict[str, list[Any]], changed: dict[str, list[Any]], held: dict[str, list[Any]]
+) -> None:
+    """Move the rows of reservations still active from ``created`` to
+    ``held``, and back once final, applying ``changed`` to the rows held as
+    the UPDATE would. Only rows in ``created`` are held: a row with
+    identifiers or a transaction is already written."""
+    for rid in [rid for rid in changed if rid in held]:
+        status, expires, offset, _ = changed.pop(rid)
+        row = held[rid]
+        row[_STATUS] = status
+        if expires is not None:
+            row[_EXPIRES] = expires
+        row[_UPDATED] = offset
+        if status in _FINAL_STATUSES:
+            created[rid] = held.pop(rid)
+    for rid in [rid for rid, row in created.items() if row[_STATUS] not in _FINAL_STATUSES]:
+        held[rid] = created.pop(rid)
 
 
 def _insert_with_extras(
@@ -528,17 +597,32 @@ _UPDATE_ACTIVE = (
 )
 
 
-def _write_providers(plan: _Plan, state: PartitionState, offset: int) -> None:
-    """Rewrite the providers that changed shape; update usage of the others."""
+def _write_providers(
+    plan: _Plan, state: PartitionState, offset: int, held: dict[str, int] | None
+) -> None:
+    """Rewrite the providers that changed shape; update usage of the others,
+    or note in ``held`` that it changed in the batch ending at ``offset``."""
     reshaped = sorted(state.reshaped)
     used = state.touched - state.reshaped
     state.reshaped.clear()
     state.touched.clear()
     if reshaped:
         _rewrite_providers(plan, state, reshaped, offset)
+    if held is None:
+        _write_usage(plan, state, [(pid, offset) for pid in sorted(used)])
+        return
+    for pid in reshaped:
+        held.pop(pid, None)  # rewritten as it is now
+    for pid in used:
+        held[pid] = offset
+
+
+def _write_usage(plan: _Plan, state: PartitionState, changed: list[tuple[str, int]]) -> None:
+    """Update the usage of providers, each with the offset of the batch that
+    changed it last."""
     usage: list[tuple[Any, ...]] = []
     active: list[tuple[Any, ...]] = []
-    for pid in sorted(used):
+    for pid, offset in changed:
         provider = state.providers.get(pid)
         if provider is None:
             continue
