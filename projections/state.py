@@ -107,6 +107,9 @@ class ProviderState:
 
 
 Taken = tuple[tuple[PoolState, int], ...]
+
+_InventoryKey = tuple[str, int, int, int, int, int, float]
+"""A resource class and its inventory's numbers: what makes a layout."""
 """Identifiers a reservation holds: (pool, identifier as an integer) pairs."""
 
 
@@ -197,18 +200,33 @@ class PartitionState:
     """Pools defined or whose free count changed since the view last drained it."""
     transactions: dict[str, PendingTransaction] = field(default_factory=dict)
     """Transactions with pending holds here, awaiting their decision."""
-    _layouts: dict[tuple[tuple[str, Limits], ...], Layout] = field(default_factory=dict)
+    _layouts: dict[tuple[_InventoryKey, ...], Layout] = field(default_factory=dict)
     _shapes: dict[Amounts, Amounts] = field(default_factory=dict)
 
     def layout_for(self, inventories: dict[str, Inventory]) -> Layout:
-        key = tuple(sorted((rc, Limits.of(inv)) for rc, inv in inventories.items()))
+        # keyed by plain values: a frozen dataclass's __init__ and __hash__
+        # run interpreted, and Limits are made only for a layout not seen yet
+        key = tuple(
+            sorted(
+                (
+                    rc,
+                    inv.total,
+                    inv.reserved,
+                    inv.min_unit,
+                    inv.max_unit,
+                    inv.step_size,
+                    inv.allocation_ratio,
+                )
+                for rc, inv in inventories.items()
+            )
+        )
         layout = self._layouts.get(key)
         if layout is None:
-            classes = tuple(rc for rc, _ in key)
+            classes = tuple(k[0] for k in key)
             layout = Layout(
                 index={rc: i for i, rc in enumerate(classes)},
                 classes=classes,
-                limits=tuple(limits for _, limits in key),
+                limits=tuple(Limits.of(inventories[rc]) for rc in classes),
             )
             self._layouts[key] = layout
         return layout
