@@ -230,8 +230,9 @@ def _in_processes(
 
 
 REBUILD_BATCH_SIZE = 20_000
-"""Records per commit in a rebuild: its own commits and the providers' usage
-rows, rewritten once per batch, then cost little next to the records."""
+"""Records per commit in a rebuild: its commits then cost little next to the
+records, and a reservation claimed and finished within one batch is written
+once, final, in any case."""
 
 
 def _drop_secondary_indexes(engine: Engine) -> list[str]:
