@@ -203,14 +203,23 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from berth.replay import replay, total_records
+    from berth.replay import replay
 
     settings = _settings(args)
     tune_gc()
-    with _progress(total_records(settings), "replay") as bar:
-        started = time.perf_counter()
-        result = replay(settings, verify=args.verify, progress=bar.update, jobs=args.jobs)
-        elapsed = time.perf_counter() - started
+    started = time.perf_counter()
+    # sized by the replay's processes as they index their partitions: counting
+    # the records here first would read the whole log once more, on one core
+    with _progress(0, "replay") as bar:
+
+        def sized(records: int) -> None:
+            bar.total = (bar.total or 0) + records
+            bar.refresh()
+
+        result = replay(
+            settings, verify=args.verify, progress=bar.update, jobs=args.jobs, sized=sized
+        )
+    elapsed = time.perf_counter() - started
     print(
         json.dumps(
             {

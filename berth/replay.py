@@ -77,12 +77,18 @@ def _replay_partitions(
     verify: bool,
     progress: Callable[[int], object] | None,
     rebuild: bool = False,
+    sized: Callable[[int], object] | None = None,
 ) -> ReplayResult:
     """Rebuild the given partitions into ``target``'s (migrated) view; a
-    ``rebuild`` writes a fresh SQLite file that is discarded unless complete."""
+    ``rebuild`` writes a fresh SQLite file that is discarded unless complete.
+    ``sized`` is told how many records the partitions hold, before the first."""
     records = outcomes = verified = 0
     divergence: Divergence | None = None
     log = open_log(target, read_only=True)
+    if sized is not None:
+        # indexes the partitions' files (CRCs checked), which their first read
+        # would do anyway: here, in parallel processes, it sizes a progress bar
+        sized(sum(log.end_offset(target.topics.events, p) for p in partitions))
     engine = make_engine(target.view_url, writer=True, rebuild=rebuild)
     collecting = gc.isenabled()
     # A batch holds tens of thousands of live objects that every young
@@ -147,11 +153,17 @@ def _worker(
     rebuild: bool,
     reports: Queue[tuple[str, Any]],
 ) -> None:
-    """A replay process: its partitions, with progress and result sent back."""
+    """A replay process: its partitions, with their size, progress and result
+    sent back."""
     tune_gc()
     try:
         result = _replay_partitions(
-            target, partitions, verify, lambda n: reports.put(("progress", n)), rebuild
+            target,
+            partitions,
+            verify,
+            lambda n: reports.put(("progress", n)),
+            rebuild,
+            lambda n: reports.put(("sized", n)),
         )
     except BaseException as error:
         reports.put(("error", f"{type(error).__name__}: {error}"))
@@ -188,6 +200,7 @@ def _in_processes(
     progress: Callable[[int], object] | None,
     rebuild: bool,
     core_idle: Callable[[], object] | None = None,
+    sized: Callable[[int], object] | None = None,
 ) -> ReplayResult:
     """Partitions are independent: replay them in ``jobs`` processes at once.
     ``core_idle`` runs here once, as soon as fewer processes run than the
@@ -213,6 +226,9 @@ def _in_processes(
             if kind == "progress":
                 if progress is not None:
                     progress(value)
+            elif kind == "sized":
+                if sized is not None:
+                    sized(value)
             elif kind == "done":
                 results.append(value)
                 running = len(workers) - len(results)
@@ -263,10 +279,13 @@ def replay(
     verify: bool,
     progress: Callable[[int], object] | None = None,
     jobs: int = 1,
+    sized: Callable[[int], object] | None = None,
 ) -> ReplayResult:
     """Rebuild into ``settings.db_url`` (which must be empty), or by default into a
     fresh SQLite file that then replaces the data directory's view. ``jobs`` > 1
-    replays groups of partitions in that many processes.
+    replays groups of partitions in that many processes. ``progress`` is told
+    of every batch's records as it is done; ``sized`` of the records of each
+    group of partitions, as its process starts (their sum is the log's size).
 
     Into ``settings.db_url`` every batch commits with its offset, as the live
     writers do: a replay that dies leaves a view consistent up to its offsets.
@@ -302,7 +321,7 @@ def replay(
         deferred = _drop_secondary_indexes(app.write_engine) if rebuild else []
         app.engine.dispose()
         app.write_engine.dispose()
-        return _replay_into(settings, target, fresh, deferred, verify, progress, jobs)
+        return _replay_into(settings, target, fresh, deferred, verify, progress, jobs, sized)
 
 
 def _replay_into(
@@ -313,16 +332,17 @@ def _replay_into(
     verify: bool,
     progress: Callable[[int], object] | None,
     jobs: int,
+    sized: Callable[[int], object] | None,
 ) -> ReplayResult:
     rebuild = fresh is not None
     jobs = max(1, min(jobs, target.partitions))
     indexes = _Indexes(target, deferred)
     if jobs == 1:
         result = _replay_partitions(
-            target, list(range(target.partitions)), verify, progress, rebuild
+            target, list(range(target.partitions)), verify, progress, rebuild, sized
         )
     else:
-        result = _in_processes(target, jobs, verify, progress, rebuild, indexes.build)
+        result = _in_processes(target, jobs, verify, progress, rebuild, indexes.build, sized)
     if fresh is None:
         return result
     indexes.build()  # if no process finished before the last one
@@ -376,10 +396,3 @@ class _Indexes:
         finally:
             engine.dispose()
         self.statements = []
-
-
-def total_records(settings: Settings) -> int:
-    """How many records the events topic holds (for a progress bar)."""
-    with open_log(settings, read_only=True) as log:
-        count = log.partition_count(settings.topics.events)
-        return sum(log.end_offset(settings.topics.events, p) for p in range(count))

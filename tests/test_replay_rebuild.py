@@ -223,6 +223,29 @@ def test_a_rebuild_waits_for_no_writer_and_keeps_writers_out(tmp_path: Path) -> 
     App(settings).close()  # the rebuild is done: writers may come back
 
 
+@pytest.mark.parametrize("jobs", [1, 3])
+def test_each_process_sizes_its_partitions_before_it_replays_them(
+    tmp_path: Path, jobs: int
+) -> None:
+    """What sizes ``berth replay``'s progress bar: the records of each group
+    of partitions, from the process that indexes them, before any progress."""
+    data = tmp_path / "data"
+    written = _write_log(data, 3_000, 30, 4)
+    told: list[tuple[str, int]] = []
+    result = replay(
+        Settings(data_dir=data),
+        verify=False,
+        progress=lambda n: told.append(("progress", n)),
+        sized=lambda n: told.append(("sized", n)),
+        jobs=jobs,
+    )
+    sizes = [n for kind, n in told if kind == "sized"]
+    assert told[0][0] == "sized"
+    assert len(sizes) == jobs
+    assert sum(sizes) == written == result.records
+    assert sum(n for kind, n in told if kind == "progress") == written
+
+
 def test_workers_are_forked_only_from_a_process_with_one_thread() -> None:
     alone = subprocess.run(
         [
