@@ -99,7 +99,7 @@ def _replay_partitions(
     gc.disable()
     batch_size = max(target.batch_size, REBUILD_BATCH_SIZE) if rebuild else target.batch_size
     try:
-        view = ViewWriter(engine, holds_back=rebuild)
+        view = ViewWriter(engine, holds_back=rebuild, hold_at_most=REBUILD_HELD_ROWS)
         for partition in partitions:
             writer = PartitionWriter(
                 log,
@@ -249,6 +249,11 @@ REBUILD_BATCH_SIZE = 20_000
 """Records per commit in a rebuild: its commits then cost little next to the
 records, and a reservation claimed and finished within one batch is written
 once, final, in any case."""
+
+
+REBUILD_HELD_ROWS = 500_000
+"""Reservation rows a rebuild's process holds back at most (see
+:class:`ViewWriter`): about 200 MB."""
 
 
 def _drop_secondary_indexes(engine: Engine) -> list[str]:

@@ -24,6 +24,7 @@ from consumers.partition_writer import catch_up_all
 from ledger.log import Append, LogError
 from ledger.partitioner import partition_for
 from projections.view.engine import make_engine
+from projections.view.writer import ViewWriter
 from schemas.codec import encode_event
 from tests.contracts.view_contract import BATCH_DEPENDENT, _dump, pool_scenario
 
@@ -95,14 +96,16 @@ def _traits_set(pid: str) -> Append:
     return Append(partition_for(pid.encode(), 4), pid.encode(), dumps(event))
 
 
-@pytest.mark.parametrize("jobs", [1, 2])
+@pytest.mark.parametrize(("jobs", "held_rows"), [(1, 500_000), (2, 500_000), (1, 7)])
 def test_a_rebuild_in_many_batches_is_identical_to_the_live_view(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, jobs: int
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, jobs: int, held_rows: int
 ) -> None:
     """Rows a rebuild holds back across batches (reservations still active,
     providers' usage) come out as the live writers left them: in batches of
-    the same size, to the offset of the batch that last changed them."""
+    the same size, to the offset of the batch that last changed them; also
+    when too many are held and they are written, then updated."""
     monkeypatch.setattr(berth.replay, "REBUILD_BATCH_SIZE", 1)
+    monkeypatch.setattr(berth.replay, "REBUILD_HELD_ROWS", held_rows)
     context = multiprocessing.get_context("fork")  # the workers see the patch
     monkeypatch.setattr(berth.replay, "_context", lambda: context)
     data = tmp_path / "data"
@@ -113,7 +116,24 @@ def test_a_rebuild_in_many_batches_is_identical_to_the_live_view(
         pids = [pid for pids in _cluster(40, 4).values() for pid in pids]
         app.log.append(app.settings.topics.events, [_traits_set(pid) for pid in pids])
     live = _live(data, batch_size=37, leave_out=None)
-    result = replay(Settings(data_dir=data, batch_size=37), verify=True, jobs=jobs)
+    views: list[ViewWriter] = []
+
+    def view_writer(*args: Any, **kwargs: Any) -> ViewWriter:
+        views.append(ViewWriter(*args, **kwargs))
+        return views[-1]
+
+    held: list[int] = []  # after each batch, in this process (jobs=1)
+
+    def progress(_: int) -> None:
+        if views and views[-1].held_back is not None:
+            held.append(len(views[-1].held_back.reservations))
+
+    monkeypatch.setattr(berth.replay, "ViewWriter", view_writer)
+    result = replay(
+        Settings(data_dir=data, batch_size=37), verify=True, progress=progress, jobs=jobs
+    )
+    if jobs == 1:
+        assert 0 < max(held) <= held_rows
     assert result.divergence is None
     assert result.verified == result.outcomes == len(live[1]["outcomes"])
     statuses = {row[2] for row in live[1]["reservations"]}
