@@ -107,10 +107,10 @@ class ProviderState:
 
 
 Taken = tuple[tuple[PoolState, int], ...]
+"""Identifiers a reservation holds: (pool, identifier as an integer) pairs."""
 
 _InventoryKey = tuple[str, int, int, int, int, int, float]
 """A resource class and its inventory's numbers: what makes a layout."""
-"""Identifiers a reservation holds: (pool, identifier as an integer) pairs."""
 
 
 class Reservation:
