@@ -99,7 +99,7 @@ def _replay_partitions(
     gc.disable()
     batch_size = max(target.batch_size, REBUILD_BATCH_SIZE) if rebuild else target.batch_size
     try:
-        view = ViewWriter(engine, holds_back=rebuild, hold_at_most=REBUILD_HELD_ROWS)
+        view = ViewWriter(engine, holds_back=REBUILD_HELD_ROWS if rebuild else None)
         for partition in partitions:
             writer = PartitionWriter(
                 log,

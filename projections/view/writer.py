@@ -46,23 +46,19 @@ class StaleBatch(Exception):
 class ViewWriter:
     """Commits batches of one or more partitions to the read model.
 
-    A writer that ``holds_back`` is a rebuild's, into a file that nothing
-    reads until it is complete: it writes a reservation's row once, when the
-    reservation is final (released, expired or aborted), and providers' usage
-    once, rather than updating both batch after batch (a twentieth of a
-    rebuild's instructions). :meth:`write_held_back` writes the rest when a
-    partition's last batch is in, and a batch writes every row held once
-    more than ``hold_at_most`` are (what is written is updated from then on,
-    as a live writer does). Claims with identifiers or a transaction are
-    written as a live writer does."""
+    A writer that ``holds_back`` (a number of rows) is a rebuild's, into a
+    file that nothing reads until it is complete: it writes a reservation's
+    row once, when the reservation is final (released, expired or aborted),
+    and providers' usage once, rather than updating both batch after batch
+    (a twentieth of a rebuild's instructions). :meth:`write_held_back` writes
+    the rest when a partition's last batch is in, and a batch writes every
+    row held once more than ``holds_back`` are (a few hundred bytes each;
+    what is written is updated from then on, as a live writer does). Claims
+    with identifiers or a transaction are written as a live writer does."""
 
-    def __init__(
-        self, engine: Engine, holds_back: bool = False, hold_at_most: int = 500_000
-    ) -> None:
+    def __init__(self, engine: Engine, holds_back: int | None = None) -> None:
         self.engine = engine
-        self.held_back = _HeldBack() if holds_back else None
-        self.hold_at_most = hold_at_most
-        """Reservation rows held back at most: a few hundred bytes each."""
+        self.held_back = None if holds_back is None else _HeldBack(holds_back)
 
     def commit(self, state: PartitionState, batch: Batch) -> bool:
         """Write ``batch`` and its end offset atomically. False if the view
@@ -74,9 +70,8 @@ class ViewWriter:
         _write_outcomes(plan, batch)
         _write_reservations(plan, state, batch, None if held is None else held.reservations)
         _write_providers(plan, state, batch.end, None if held is None else held.usage)
-        if held is not None and len(held.reservations) > self.hold_at_most:
-            _insert_reservations(plan, list(held.reservations.values()))
-            held.reservations.clear()
+        if held is not None and len(held.reservations) > held.at_most:
+            held.write_reservations(plan)
         _write_pools(plan, state, batch)
         _write_dead_letters(plan, batch)
         with self.engine.begin() as conn:
@@ -101,9 +96,8 @@ class ViewWriter:
         if held is None or not (held.reservations or held.usage):
             return
         plan = _Plan()
-        _insert_reservations(plan, list(held.reservations.values()))
+        held.write_reservations(plan)
         _write_usage(plan, state, sorted(held.usage.items()))
-        held.reservations.clear()
         held.usage.clear()
         with self.engine.begin() as conn:
             plan.run(conn)
@@ -112,13 +106,19 @@ class ViewWriter:
 class _HeldBack:
     """What a rebuild's writer has not written yet, of one partition."""
 
-    __slots__ = ("reservations", "usage")
+    __slots__ = ("at_most", "reservations", "usage")
 
-    def __init__(self) -> None:
+    def __init__(self, at_most: int) -> None:
+        self.at_most = at_most
         self.reservations: dict[str, list[Any]] = {}
         """Rows of active reservations (no identifiers, no transaction), by id."""
         self.usage: dict[str, int] = {}
         """Providers whose usage changed -> end offset of the batch it last did."""
+
+    def write_reservations(self, plan: _Plan) -> None:
+        """Insert the rows held back, and hold them no longer."""
+        _insert_reservations(plan, list(self.reservations.values()))
+        self.reservations.clear()
 
 
 # the offset row is read and written once per commit: plain SQL, without
