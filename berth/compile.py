@@ -1,5 +1,6 @@
 """Compile the decision core with mypyc, in place: ``python -m berth.compile
-build`` (``make`` runs it) or ``remove``.
+build`` (``make`` runs it) or ``remove``; ``check`` fails unless the core
+imported is the compiled one.
 
 `apply` and the view's rows are the hot paths of every writer and of a
 replay, and in CPython most of their cost is the interpreter's own. The
@@ -65,9 +66,13 @@ def _manifest(root: Path) -> Path:
 
 def compiled() -> bool:
     """Whether this process runs the compiled decision core."""
+    return all(_is_compiled(m) for m in MODULES)
+
+
+def _is_compiled(module: str) -> bool:
     from importlib import import_module
 
-    return all(str(import_module(m).__file__).endswith(".so") for m in MODULES)
+    return str(import_module(module).__file__).endswith(".so")
 
 
 def remove(root: Path = ROOT) -> None:
@@ -99,9 +104,18 @@ def build(root: Path = ROOT) -> str | None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("action", choices=["build", "remove"])
-    if parser.parse_args().action == "remove":
+    parser.add_argument("action", choices=["build", "remove", "check"])
+    action = parser.parse_args().action
+    if action == "remove":
         remove()
+        return
+    if action == "check":
+        # where a build must not fall back to the sources (the image): the
+        # modules imported, from wherever they are installed, are compiled
+        if not compiled():
+            interpreted = [m for m in MODULES if not _is_compiled(m)]
+            sys.exit(f"berth.compile: running interpreted: {', '.join(interpreted)}")
+        print(f"berth.compile: {len(MODULES)} modules compiled")
         return
     failure = build()
     if failure is not None:

@@ -92,3 +92,59 @@ def test_the_core_imports_the_same_way_from_anywhere(tmp_path: Path) -> None:
     # compiled there as here (mypyc may name a compiled module's file oddly)
     here = str(import_module(MODULES[0]).__file__)
     assert found.stdout.strip().endswith(".so") == here.endswith(".so")
+
+
+_ROOT = Path(__file__).resolve().parent.parent
+_PACKAGES = ("schemas", "ledger", "projections", "consumers", "placement", "berth", "bench")
+
+
+def _project_copy(root: Path, compiled_too: bool) -> Path:
+    """The project's packages and metadata under ``root``, with or without
+    the compiled modules built here."""
+    ignored = ["__pycache__"] if compiled_too else ["__pycache__", "*.so", "compiled.json"]
+    root.mkdir(exist_ok=True)
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(_ROOT / name, root / name)
+    for package in _PACKAGES:
+        shutil.copytree(_ROOT / package, root / package, ignore=shutil.ignore_patterns(*ignored))
+    return root
+
+
+def test_an_install_carries_the_compiled_core(tmp_path: Path) -> None:
+    """What a (non-editable) install copies, as the image's does: the
+    compiled modules and the record of their sources, where they were built."""
+    source = _project_copy(tmp_path / "source", compiled_too=True)
+    lib = tmp_path / "lib"
+    setup = "from setuptools import setup; setup()"
+    subprocess.run(
+        [sys.executable, "-c", setup, "-q", "build_py", "--build-lib", str(lib)],
+        cwd=source,
+        capture_output=True,
+        check=True,
+    )
+    built = {p.relative_to(lib) for p in lib.rglob("*.so")}
+    assert built == {p.relative_to(_ROOT) for p in (_ROOT / "projections").rglob("*.so")}
+    assert (lib / "projections" / "compiled.json").exists() == compiled()
+    if compiled():
+        assert len(built) == len(MODULES) + 1  # and the library their code lives in
+        assert stale_compiled(lib / "projections") == []
+
+
+def test_check_passes_only_on_the_compiled_core(tmp_path: Path) -> None:
+    here = subprocess.run(
+        [sys.executable, "-m", "berth.compile", "check"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert (here.returncode == 0) == compiled(), here.stderr
+    interpreted = _project_copy(tmp_path, compiled_too=False)
+    there = subprocess.run(
+        [sys.executable, "-m", "berth.compile", "check"],
+        cwd=interpreted,
+        env={"PYTHONPATH": str(interpreted)},
+        capture_output=True,
+        text=True,
+    )
+    assert there.returncode == 1
+    assert "running interpreted: projections.batch, projections.claims" in there.stderr

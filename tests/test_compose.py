@@ -200,3 +200,21 @@ def test_commands_are_accepted_by_the_cli(
         build_parser().parse_args(args)
     except SystemExit as exc:
         pytest.fail(f"berth CLI rejects {name}'s command {args}: exit {exc.code}")
+
+
+def test_image_runs_the_compiled_core() -> None:
+    # the build stage compiles, installs, and fails unless what the installed
+    # package imports is compiled; the image itself has no C compiler
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    stages = re.split(r"^FROM ", dockerfile, flags=re.MULTILINE)[1:]
+    assert len(stages) == 2
+    build, image = stages
+    steps = [
+        "python -m berth.compile build",
+        "pip install --no-cache-dir --no-deps --force-reinstall .",
+        "cd / && python -m berth.compile check",
+    ]
+    positions = [build.find(step) for step in steps]
+    assert -1 not in positions and positions == sorted(positions), positions
+    assert "COPY --from=build /opt/berth /opt/berth" in image
+    assert "gcc" not in image
