@@ -17,6 +17,7 @@ from consumers.topics import DEFAULT_TOPICS, Topics
 from ledger.log import Log, UnknownTopic
 from projections.view.engine import make_engine, sqlite_url
 from projections.view.migrate import upgrade
+from projections.view.ownership import ViewOwnership
 from projections.view.writer import ViewWriter
 
 if TYPE_CHECKING:  # the scheduler's parts load only in processes that schedule
@@ -117,15 +118,25 @@ class App:
         if migrate:
             upgrade(self.write_engine)
         self.view = ViewWriter(self.write_engine)
+        self.ownership = ViewOwnership(self.write_engine)
+
+    def _own(self, topic: str, partitions: list[int]) -> None:
+        """Make this process the one acting on ``partitions`` of ``topic``:
+        through the log where it can tell (embedded), and through the view's
+        server where that is PostgreSQL (which every process of a Kafka
+        deployment shares)."""
+        self.log.own(topic, partitions)
+        self.ownership.own(topic, partitions)
 
     def writers(
         self, partitions: list[int] | None = None, publish: bool = True
     ) -> list[PartitionWriter]:
-        """The single writers of the given partitions (all by default); on the
-        embedded log this process owns them until the app closes, so a second
-        writer of one of them elsewhere is refused."""
+        """The single writers of the given partitions (all by default); this
+        process owns them until the app closes, so a second writer of one of
+        them elsewhere is refused (:class:`OwnedElsewhere`) on the embedded log
+        or with a PostgreSQL view."""
         owned = list(range(self.settings.partitions)) if partitions is None else partitions
-        self.log.own(self.settings.topics.events, owned)
+        self._own(self.settings.topics.events, owned)
         return [
             PartitionWriter(
                 self.log,
@@ -162,7 +173,7 @@ class App:
 
         topics = self.settings.topics
         answered = list(range(self.settings.partitions)) if partitions is None else partitions
-        self.log.own(topics.requests, answered)
+        self._own(topics.requests, answered)
         publisher = publisher or Publisher(self.log, topics)
         follower = OutcomeFollower(self.log, topics.outcomes)
         engine = config.engine()
@@ -184,6 +195,7 @@ class App:
         return SchedulerWorker(self.log, topics, scheduler, partitions=partitions, batches=batches)
 
     def close(self) -> None:
+        self.ownership.close()
         self.log.close()
         self.engine.dispose()
         self.write_engine.dispose()

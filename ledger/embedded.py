@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from ledger.embedded_file import Chunk, Fsync, PartitionFile, pwrite_all
-from ledger.log import Append, Log, LogError, Record, UnknownTopic
+from ledger.log import Append, Log, LogError, OwnedElsewhere, Record, UnknownTopic
 
 __all__ = ["EmbeddedLog"]
 
@@ -211,10 +211,7 @@ class EmbeddedLog(Log):
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError as exc:
                     os.close(fd)
-                    raise LogError(
-                        f"partition {partition} of {topic!r} is already owned by another "
-                        "process: one writer and one scheduler per partition"
-                    ) from exc
+                    raise OwnedElsewhere(topic, partition) from exc
                 self._owned[(topic, partition)] = fd
 
     def close(self) -> None:

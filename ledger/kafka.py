@@ -184,7 +184,9 @@ class KafkaLog(Log):
     def own(self, topic: str, partitions: Sequence[int]) -> None:
         """Kafka cannot tell without consumer groups, which Berth does not
         use: a deployment splits the partitions between its processes
-        (``berth projector --owned``, ``berth scheduler --owned``)."""
+        (``berth projector --owned``, ``berth scheduler --owned``), and the
+        app holds them through its PostgreSQL view
+        (:mod:`projections.view.ownership`)."""
         self.partition_count(topic)  # an unknown topic is still an error
 
     def close(self) -> None:

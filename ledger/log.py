@@ -37,6 +37,16 @@ class UnknownTopic(LogError):
     """The topic does not exist."""
 
 
+class OwnedElsewhere(LogError):
+    """Another process already acts on a partition this one asked to own."""
+
+    def __init__(self, topic: str, partition: int) -> None:
+        super().__init__(
+            f"partition {partition} of {topic!r} is already owned by another process: "
+            "one writer and one scheduler per partition"
+        )
+
+
 class Log(ABC):
     """A set of topics, each with a fixed number of partitions.
 

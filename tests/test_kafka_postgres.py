@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 
+import pytest
 from sqlalchemy import select
 
 from berth.app import App, Settings
@@ -11,6 +12,7 @@ from berth.client import Publisher
 from berth.replay import replay
 from consumers.partition_writer import catch_up_all
 from consumers.topics import Topics
+from ledger.log import OwnedElsewhere
 from projections.view.tables import inventories, reservations
 from schemas.outcomes import Kind, Outcome
 from tests.builders import claim, provider, release
@@ -195,3 +197,14 @@ def test_batches_commit_whole_or_hold_nothing_on_kafka_and_postgres(
         QueueProjector(app.log, topics, app.engine).catch_up()
         assert read_depth(app.engine) == {"VCPU=4": {"instances": 2, "batches": 1}}
         assert Coordinator(edge, app.log, topics, follower, pump=pump).recover() == []
+
+
+def test_a_second_writer_of_a_kafka_partition_is_refused(
+    kafka_bootstrap: str, postgres_url: str
+) -> None:
+    settings = _settings(kafka_bootstrap, postgres_url, partitions=2)
+    with App(settings) as first, App(settings) as second:
+        first.writers([0])
+        with pytest.raises(OwnedElsewhere, match="partition 0 of 'ev-"):
+            second.writers()
+        assert [w.partition for w in second.writers([1])] == [1]

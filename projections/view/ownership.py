@@ -1,0 +1,72 @@
+"""One process per partition, held in a PostgreSQL view's server.
+
+The embedded log refuses a second owner of a partition by itself (file
+locks). Kafka cannot tell without consumer groups, which Berth does not use;
+but every process of a Kafka deployment shares the view's PostgreSQL server,
+and a session advisory lock per topic and partition makes the claim there:
+taken without waiting, held until the owner closes or dies (the server ends
+its session), refused to every other process meanwhile.
+
+The lock guards against a misconfigured deployment (two processes given
+the same ``--owned``), up front and with a clear error. Should the owner's
+session end while it runs (a server restart), its lock is gone until it
+starts again; the view's committed offsets still keep a second writer from
+applying any record twice.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Sequence
+
+from sqlalchemy import Connection, Engine, text
+
+from ledger.log import OwnedElsewhere
+
+_TRY_LOCK = text("SELECT pg_try_advisory_lock(:topic, :partition)")
+
+
+def _topic_key(topic: str) -> int:
+    """The topic as the lock's first key, a signed 32-bit integer; prefixed
+    so that other users of the server's advisory locks are unlikely to meet it."""
+    crc = zlib.crc32(f"berth:{topic}".encode())
+    return crc - (1 << 32) if crc >= 1 << 31 else crc
+
+
+class ViewOwnership:
+    """The partitions this process owns, as locks on the view's server
+    (nothing to hold on SQLite, which only the embedded log's processes share)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._session: Connection | None = None
+        self._owned: set[tuple[str, int]] = set()
+
+    def own(self, topic: str, partitions: Sequence[int]) -> None:
+        """Lock each partition, or :class:`OwnedElsewhere` at the first that
+        another process holds (those locked before it stay owned)."""
+        if self.engine.dialect.name != "postgresql":
+            return
+        session = self._session
+        if session is None:
+            # outside any transaction: a session lock outlives transactions,
+            # and an open one would hold back the server's vacuum
+            session = self._session = self.engine.connect().execution_options(
+                isolation_level="AUTOCOMMIT"
+            )
+        key = _topic_key(topic)
+        for partition in partitions:
+            if (topic, partition) in self._owned:
+                continue
+            if not session.execute(_TRY_LOCK, {"topic": key, "partition": partition}).scalar():
+                raise OwnedElsewhere(topic, partition)
+            self._owned.add((topic, partition))
+
+    def close(self) -> None:
+        """Give up every partition: the session ends rather than going back
+        to the pool, where its locks would stay held."""
+        session, self._session = self._session, None
+        self._owned.clear()
+        if session is not None:
+            session.invalidate()
+            session.close()
