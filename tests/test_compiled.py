@@ -31,6 +31,17 @@ def _package(root: Path) -> Path:
     return package
 
 
+def _python_in(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """Python run in ``root``, importing from ``root`` before anywhere else."""
+    return subprocess.run(
+        [sys.executable, *args],
+        cwd=root,
+        env={"PYTHONPATH": str(root)},
+        capture_output=True,
+        text=True,
+    )
+
+
 def _record(package: Path, source: str) -> None:
     digest = hashlib.sha256(source.encode()).hexdigest()
     (package / "compiled.json").write_text(json.dumps({"projections.view.writer": digest}))
@@ -61,13 +72,7 @@ def test_no_compiled_code_is_nothing_to_check(tmp_path: Path) -> None:
 def test_importing_the_package_refuses_stale_compiled_code(tmp_path: Path) -> None:
     package = _package(tmp_path)
     _record(package, "ROWS = 0\n")
-    run = subprocess.run(
-        [sys.executable, "-c", "import projections"],
-        cwd=tmp_path,
-        env={"PYTHONPATH": str(tmp_path)},
-        capture_output=True,
-        text=True,
-    )
+    run = _python_in(tmp_path, "-c", "import projections")
     assert run.returncode == 1
     assert "StaleCompiledCode: projections.view.writer changed since compiled" in run.stderr
 
@@ -139,12 +144,6 @@ def test_check_passes_only_on_the_compiled_core(tmp_path: Path) -> None:
     )
     assert (here.returncode == 0) == compiled(), here.stderr
     interpreted = _project_copy(tmp_path, compiled_too=False)
-    there = subprocess.run(
-        [sys.executable, "-m", "berth.compile", "check"],
-        cwd=interpreted,
-        env={"PYTHONPATH": str(interpreted)},
-        capture_output=True,
-        text=True,
-    )
+    there = _python_in(interpreted, "-m", "berth.compile", "check")
     assert there.returncode == 1
     assert "running interpreted: projections.batch, projections.claims" in there.stderr
