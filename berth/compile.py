@@ -112,8 +112,8 @@ def main() -> None:
     if action == "check":
         # where a build must not fall back to the sources (the image): the
         # modules imported, from wherever they are installed, are compiled
-        if not compiled():
-            interpreted = [m for m in MODULES if not _is_compiled(m)]
+        interpreted = [m for m in MODULES if not _is_compiled(m)]
+        if interpreted:
             sys.exit(f"berth.compile: running interpreted: {', '.join(interpreted)}")
         print(f"berth.compile: {len(MODULES)} modules compiled")
         return
