@@ -48,17 +48,18 @@ def test_a_dead_owner_s_partitions_are_free_again(tmp_path: Path, postgres_url: 
             "-c",
             textwrap.dedent(
                 f"""
-                import sys, time
+                import sys
                 from pathlib import Path
                 from berth.app import App, Settings
                 app = App(Settings(data_dir=Path({str(tmp_path / "a")!r}),
                                    db_url={postgres_url!r}, partitions=4))
                 app.writers([2])
                 print("owned", flush=True)
-                time.sleep(600)
+                sys.stdin.read()  # held until killed
                 """
             ),
         ],
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
     )
     try:
