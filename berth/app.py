@@ -128,6 +128,12 @@ class App:
         self.log.own(topic, partitions)
         self.ownership.own(topic, partitions)
 
+    def confirm_ownership(self) -> None:
+        """:class:`~projections.view.ownership.OwnershipLost` if the view's
+        server no longer holds this process's partitions for it (the
+        embedded log's file locks last as long as the process)."""
+        self.ownership.confirm()
+
     def writers(
         self, partitions: list[int] | None = None, publish: bool = True
     ) -> list[PartitionWriter]:

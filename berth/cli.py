@@ -20,6 +20,7 @@ from tqdm import tqdm
 from berth.app import DEFAULT_DATA_DIR, DEFAULT_PARTITIONS, App, Settings, tune_gc
 from berth.replay import default_jobs
 from consumers.partition_writer import catch_up_all, step_all
+from projections.view.ownership import OwnershipLost
 from schemas.events import PoolKind
 
 if TYPE_CHECKING:
@@ -39,6 +40,16 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--log", default="", help="kafka://HOST:PORT (default: embedded)")
         p.add_argument("--db", default="", help="SQLAlchemy URL (default: SQLite in data dir)")
         p.add_argument("--partitions", type=int, default=None, help="partitions of a new log")
+
+    def worker_options(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--idle-wait-s", type=float, default=0.05)
+        p.add_argument(
+            "--ownership-check-s",
+            type=float,
+            default=5.0,
+            help="how often a PostgreSQL view's server is asked whether this process "
+            "still holds its partitions",
+        )
 
     demo = sub.add_parser("demo", help="simulate a cluster end to end on the embedded default")
     backend_options(demo, data_dir="berth-demo-data")
@@ -66,14 +77,14 @@ def build_parser() -> argparse.ArgumentParser:
     projector = sub.add_parser("projector", help="run partition writers until interrupted")
     backend_options(projector)
     projector.add_argument("--owned", default="", help="comma-separated partitions (all)")
-    projector.add_argument("--idle-wait-s", type=float, default=0.05)
+    worker_options(projector)
 
     serve = sub.add_parser(
         "serve", help="run the partition writers and a scheduler worker in one process"
     )
     backend_options(serve)
     serve.add_argument("--config", default=None, help="scheduler TOML (default: built in)")
-    serve.add_argument("--idle-wait-s", type=float, default=0.05)
+    worker_options(serve)
 
     scheduler = sub.add_parser(
         "scheduler", help="run a scheduler worker (the writers run elsewhere, e.g. on Kafka)"
@@ -81,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     backend_options(scheduler)
     scheduler.add_argument("--config", default=None, help="scheduler TOML (default: built in)")
     scheduler.add_argument("--owned", default="", help="comma-separated request partitions")
-    scheduler.add_argument("--idle-wait-s", type=float, default=0.05)
+    worker_options(scheduler)
 
     request = sub.add_parser("request", help="submit placement requests, one JSON per line")
     backend_options(request)
@@ -250,6 +261,27 @@ def _stop_on_sigterm() -> None:
         signal.signal(signal.SIGTERM, stop)
 
 
+def _run(app: App, args: argparse.Namespace, step: Callable[[], bool]) -> int:
+    """A worker's loop: ``step`` until interrupted, waiting a little while it
+    finds nothing to do, and every ``--ownership-check-s`` making sure the
+    process still owns its partitions (exit 1 when it does not)."""
+    check_every = args.ownership_check_s
+    next_check = time.monotonic() + check_every
+    try:
+        while True:
+            if not step():
+                time.sleep(args.idle_wait_s)
+            if time.monotonic() >= next_check:
+                app.confirm_ownership()
+                next_check = time.monotonic() + check_every
+    except KeyboardInterrupt:
+        return 0
+    except OwnershipLost as error:
+        logging.error("%s", error)
+        print(f"berth: {error}", file=sys.stderr)
+        return 1
+
+
 def cmd_projector(args: argparse.Namespace) -> int:
     _stop_on_sigterm()
     settings = _settings(args)
@@ -258,12 +290,7 @@ def cmd_projector(args: argparse.Namespace) -> int:
         writers = app.writers(owned)
         tune_gc()
         logging.info("projector: %d partitions owned", len(writers))
-        try:
-            while True:
-                if not step_all(writers):
-                    time.sleep(args.idle_wait_s)
-        except KeyboardInterrupt:
-            return 0
+        return _run(app, args, lambda: step_all(writers))
 
 
 def _scheduler_worker(
@@ -285,13 +312,12 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
         queue = QueueProjector(app.log, app.settings.topics, app.engine)
         tune_gc()
         logging.info("scheduler: answering %d request partitions", len(worker.partitions))
-        try:
-            while True:
-                answered = worker.step()
-                if not queue.step() and not answered:
-                    time.sleep(args.idle_wait_s)
-        except KeyboardInterrupt:
-            return 0
+
+        def step() -> bool:
+            answered = bool(worker.step())
+            return bool(queue.step()) or answered
+
+        return _run(app, args, step)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -309,14 +335,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
         queue = QueueProjector(app.log, app.settings.topics, app.engine)
         tune_gc()
         logging.info("serving %d partitions", len(writers))
-        try:
-            while True:
-                busy = step_all(writers)
-                busy = bool(worker.step()) or busy
-                if not queue.step() and not busy:
-                    time.sleep(args.idle_wait_s)
-        except KeyboardInterrupt:
-            return 0
+
+        def step() -> bool:
+            busy = step_all(writers)
+            busy = bool(worker.step()) or busy
+            return bool(queue.step()) or busy
+
+        return _run(app, args, step)
 
 
 def cmd_request(args: argparse.Namespace) -> int:

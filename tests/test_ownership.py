@@ -11,13 +11,33 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from sqlalchemy import Engine, text
 
 from berth.app import App, Settings
 from ledger.log import OwnedElsewhere
 from placement.config import SchedulerConfig
 from projections.view.engine import make_engine
-from projections.view.ownership import ViewOwnership
+from projections.view.ownership import OwnershipLost, ViewOwnership, _topic_key
 from tests.polling import wait_for
+
+_LOCKS = text(
+    "SELECT pid, objid FROM pg_locks WHERE locktype = 'advisory' AND granted "
+    "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+)
+
+
+def _lock_holders(engine: Engine) -> dict[int, set[int]]:
+    """Backend pid -> the partitions it holds a lock on, in this test's database."""
+    with engine.connect() as conn:
+        holders: dict[int, set[int]] = {}
+        for pid, partition in conn.execute(_LOCKS):
+            holders.setdefault(pid, set()).add(partition)
+        return holders
+
+
+def _terminate(engine: Engine, pid: int) -> None:
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid}).scalar()
 
 
 def _app(data_dir: Path, postgres_url: str) -> App:
@@ -98,3 +118,76 @@ def test_closing_gives_the_partitions_up_at_once(postgres_url: str) -> None:
         second.close()
         for engine in engines:
             engine.dispose()
+
+
+def test_an_owner_whose_session_ended_finds_out(postgres_url: str) -> None:
+    engine = make_engine(postgres_url)
+    ownership, successor = ViewOwnership(engine), ViewOwnership(engine)
+    try:
+        ownership.confirm()  # owns nothing yet: nothing to lose
+        ownership.own("t", [0, 1])
+        ownership.confirm()
+        ((pid, partitions),) = _lock_holders(engine).items()
+        assert partitions == {0, 1}
+        _terminate(engine, pid)
+        with pytest.raises(OwnershipLost, match=r"lost the PostgreSQL session .*AdminShutdown"):
+            ownership.confirm()
+        ownership.confirm()  # gave its partitions up: nothing left to lose
+        successor.own("t", [0, 1])
+        ownership.own("t", [2])  # a new session
+        assert sorted(map(sorted, _lock_holders(engine).values())) == [[0, 1], [2]]
+    finally:
+        ownership.close()
+        successor.close()
+        engine.dispose()
+
+
+def test_an_owner_whose_session_lost_its_locks_finds_out(postgres_url: str) -> None:
+    """As behind a pooler that hands each statement another server session."""
+    engine = make_engine(postgres_url)
+    ownership = ViewOwnership(engine)
+    try:
+        ownership.own("t", [0, 1])
+        session = ownership._session
+        assert session is not None
+        session.execute(text("SELECT pg_advisory_unlock(:t, 1)"), {"t": _topic_key("t")})
+        with pytest.raises(OwnershipLost, match=r"it holds 1 of the 2 locks taken"):
+            ownership.confirm()
+        assert _lock_holders(engine) == {}
+    finally:
+        ownership.close()
+        engine.dispose()
+
+
+def test_a_projector_that_lost_its_partitions_stops(tmp_path: Path, postgres_url: str) -> None:
+    projector = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "berth.cli",
+            "projector",
+            "--data-dir",
+            str(tmp_path / "data"),
+            "--db",
+            postgres_url,
+            "--partitions",
+            "2",
+            "--ownership-check-s",
+            "0.1",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    engine = make_engine(postgres_url)
+    try:
+        wait_for(lambda: len(_lock_holders(engine)) == 1, "the projector to own its partitions")
+        ((pid, partitions),) = _lock_holders(engine).items()
+        assert partitions == {0, 1}
+        _terminate(engine, pid)
+        _, err = projector.communicate(timeout=60)
+        assert projector.returncode == 1, err
+        assert "berth: lost the PostgreSQL session that locks this process's partitions" in err
+    finally:
+        projector.kill()
+        projector.communicate(timeout=30)
+        engine.dispose()

@@ -9,9 +9,12 @@ its session), refused to every other process meanwhile.
 
 The lock guards against a misconfigured deployment (two processes given
 the same ``--owned``), up front and with a clear error. Should the owner's
-session end while it runs (a server restart), its lock is gone until it
-starts again; the view's committed offsets still keep a second writer from
-applying any record twice.
+session end while it runs (a server restart, a terminated backend), its
+locks are gone: :meth:`ViewOwnership.confirm`, which the long-running
+commands call every few seconds, then raises :class:`OwnershipLost` and the
+process stops, to be restarted and own its partitions again, or be refused.
+Until it notices, the view's committed offsets still keep a second writer
+from applying any record twice.
 """
 
 from __future__ import annotations
@@ -20,10 +23,21 @@ import zlib
 from collections.abc import Sequence
 
 from sqlalchemy import Connection, Engine, text
+from sqlalchemy.exc import DBAPIError
 
 from ledger.log import OwnedElsewhere
 
 _TRY_LOCK = text("SELECT pg_try_advisory_lock(:topic, :partition)")
+# the session holds no advisory lock but this process's partitions
+_HELD = text(
+    "SELECT count(*) FROM pg_locks "
+    "WHERE locktype = 'advisory' AND granted AND pid = pg_backend_pid()"
+)
+
+
+class OwnershipLost(RuntimeError):
+    """The session that held this process's partitions is gone, and with it
+    the guarantee that no other process acts on them."""
 
 
 def _topic_key(topic: str) -> int:
@@ -61,6 +75,29 @@ class ViewOwnership:
             if not session.execute(_TRY_LOCK, {"topic": key, "partition": partition}).scalar():
                 raise OwnedElsewhere(topic, partition)
             self._owned.add((topic, partition))
+
+    def confirm(self) -> None:
+        """:class:`OwnershipLost` unless the session still holds every
+        partition owned (one round trip to the server); the partitions are
+        then given up. A session lives as long as its connection, unless a
+        pooler in transaction mode stands between: each statement may then
+        run in another session, and the locks are found missing."""
+        session = self._session
+        if session is None or not self._owned:
+            return
+        owned = len(self._owned)
+        try:
+            held = session.execute(_HELD).scalar_one()
+            why = None if held >= owned else f"it holds {held} of the {owned} locks taken"
+        except DBAPIError as error:
+            first_line = str(error.orig or error).strip().splitlines()[0]
+            why = f"{type(error.orig or error).__name__}: {first_line}"
+        if why is not None:
+            self.close()
+            raise OwnershipLost(
+                "lost the PostgreSQL session that locks this process's partitions "
+                f"({why}); stopping, so that no other process acts on them beside this one"
+            )
 
     def close(self) -> None:
         """Give up every partition: the session ends rather than going back
