@@ -20,7 +20,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from ledger.embedded_file import Chunk, Fsync, PartitionFile, pwrite_all
-from ledger.log import Append, Log, LogError, OwnedElsewhere, Record, UnknownTopic
+from ledger.log import Append, Log, LogError, Record, UnknownTopic
+from ledger.owner_lock import lock_owner
 
 __all__ = ["EmbeddedLog"]
 
@@ -206,13 +207,7 @@ class EmbeddedLog(Log):
                 if (topic, partition) in self._owned:
                     continue
                 path = self._root / topic / f"p{partition}.owner"
-                fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError as exc:
-                    os.close(fd)
-                    raise OwnedElsewhere(topic, partition) from exc
-                self._owned[(topic, partition)] = fd
+                self._owned[(topic, partition)] = lock_owner(path, topic, partition)
 
     def close(self) -> None:
         with self._cond:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 
 import pytest
 from sqlalchemy import select
@@ -199,10 +200,18 @@ def test_batches_commit_whole_or_hold_nothing_on_kafka_and_postgres(
         assert Coordinator(edge, app.log, topics, follower, pump=pump).recover() == []
 
 
+@pytest.mark.parametrize("view", ["postgresql", "sqlite"])
 def test_a_second_writer_of_a_kafka_partition_is_refused(
-    kafka_bootstrap: str, postgres_url: str
+    kafka_bootstrap: str, view: str, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
-    settings = _settings(kafka_bootstrap, postgres_url, partitions=2)
+    """Kafka cannot tell two owners of a partition apart: the view they share
+    refuses the second, on its server or beside its file."""
+    db_url = (
+        request.getfixturevalue("postgres_url")
+        if view == "postgresql"
+        else f"sqlite:///{tmp_path / 'view.db'}"
+    )
+    settings = _settings(kafka_bootstrap, db_url, partitions=2)
     with App(settings) as first, App(settings) as second:
         first.writers([0])
         with pytest.raises(OwnedElsewhere, match="partition 0 of 'ev-"):

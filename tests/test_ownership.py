@@ -1,6 +1,7 @@
-"""One process per partition with a PostgreSQL view: what the embedded log
-refuses by file locks, the view's server refuses for every log (Kafka's
-included) by session advisory locks."""
+"""One process per partition, whatever the log: what the embedded log
+refuses by file locks, the view refuses for every log (Kafka's included),
+by session advisory locks on PostgreSQL and by file locks beside SQLite's
+file."""
 
 from __future__ import annotations
 
@@ -40,10 +41,10 @@ def _terminate(engine: Engine, pid: int) -> None:
         assert conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid}).scalar()
 
 
-def _app(data_dir: Path, postgres_url: str) -> App:
+def _app(data_dir: Path, view_url: str) -> App:
     """An app on its own embedded log (whose file locks then cannot tell
-    it from the others) and the shared PostgreSQL view."""
-    return App(Settings(data_dir=data_dir, db_url=postgres_url, partitions=4))
+    it from the others) and the shared view."""
+    return App(Settings(data_dir=data_dir, db_url=view_url, partitions=4))
 
 
 def test_a_second_owner_of_a_partition_is_refused(tmp_path: Path, postgres_url: str) -> None:
@@ -59,6 +60,25 @@ def test_a_second_owner_of_a_partition_is_refused(tmp_path: Path, postgres_url: 
         second.scheduler_worker(SchedulerConfig.default(), lambda: None, partitions=[1, 2, 3])
         first.close()
         assert [w.partition for w in second.writers([0, 1])] == [0, 1]
+
+
+def test_a_sqlite_view_refuses_a_second_owner(tmp_path: Path) -> None:
+    view = f"sqlite:///{tmp_path / 'view.db'}"
+    with _app(tmp_path / "a", view) as first, _app(tmp_path / "b", view) as second:
+        first.writers([0, 1])
+        first.writers([1])  # owned here already
+        with pytest.raises(OwnedElsewhere, match=r"partition 1 of 'berth\.events' is already"):
+            second.writers([1, 2])
+        second.writers([2, 3])
+        first.scheduler_worker(SchedulerConfig.default(), lambda: None, partitions=[0])
+        with pytest.raises(OwnedElsewhere, match=r"partition 0 of 'berth\.requests'"):
+            second.scheduler_worker(SchedulerConfig.default(), lambda: None)
+        first.close()
+        assert [w.partition for w in second.writers([0, 1])] == [0, 1]
+    # two views in memory are two databases: no partition of one is the other's
+    for ownership in (ViewOwnership(make_engine("sqlite://")) for _ in range(2)):
+        ownership.own("t", [0])
+        ownership.close()
 
 
 def test_a_dead_owner_s_partitions_are_free_again(tmp_path: Path, postgres_url: str) -> None:

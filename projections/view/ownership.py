@@ -1,11 +1,13 @@
-"""One process per partition, held in a PostgreSQL view's server.
+"""One process per partition, held where the view is.
 
 The embedded log refuses a second owner of a partition by itself (file
 locks). Kafka cannot tell without consumer groups, which Berth does not use;
-but every process of a Kafka deployment shares the view's PostgreSQL server,
-and a session advisory lock per topic and partition makes the claim there:
+but every process of a deployment shares its view. On PostgreSQL a session
+advisory lock per topic and partition makes the claim on the view's server:
 taken without waiting, held until the owner closes or dies (the server ends
-its session), refused to every other process meanwhile.
+its session), refused to every other process meanwhile. A SQLite view is
+shared only by processes of one machine: a file lock per topic and
+partition beside the database file does the same there.
 
 The lock guards against a misconfigured deployment (two processes given
 the same ``--owned``), up front and with a clear error. Should the owner's
@@ -19,13 +21,16 @@ from applying any record twice.
 
 from __future__ import annotations
 
+import os
 import zlib
 from collections.abc import Sequence
+from pathlib import Path
 
 from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import DBAPIError
 
 from ledger.log import OwnedElsewhere
+from ledger.owner_lock import lock_owner
 
 _TRY_LOCK = text("SELECT pg_try_advisory_lock(:topic, :partition)")
 # the session holds no advisory lock but this process's partitions
@@ -47,18 +52,31 @@ def _topic_key(topic: str) -> int:
     return crc - (1 << 32) if crc >= 1 << 31 else crc
 
 
+def _lock_directory(engine: Engine) -> Path | None:
+    """Where a SQLite view's owners lock their partitions: beside its file
+    (None for a database in memory, which no other process can open)."""
+    database = engine.url.database
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return None
+    return Path(f"{database}.owners")
+
+
 class ViewOwnership:
     """The partitions this process owns, as locks on the view's server
-    (nothing to hold on SQLite, which only the embedded log's processes share)."""
+    (PostgreSQL) or beside its file (SQLite)."""
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self._session: Connection | None = None
         self._owned: set[tuple[str, int]] = set()
+        self._files: dict[tuple[str, int], int] = {}
 
     def own(self, topic: str, partitions: Sequence[int]) -> None:
         """Lock each partition, or :class:`OwnedElsewhere` at the first that
         another process holds (those locked before it stay owned)."""
+        if self.engine.dialect.name == "sqlite":
+            self._own_files(topic, partitions)
+            return
         if self.engine.dialect.name != "postgresql":
             return
         session = self._session
@@ -75,6 +93,16 @@ class ViewOwnership:
             if not session.execute(_TRY_LOCK, {"topic": key, "partition": partition}).scalar():
                 raise OwnedElsewhere(topic, partition)
             self._owned.add((topic, partition))
+
+    def _own_files(self, topic: str, partitions: Sequence[int]) -> None:
+        directory = _lock_directory(self.engine)
+        if directory is None:
+            return
+        directory.mkdir(exist_ok=True)
+        for partition in partitions:
+            if (topic, partition) not in self._files:
+                path = directory / f"{topic}.p{partition}"
+                self._files[(topic, partition)] = lock_owner(path, topic, partition)
 
     def confirm(self) -> None:
         """:class:`OwnershipLost` unless the session still holds every
@@ -102,6 +130,9 @@ class ViewOwnership:
     def close(self) -> None:
         """Give up every partition: the session ends rather than going back
         to the pool, where its locks would stay held."""
+        for fd in self._files.values():
+            os.close(fd)  # closing releases the flock
+        self._files.clear()
         session, self._session = self._session, None
         self._owned.clear()
         if session is not None:
