@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import logging
 import shutil
@@ -15,6 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Never, get_args
 
+from sqlalchemy.exc import DBAPIError, ProgrammingError
 from tqdm import tqdm
 
 from berth.app import DEFAULT_DATA_DIR, DEFAULT_PARTITIONS, App, Settings, tune_gc
@@ -113,6 +115,28 @@ def build_parser() -> argparse.ArgumentParser:
     )
     backend_options(queue)
     queue.add_argument("--json", action="store_true", help="print one JSON object")
+
+    status = sub.add_parser(
+        "status",
+        help="each partition's log end, what the view applied and its clock; "
+        "capacity and usage; dead letters",
+    )
+    backend_options(status)
+    status.add_argument("--json", action="store_true", help="print one JSON object")
+    status.add_argument(
+        "--max-behind",
+        type=int,
+        default=None,
+        help="exit 1 if a partition's view is more than N records behind its log",
+    )
+
+    dead = sub.add_parser(
+        "dead-letters", help="the records that did not decode, with the reason for each"
+    )
+    backend_options(dead)
+    dead.add_argument("--partition", type=int, default=None, help="one partition (all)")
+    dead.add_argument("--limit", type=int, default=20, help="the last N (default 20)")
+    dead.add_argument("--json", action="store_true", help="print one JSON object per line")
 
     reaper = sub.add_parser(
         "reaper", help="tick every partition on a schedule so abandoned holds expire"
@@ -430,6 +454,53 @@ def cmd_queue(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_status(args: argparse.Namespace) -> int:
+    from berth.status import read_status, render
+
+    with App(_settings(args), migrate=False) as app:
+        try:
+            status = read_status(app.log, app.engine, app.settings.topics, app.settings.partitions)
+        except DBAPIError as error:
+            return _no_view(error)
+    print(json.dumps(status.to_dict()) if args.json else render(status))
+    if args.max_behind is not None and status.behind > args.max_behind:
+        print(
+            f"berth: a partition's view is {status.behind:,} records behind its log "
+            f"(more than {args.max_behind:,})",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
+
+
+def cmd_dead_letters(args: argparse.Namespace) -> int:
+    from berth.status import read_dead_letters
+
+    with App(_settings(args), migrate=False) as app:
+        try:
+            rows = read_dead_letters(app.engine, args.limit, args.partition)
+        except DBAPIError as error:
+            return _no_view(error)
+    for row in rows:
+        if args.json:
+            print(json.dumps(dataclasses.asdict(row)))
+        else:
+            value = row.value if len(row.value) <= 200 else row.value[:200] + "..."
+            print(f"partition {row.partition} offset {row.offset}: {row.reason}\n  {value}")
+    if not rows and not args.json:
+        print("no dead letters")
+    return 0
+
+
+def _no_view(error: DBAPIError) -> int:
+    why = str(error.orig).strip().splitlines()[0]
+    # SQLite says so in words; PostgreSQL by the error's class
+    missing = "no such table" in why or isinstance(error, ProgrammingError)
+    hint = "; `berth migrate` creates its schema" if missing else ""
+    print(f"berth: the view cannot be read ({why}){hint}", file=sys.stderr)
+    return 2
+
+
 def cmd_reaper(args: argparse.Namespace) -> int:
     from berth.client import Publisher
     from consumers.reaper import Reaper
@@ -542,6 +613,8 @@ COMMANDS = {
     "publish": cmd_publish,
     "tick": cmd_tick,
     "queue": cmd_queue,
+    "status": cmd_status,
+    "dead-letters": cmd_dead_letters,
     "reaper": cmd_reaper,
     "delete-consumer": cmd_delete_consumer,
     "pool": cmd_pool,

@@ -22,13 +22,14 @@ from sqlalchemy import func, select
 
 from berth.app import App
 from berth.client import Publisher
+from berth.status import overcommitted_providers, resource_totals
 from consumers.batches import BatchResult, BatchScheduler
 from consumers.coordinator import Coordinator
 from consumers.scheduler import OutcomeFollower, Scheduled, Scheduler
 from consumers.snapshot_source import LiveSnapshot, snapshot_from_view
 from placement.config import SchedulerConfig
 from placement.model import Snapshot
-from projections.view.tables import inventories, reservations
+from projections.view.tables import reservations
 from schemas.events import (
     Consume,
     Event,
@@ -383,19 +384,8 @@ class Demo:
 
     def _summary(self, elapsed_s: float) -> dict[str, Any]:
         with self.app.engine.connect() as conn:
-            totals = conn.execute(
-                select(
-                    inventories.c.resource_class,
-                    func.sum(inventories.c.capacity),
-                    func.sum(inventories.c.held),
-                    func.sum(inventories.c.consumed),
-                ).group_by(inventories.c.resource_class)
-            ).all()
-            overcommitted = conn.execute(
-                select(func.count(func.distinct(inventories.c.provider_id))).where(
-                    inventories.c.held + inventories.c.consumed > inventories.c.capacity
-                )
-            ).scalar_one()
+            totals = resource_totals(conn)
+            overcommitted = overcommitted_providers(conn)
         tally = self.tally
         return {
             "providers": self.cfg.providers,
@@ -410,11 +400,8 @@ class Demo:
             "consumed": tally.consumed,
             "released": tally.released,
             "expired": tally.expired,
-            "utilisation": {
-                rc: round((held + consumed) / capacity, 4) if capacity else 0.0
-                for rc, capacity, held, consumed in sorted(totals)
-            },
-            "overcommitted_providers": int(overcommitted),
+            "utilisation": {r.resource_class: round(r.used, 4) for r in totals},
+            "overcommitted_providers": overcommitted,
             "elapsed_s": round(elapsed_s, 3),
             "requests_per_s": round(tally.requested / elapsed_s, 1) if elapsed_s else None,
             "decisions": tally.decisions,

@@ -1,0 +1,203 @@
+"""What an operator asks first: is every partition's writer keeping up, what
+is held, what went to the dead letters. Read from the log's end offsets and
+the view; nothing here writes."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import Connection, Engine, func, select
+
+from consumers.topics import Topics
+from ledger.log import Log
+from projections.view.tables import (
+    dead_letters,
+    inventories,
+    partition_offsets,
+    providers,
+    reservations,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionStatus:
+    partition: int
+    log_end: int
+    """Records in the log's partition."""
+    applied: int
+    """Records the view reflects (its writer's next offset)."""
+    clock_ms: int | None
+    """The partition's clock as of the view (None before its first record)."""
+    dead_letters: int
+
+    @property
+    def behind(self) -> int:
+        return self.log_end - self.applied
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class ResourceTotals:
+    resource_class: str
+    capacity: int
+    held: int
+    consumed: int
+    free: int
+
+    @property
+    def used(self) -> float:
+        """The share of capacity held or consumed."""
+        return (self.held + self.consumed) / self.capacity if self.capacity else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Status:
+    partitions: list[PartitionStatus]
+    resources: list[ResourceTotals]
+    providers: dict[str, int]
+    """Providers by state."""
+    reservations: dict[str, int]
+    """Reservations by status."""
+    overcommitted_providers: int
+
+    @property
+    def behind(self) -> int:
+        """The most records any partition's view is behind its log."""
+        return max((p.behind for p in self.partitions), default=0)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "partitions": [{**asdict(p), "behind": p.behind} for p in self.partitions],
+            "resources": {
+                r.resource_class: {**asdict(r), "used": round(r.used, 4)} for r in self.resources
+            },
+            "providers": self.providers,
+            "reservations": self.reservations,
+            "overcommitted_providers": self.overcommitted_providers,
+            "behind": self.behind,
+        }
+
+
+def resource_totals(conn: Connection) -> list[ResourceTotals]:
+    """Capacity, held, consumed and free summed per resource class."""
+    c = inventories.c
+    query = select(
+        c.resource_class,
+        func.sum(c.capacity),
+        func.sum(c.held),
+        func.sum(c.consumed),
+        func.sum(c.free),
+    ).group_by(c.resource_class)
+    # sorted here: the databases' collations order names differently
+    return sorted(
+        ResourceTotals(rc, int(capacity), int(held), int(consumed), int(free))
+        for rc, capacity, held, consumed, free in conn.execute(query)
+    )
+
+
+def overcommitted_providers(conn: Connection) -> int:
+    """Providers holding or consuming more of a resource class than it has:
+    none, ever, is the ledger's promise."""
+    c = inventories.c
+    query = select(func.count(func.distinct(c.provider_id))).where(c.held + c.consumed > c.capacity)
+    return int(conn.execute(query).scalar_one())
+
+
+def read_status(log: Log, engine: Engine, topics: Topics, partitions: int) -> Status:
+    with engine.connect() as conn:
+        offsets = {
+            int(p): (int(next_offset), int(clock))
+            for p, next_offset, clock in conn.execute(
+                select(
+                    partition_offsets.c.partition,
+                    partition_offsets.c.next_offset,
+                    partition_offsets.c.clock_ms,
+                )
+            )
+        }
+        dead = _counts(conn, dead_letters.c.partition)
+        status = Status(
+            partitions=[
+                PartitionStatus(
+                    partition=p,
+                    log_end=log.end_offset(topics.events, p),
+                    applied=offsets.get(p, (0, 0))[0],
+                    clock_ms=offsets[p][1] if p in offsets else None,
+                    dead_letters=dead.get(p, 0),
+                )
+                for p in range(partitions)
+            ],
+            resources=resource_totals(conn),
+            providers=_counts(conn, providers.c.state),
+            reservations=_counts(conn, reservations.c.status),
+            overcommitted_providers=overcommitted_providers(conn),
+        )
+    return status
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetterRow:
+    partition: int
+    offset: int
+    reason: str
+    value: str
+    """The record as text (bytes that are not UTF-8 replaced)."""
+
+
+def read_dead_letters(
+    engine: Engine, limit: int, partition: int | None = None
+) -> list[DeadLetterRow]:
+    """The last ``limit`` dead letters by partition and offset, of one
+    partition or of all."""
+    c = dead_letters.c
+    query = select(c.partition, c.offset, c.reason, c.value)
+    if partition is not None:
+        query = query.where(c.partition == partition)
+    query = query.order_by(c.partition.desc(), c.offset.desc()).limit(limit)
+    with engine.connect() as conn:
+        rows = [DeadLetterRow(int(p), int(o), r, v) for p, o, r, v in conn.execute(query)]
+    return rows[::-1]
+
+
+def _counts(conn: Connection, column: Any) -> dict[Any, int]:
+    query = select(column, func.count()).group_by(column)
+    return {key: int(n) for key, n in sorted(conn.execute(query))}
+
+
+def _clock(clock_ms: int | None) -> str:
+    if clock_ms is None:
+        return "-"
+    return datetime.fromtimestamp(clock_ms / 1000, UTC).isoformat(timespec="milliseconds")
+
+
+def render(status: Status) -> str:
+    lines = [
+        f"{'partition':>9} {'log end':>12} {'applied':>12} {'behind':>9} "
+        f"{'dead letters':>12}  clock (UTC)"
+    ]
+    lines += [
+        f"{p.partition:>9} {p.log_end:>12,} {p.applied:>12,} {p.behind:>9,} "
+        f"{p.dead_letters:>12,}  {_clock(p.clock_ms)}"
+        for p in status.partitions
+    ]
+    if status.resources:
+        lines.append("")
+        lines.append(
+            f"{'resource class':<20} {'capacity':>14} {'held':>14} {'consumed':>14} "
+            f"{'free':>14} {'used':>7}"
+        )
+        lines += [
+            f"{r.resource_class:<20} {r.capacity:>14,} {r.held:>14,} {r.consumed:>14,} "
+            f"{r.free:>14,} {r.used:>7.1%}"
+            for r in status.resources
+        ]
+    lines.append("")
+    lines.append("providers: " + _tally(status.providers, "none"))
+    lines.append("reservations: " + _tally(status.reservations, "none"))
+    lines.append(f"overcommitted providers: {status.overcommitted_providers}")
+    return "\n".join(lines)
+
+
+def _tally(counts: dict[str, int], empty: str) -> str:
+    return ", ".join(f"{n:,} {key}" for key, n in counts.items()) or empty
