@@ -124,6 +124,12 @@ def build_parser() -> argparse.ArgumentParser:
     backend_options(status)
     status.add_argument("--json", action="store_true", help="print one JSON object")
     status.add_argument(
+        "--lag",
+        action="store_true",
+        help="each partition's progress only, without scanning the view's tables "
+        "(for a frequent health check)",
+    )
+    status.add_argument(
         "--max-behind",
         type=int,
         default=None,
@@ -459,7 +465,13 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     with App(_settings(args), migrate=False) as app:
         try:
-            status = read_status(app.log, app.engine, app.settings.topics, app.settings.partitions)
+            status = read_status(
+                app.log,
+                app.engine,
+                app.settings.topics,
+                app.settings.partitions,
+                totals=not args.lag,
+            )
         except DBAPIError as error:
             return _no_view(error)
     print(json.dumps(status.to_dict()) if args.json else render(status))

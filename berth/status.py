@@ -52,14 +52,32 @@ class ResourceTotals:
 
 
 @dataclass(frozen=True, slots=True)
-class Status:
-    partitions: list[PartitionStatus]
+class Totals:
+    """The view's contents summed up: each count scans a table, which a
+    frequent health check has no use for."""
+
     resources: list[ResourceTotals]
     providers: dict[str, int]
     """Providers by state."""
     reservations: dict[str, int]
     """Reservations by status."""
     overcommitted_providers: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "resources": {
+                r.resource_class: {**asdict(r), "used": round(r.used, 4)} for r in self.resources
+            },
+            "providers": self.providers,
+            "reservations": self.reservations,
+            "overcommitted_providers": self.overcommitted_providers,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Status:
+    partitions: list[PartitionStatus]
+    totals: Totals | None
 
     @property
     def behind(self) -> int:
@@ -69,13 +87,8 @@ class Status:
     def to_dict(self) -> dict[str, Any]:
         return {
             "partitions": [{**asdict(p), "behind": p.behind} for p in self.partitions],
-            "resources": {
-                r.resource_class: {**asdict(r), "used": round(r.used, 4)} for r in self.resources
-            },
-            "providers": self.providers,
-            "reservations": self.reservations,
-            "overcommitted_providers": self.overcommitted_providers,
             "behind": self.behind,
+            **(self.totals.to_dict() if self.totals is not None else {}),
         }
 
 
@@ -104,7 +117,10 @@ def overcommitted_providers(conn: Connection) -> int:
     return int(conn.execute(query).scalar_one())
 
 
-def read_status(log: Log, engine: Engine, topics: Topics, partitions: int) -> Status:
+def read_status(
+    log: Log, engine: Engine, topics: Topics, partitions: int, totals: bool = True
+) -> Status:
+    """Each partition's progress, and with ``totals`` the view summed up."""
     with engine.connect() as conn:
         offsets = {
             int(p): (int(next_offset), int(clock))
@@ -128,10 +144,14 @@ def read_status(log: Log, engine: Engine, topics: Topics, partitions: int) -> St
                 )
                 for p in range(partitions)
             ],
-            resources=resource_totals(conn),
-            providers=_counts(conn, providers.c.state),
-            reservations=_counts(conn, reservations.c.status),
-            overcommitted_providers=overcommitted_providers(conn),
+            totals=Totals(
+                resources=resource_totals(conn),
+                providers=_counts(conn, providers.c.state),
+                reservations=_counts(conn, reservations.c.status),
+                overcommitted_providers=overcommitted_providers(conn),
+            )
+            if totals
+            else None,
         )
     return status
 
@@ -181,7 +201,10 @@ def render(status: Status) -> str:
         f"{p.dead_letters:>12,}  {_clock(p.clock_ms)}"
         for p in status.partitions
     ]
-    if status.resources:
+    totals = status.totals
+    if totals is None:
+        return "\n".join(lines)
+    if totals.resources:
         lines.append("")
         lines.append(
             f"{'resource class':<20} {'capacity':>14} {'held':>14} {'consumed':>14} "
@@ -190,12 +213,12 @@ def render(status: Status) -> str:
         lines += [
             f"{r.resource_class:<20} {r.capacity:>14,} {r.held:>14,} {r.consumed:>14,} "
             f"{r.free:>14,} {r.used:>7.1%}"
-            for r in status.resources
+            for r in totals.resources
         ]
     lines.append("")
-    lines.append("providers: " + _tally(status.providers, "none"))
-    lines.append("reservations: " + _tally(status.reservations, "none"))
-    lines.append(f"overcommitted providers: {status.overcommitted_providers}")
+    lines.append("providers: " + _tally(totals.providers, "none"))
+    lines.append("reservations: " + _tally(totals.reservations, "none"))
+    lines.append(f"overcommitted providers: {totals.overcommitted_providers}")
     return "\n".join(lines)
 
 

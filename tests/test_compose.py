@@ -17,7 +17,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE_FILE = ROOT / "docker-compose.yml"
-BERTH_SERVICES = ("berth-migrate", "berth-projector", "berth-scheduler")
+BERTH_SERVICES = ("berth-migrate", "berth-projector", "berth-scheduler", "berth-reaper")
 
 
 @pytest.fixture(scope="module")
@@ -148,6 +148,9 @@ def test_startup_order(services: dict[str, Any]) -> None:
             "berth-migrate": "service_completed_successfully",
         }
         assert services[worker]["restart"] == "unless-stopped"
+    # the reaper only appends ticks: it waits for Kafka alone
+    assert conditions("berth-reaper") == {"kafka": "service_healthy"}
+    assert services["berth-reaper"]["restart"] == "unless-stopped"
 
 
 def test_healthchecks(services: dict[str, Any]) -> None:
@@ -157,6 +160,23 @@ def test_healthchecks(services: dict[str, Any]) -> None:
     assert bootstrap and int(bootstrap[0].rpartition(":")[2]) in kafka_ports(services)
 
     assert "pg_isready" in services["postgres"]["healthcheck"]["test"]
+
+
+def test_the_projector_s_healthcheck_is_a_berth_command(
+    services: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It runs beside the entrypoint, so it names ``berth`` itself, and it
+    reaches Kafka and PostgreSQL through the service's environment."""
+    from berth.cli import build_parser
+
+    service = services["berth-projector"]
+    check = service["healthcheck"]["test"]
+    assert check[:2] == ["CMD", "berth"]
+    for key, value in env(service).items():
+        monkeypatch.setenv(key, value)
+    args = build_parser().parse_args(check[2:])
+    assert args.command == "status" and args.max_behind > 0
+    assert args.lag  # it runs every 30 s: no table scans
 
 
 def test_declared_volumes_are_the_used_ones() -> None:

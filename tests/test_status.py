@@ -97,6 +97,12 @@ def test_status_shows_what_the_writers_have_not_applied_yet(
     assert after["reservations"] == {"consumed": 1, "held": 1}
     assert after["overcommitted_providers"] == 0
 
+    code, out, _ = _cli(capsys, "status", *backend, "--lag", "--json")
+    assert code == 0
+    assert json.loads(out) == {"partitions": after["partitions"], "behind": 0}
+    code, out, _ = _cli(capsys, "status", *backend, "--lag")
+    assert len(out.splitlines()) == 3 and "VCPU" not in out  # the header, two partitions
+
     code, out, _ = _cli(capsys, "status", *backend)
     assert code == 0
     assert "VCPU" in out and "40.0%" in out
