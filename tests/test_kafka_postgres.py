@@ -11,6 +11,7 @@ from sqlalchemy import select
 from berth.app import App, Settings
 from berth.client import Publisher
 from berth.replay import replay
+from berth.status import read_status
 from consumers.partition_writer import catch_up_all
 from consumers.topics import Topics
 from ledger.log import OwnedElsewhere
@@ -50,7 +51,14 @@ def test_claims_through_kafka_and_postgres(kafka_bootstrap: str, postgres_url: s
         )
         edge.publish([release("r1", ts=13).model_copy(update={"partition_key": "n1"})])
         edge.publish([claim("r4", "n1", ts=14, VCPU=3)])  # fits again
+        ends = [app.log.end_offset(topics.events, p) for p in range(3)]
+        lagging = read_status(app.log, app.engine, topics, 3, totals=False)
+        assert [(p.log_end, p.behind) for p in lagging.partitions] == [(e, e) for e in ends]
         catch_up_all(app.writers())
+        status = read_status(app.log, app.engine, topics, 3)
+        assert [(p.applied, p.behind) for p in status.partitions] == [(e, 0) for e in ends]
+        assert status.totals is not None
+        assert status.totals.reservations == {"held": 2, "released": 1}
         decided = {
             o.subject: o.kind
             for p in range(3)
