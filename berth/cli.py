@@ -237,8 +237,16 @@ def cmd_demo(args: argparse.Namespace) -> int:
         seed=args.seed,
     )
     tune_gc()
-    with App(settings) as app, _progress(cfg.requests, "requests") as bar:
-        summary = Demo(app, cfg, progress=bar.update).run()
+    # the summary tells what became of the requests: one log line each would
+    # bury the progress bar
+    workers = logging.getLogger("consumers")
+    level = workers.level
+    workers.setLevel(logging.WARNING)
+    try:
+        with App(settings) as app, _progress(cfg.requests, "requests") as bar:
+            summary = Demo(app, cfg, progress=bar.update).run()
+    finally:
+        workers.setLevel(level)
     print(to_json(summary) if args.json else render(summary))
     return 0 if summary["overcommitted_providers"] == 0 else 1
 

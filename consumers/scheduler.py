@@ -317,7 +317,7 @@ class Scheduler:
             if outcome.kind == Kind.ACCEPTED:
                 p.held.append((rid, pid))
                 p.left.remove(instance)
-                log.info(
+                log.debug(
                     "placed %s instance %d on %s as %s", p.request.request_id, instance, pid, rid
                 )
             else:

@@ -4,6 +4,7 @@ the reaper, pools and deleting a consumer."""
 from __future__ import annotations
 
 import json
+import logging
 import time
 from pathlib import Path
 
@@ -38,9 +39,13 @@ def run_demo(data_dir: Path, capsys: pytest.CaptureFixture[str], *extra: str) ->
 
 
 def test_demo_places_expires_and_never_overcommits(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO)
     summary = run_demo(tmp_path / "demo", capsys)
+    # its summary reports the requests: no log line each
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("consumers")] == []
+    assert logging.getLogger("consumers").level == logging.NOTSET  # as it was
     assert summary["requests"] == 2000
     assert summary["overcommitted_providers"] == 0
     assert isinstance(summary["placed"], int) and summary["placed"] > 500
