@@ -315,7 +315,6 @@ def _run(app: App, args: argparse.Namespace, step: Callable[[], bool]) -> int:
     except KeyboardInterrupt:
         return 0
     except OwnershipLost as error:
-        logging.error("%s", error)
         print(f"berth: {error}", file=sys.stderr)
         return 1
 
