@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 import json
 import logging
+import os
 import shutil
 import signal
 import sys
@@ -20,6 +21,7 @@ from sqlalchemy.exc import DBAPIError, ProgrammingError
 from tqdm import tqdm
 
 from berth.app import DEFAULT_DATA_DIR, DEFAULT_PARTITIONS, App, Settings, tune_gc
+from berth.client import DEFAULT_MAX_SKEW_MS
 from berth.replay import default_jobs
 from consumers.partition_writer import catch_up_all, step_all
 from projections.view.ownership import OwnershipLost
@@ -105,6 +107,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     publish = sub.add_parser("publish", help="publish JSON events, one per line")
     backend_options(publish)
+    publish.add_argument(
+        "--max-skew-ms",
+        type=int,
+        default=int(os.environ.get("BERTH_MAX_SKEW_MS", DEFAULT_MAX_SKEW_MS)),
+        help="refuse an event whose ts_ms is further ahead of this clock "
+        f"(default {DEFAULT_MAX_SKEW_MS}, or BERTH_MAX_SKEW_MS)",
+    )
     publish.add_argument("file", nargs="?", default="-", help="JSON lines (default: stdin)")
 
     tick = sub.add_parser("tick", help="advance every partition's clock to now")
@@ -425,8 +434,11 @@ def cmd_publish(args: argparse.Namespace) -> int:
 
     settings = _settings(args)
     stream = sys.stdin if args.file == "-" else open(args.file, encoding="utf-8")  # noqa: SIM115
+    if args.max_skew_ms < 0:
+        print("berth: --max-skew-ms must not be negative", file=sys.stderr)
+        return 2
     with App(settings) as app, stream:
-        publisher = Publisher(app.log, settings.topics)
+        publisher = Publisher(app.log, settings.topics, max_skew_ms=args.max_skew_ms)
         failures = 0
         for number, line in enumerate(stream, 1):
             if not line.strip():

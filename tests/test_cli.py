@@ -157,6 +157,27 @@ def test_publish_reports_bad_lines_and_appends_good_ones(
     assert "line 4:" in captured.err and "ahead of this edge's clock" in captured.err
 
 
+def test_publish_s_clock_skew_is_configurable(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source = tmp_path / "tick.jsonl"
+    ahead_ms = 60_000
+    ts = int(time.time() * 1000) + ahead_ms
+    source.write_text(
+        json.dumps({"type": "tick", "event_id": "t1", "ts_ms": ts, "partition_key": "x"}) + "\n"
+    )
+    publish = ["publish", "--data-dir", str(tmp_path / "d"), str(source)]
+    assert main(publish) == 1
+    assert "(at most 5000 allowed)" in capsys.readouterr().err
+    assert main([*publish, "--max-skew-ms", str(10 * ahead_ms)]) == 0
+    assert json.loads(capsys.readouterr().out)["line"] == 1
+    monkeypatch.setenv("BERTH_MAX_SKEW_MS", str(10 * ahead_ms))
+    assert main(publish) == 0
+    assert json.loads(capsys.readouterr().out)["line"] == 1
+    assert main([*publish, "--max-skew-ms", "-1"]) == 2
+    assert "must not be negative" in capsys.readouterr().err
+
+
 def test_explain_tells_the_story_of_a_request_that_fits_nowhere(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
