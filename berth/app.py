@@ -122,9 +122,8 @@ class App:
 
     def _own(self, topic: str, partitions: list[int]) -> None:
         """Make this process the one acting on ``partitions`` of ``topic``:
-        through the log where it can tell (embedded), and through the view's
-        server where that is PostgreSQL (which every process of a Kafka
-        deployment shares)."""
+        through the log where it can tell (embedded), and through the view,
+        which every process of a deployment shares (Kafka's included)."""
         self.log.own(topic, partitions)
         self.ownership.own(topic, partitions)
 
@@ -139,8 +138,7 @@ class App:
     ) -> list[PartitionWriter]:
         """The single writers of the given partitions (all by default); this
         process owns them until the app closes, so a second writer of one of
-        them elsewhere is refused (:class:`OwnedElsewhere`) on the embedded log
-        or with a PostgreSQL view."""
+        them elsewhere is refused (:class:`OwnedElsewhere`)."""
         owned = list(range(self.settings.partitions)) if partitions is None else partitions
         self._own(self.settings.topics.events, owned)
         return [

@@ -185,8 +185,7 @@ class KafkaLog(Log):
         """Kafka cannot tell without consumer groups, which Berth does not
         use: a deployment splits the partitions between its processes
         (``berth projector --owned``, ``berth scheduler --owned``), and the
-        app holds them through its PostgreSQL view
-        (:mod:`projections.view.ownership`)."""
+        app holds them through its view (:mod:`projections.view.ownership`)."""
         self.partition_count(topic)  # an unknown topic is still an error
 
     def close(self) -> None:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import os
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from sqlalchemy import Connection, Engine, text
@@ -68,17 +68,35 @@ class ViewOwnership:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self._session: Connection | None = None
-        self._owned: set[tuple[str, int]] = set()
-        self._files: dict[tuple[str, int], int] = {}
+        # each owned (topic, partition): the open lock file on SQLite, None
+        # on PostgreSQL (the session holds the lock)
+        self._owned: dict[tuple[str, int], int | None] = {}
 
     def own(self, topic: str, partitions: Sequence[int]) -> None:
         """Lock each partition, or :class:`OwnedElsewhere` at the first that
         another process holds (those locked before it stay owned)."""
-        if self.engine.dialect.name == "sqlite":
-            self._own_files(topic, partitions)
+        lock = self._locker()
+        if lock is None:
             return
-        if self.engine.dialect.name != "postgresql":
-            return
+        for partition in partitions:
+            if (topic, partition) not in self._owned:
+                self._owned[(topic, partition)] = lock(topic, partition)
+
+    def _locker(self) -> Callable[[str, int], int | None] | None:
+        """How this view's partitions are locked; None where nothing else
+        can open the view."""
+        dialect = self.engine.dialect.name
+        if dialect == "postgresql":
+            return self._lock_on_server
+        directory = _lock_directory(self.engine) if dialect == "sqlite" else None
+        if directory is None:
+            return None
+        directory.mkdir(exist_ok=True)
+        return lambda topic, partition: lock_owner(
+            directory / f"{topic}.p{partition}", topic, partition
+        )
+
+    def _lock_on_server(self, topic: str, partition: int) -> None:
         session = self._session
         if session is None:
             # outside any transaction: a session lock outlives transactions,
@@ -86,23 +104,9 @@ class ViewOwnership:
             session = self._session = self.engine.connect().execution_options(
                 isolation_level="AUTOCOMMIT"
             )
-        key = _topic_key(topic)
-        for partition in partitions:
-            if (topic, partition) in self._owned:
-                continue
-            if not session.execute(_TRY_LOCK, {"topic": key, "partition": partition}).scalar():
-                raise OwnedElsewhere(topic, partition)
-            self._owned.add((topic, partition))
-
-    def _own_files(self, topic: str, partitions: Sequence[int]) -> None:
-        directory = _lock_directory(self.engine)
-        if directory is None:
-            return
-        directory.mkdir(exist_ok=True)
-        for partition in partitions:
-            if (topic, partition) not in self._files:
-                path = directory / f"{topic}.p{partition}"
-                self._files[(topic, partition)] = lock_owner(path, topic, partition)
+        params = {"topic": _topic_key(topic), "partition": partition}
+        if not session.execute(_TRY_LOCK, params).scalar():
+            raise OwnedElsewhere(topic, partition)
 
     def confirm(self) -> None:
         """:class:`OwnershipLost` unless the session still holds every
@@ -130,11 +134,11 @@ class ViewOwnership:
     def close(self) -> None:
         """Give up every partition: the session ends rather than going back
         to the pool, where its locks would stay held."""
-        for fd in self._files.values():
-            os.close(fd)  # closing releases the flock
-        self._files.clear()
-        session, self._session = self._session, None
+        for fd in self._owned.values():
+            if fd is not None:
+                os.close(fd)  # closing releases the flock
         self._owned.clear()
+        session, self._session = self._session, None
         if session is not None:
             session.invalidate()
             session.close()
