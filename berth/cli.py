@@ -524,7 +524,9 @@ def cmd_dead_letters(args: argparse.Namespace) -> int:
 
 
 def _no_view(error: DBAPIError) -> int:
-    why = str(error.orig).strip().splitlines()[0]
+    from projections.view.engine import driver_message
+
+    why = driver_message(error)
     # SQLite says so in words; PostgreSQL by the error's class
     missing = "no such table" in why or isinstance(error, ProgrammingError)
     hint = "; `berth migrate` creates its schema" if missing else ""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.exc import DBAPIError
 
 _REBUILD_CACHE_KIB = 1 << 20
 """A rebuild's page cache: 1 GiB at most, holding a view of a few million
@@ -16,6 +17,15 @@ _REBUILD_BUSY_MS = 3_600_000
 processes wait for one another, and for an index built while one of them
 still writes, which takes longer the longer the log (about 1.4 s for a
 million records). Only the replay itself writes a rebuild's file."""
+
+
+def driver_message(error: DBAPIError) -> str:
+    """The first line of what the database driver said (PostgreSQL's messages
+    go on with the statement's text and a caret under the culprit), or the
+    name of its error when it said nothing."""
+    cause = error.orig if error.orig is not None else error
+    lines = str(cause).strip().splitlines()
+    return lines[0] if lines else type(cause).__name__
 
 
 def sqlite_url(path: str) -> str:

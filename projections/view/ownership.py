@@ -31,6 +31,7 @@ from sqlalchemy.exc import DBAPIError
 
 from ledger.log import OwnedElsewhere
 from ledger.owner_lock import lock_owner
+from projections.view.engine import driver_message
 
 _TRY_LOCK = text("SELECT pg_try_advisory_lock(:topic, :partition)")
 # the session holds no advisory lock but this process's partitions
@@ -122,8 +123,7 @@ class ViewOwnership:
             held = session.execute(_HELD).scalar_one()
             why = None if held >= owned else f"it holds {held} of the {owned} locks taken"
         except DBAPIError as error:
-            first_line = str(error.orig or error).strip().splitlines()[0]
-            why = f"{type(error.orig or error).__name__}: {first_line}"
+            why = f"{type(error.orig or error).__name__}: {driver_message(error)}"
         if why is not None:
             self.close()
             raise OwnershipLost(
