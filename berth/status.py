@@ -12,6 +12,7 @@ from sqlalchemy import Connection, Engine, func, select
 
 from consumers.topics import Topics
 from ledger.log import Log
+from projections.view.loader import committed_offsets
 from projections.view.tables import (
     dead_letters,
     inventories,
@@ -122,38 +123,33 @@ def read_status(
 ) -> Status:
     """Each partition's progress, and with ``totals`` the view summed up."""
     with engine.connect() as conn:
-        offsets = {
-            int(p): (int(next_offset), int(clock))
-            for p, next_offset, clock in conn.execute(
-                select(
-                    partition_offsets.c.partition,
-                    partition_offsets.c.next_offset,
-                    partition_offsets.c.clock_ms,
-                )
-            )
-        }
+        applied = committed_offsets(conn)
+        pc = partition_offsets.c
+        clocks = {int(p): int(ms) for p, ms in conn.execute(select(pc.partition, pc.clock_ms))}
         dead = _counts(conn, dead_letters.c.partition)
-        status = Status(
-            partitions=[
-                PartitionStatus(
-                    partition=p,
-                    log_end=log.end_offset(topics.events, p),
-                    applied=offsets.get(p, (0, 0))[0],
-                    clock_ms=offsets[p][1] if p in offsets else None,
-                    dead_letters=dead.get(p, 0),
-                )
-                for p in range(partitions)
-            ],
-            totals=Totals(
+        summed = (
+            Totals(
                 resources=resource_totals(conn),
                 providers=_counts(conn, providers.c.state),
                 reservations=_counts(conn, reservations.c.status),
                 overcommitted_providers=overcommitted_providers(conn),
             )
             if totals
-            else None,
+            else None
         )
-    return status
+    # the log's ends read after the view's offsets: a record applied since is
+    # counted in both, so no partition is ever behind by less than nothing
+    progress = [
+        PartitionStatus(
+            partition=p,
+            log_end=log.end_offset(topics.events, p),
+            applied=applied.get(p, 0),
+            clock_ms=clocks.get(p),
+            dead_letters=dead.get(p, 0),
+        )
+        for p in range(partitions)
+    ]
+    return Status(progress, summed)
 
 
 @dataclass(frozen=True, slots=True)
