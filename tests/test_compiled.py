@@ -13,7 +13,7 @@ from importlib import import_module
 from pathlib import Path
 
 import projections
-from berth.compile import MODULES, compiled
+from berth.compile import MODULES, ROOT, compiled
 from projections import stale_compiled
 
 _SO = str(sysconfig.get_config_var("EXT_SUFFIX"))
@@ -99,7 +99,6 @@ def test_the_core_imports_the_same_way_from_anywhere(tmp_path: Path) -> None:
     assert found.stdout.strip().endswith(".so") == here.endswith(".so")
 
 
-_ROOT = Path(__file__).resolve().parent.parent
 _PACKAGES = ("schemas", "ledger", "projections", "consumers", "placement", "berth", "bench")
 
 
@@ -109,9 +108,9 @@ def _project_copy(root: Path, compiled_too: bool) -> Path:
     ignored = ["__pycache__"] if compiled_too else ["__pycache__", "*.so", "compiled.json"]
     root.mkdir(exist_ok=True)
     for name in ("pyproject.toml", "README.md"):
-        shutil.copy(_ROOT / name, root / name)
+        shutil.copy(ROOT / name, root / name)
     for package in _PACKAGES:
-        shutil.copytree(_ROOT / package, root / package, ignore=shutil.ignore_patterns(*ignored))
+        shutil.copytree(ROOT / package, root / package, ignore=shutil.ignore_patterns(*ignored))
     return root
 
 
@@ -128,7 +127,7 @@ def test_an_install_carries_the_compiled_core(tmp_path: Path) -> None:
         check=True,
     )
     built = {p.relative_to(lib) for p in lib.rglob("*.so")}
-    assert built == {p.relative_to(_ROOT) for p in (_ROOT / "projections").rglob("*.so")}
+    assert built == {p.relative_to(ROOT) for p in (ROOT / "projections").rglob("*.so")}
     assert (lib / "projections" / "compiled.json").exists() == compiled()
     if compiled():
         assert len(built) == len(MODULES) + 1  # and the library their code lives in
