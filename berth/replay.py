@@ -138,6 +138,7 @@ def _replay_partitions(
                 extra = next(recorded, None)
                 if extra is not None:
                     divergence = Divergence(partition, extra.offset, extra, None)
+        view.flush()
     finally:
         if collecting:
             gc.enable()
@@ -296,15 +297,17 @@ def replay(
     writers do: a replay that dies leaves a view consistent up to its offsets.
 
     The fresh file is a rebuild: batches of :data:`REBUILD_BATCH_SIZE`, no
-    syncing, and secondary indexes dropped after the migrations and recreated
+    syncing, secondary indexes dropped after the migrations and recreated
     from their own definitions once the first processes are done (see
     :class:`_Indexes`). Each batch still commits with its offset, but the
     rows of reservations still active and the providers' usage are written
-    once, after a partition's last batch (see :class:`ViewWriter`). A rebuild
-    that dies leaves only ``view.replay.db``, partial and perhaps without
-    those indexes, which nothing reads: the view in place is untouched, and
-    the next replay deletes the file and starts again from offset 0. Only a
-    complete rebuild, indexes built and synced to disk, replaces
+    once, after a partition's last batch, and a process that finds the write
+    lock taken goes on deciding while its batches wait (see
+    :class:`ViewWriter`). A rebuild that dies leaves only
+    ``view.replay.db``, partial and perhaps without those indexes, which
+    nothing reads: the view in place is untouched, and the next replay
+    deletes the file and starts again from offset 0. Only a complete
+    rebuild, indexes built and synced to disk, replaces
     ``view.db``."""
     target = settings
     fresh: Path | None = None

@@ -6,6 +6,7 @@ it only once complete."""
 from __future__ import annotations
 
 import multiprocessing
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -24,7 +25,7 @@ from consumers.partition_writer import catch_up_all
 from ledger.log import Append, LogError
 from ledger.partitioner import partition_for
 from projections.view.engine import make_engine
-from projections.view.writer import ViewWriter
+from projections.view.writer import _MOST_WAITING, ViewWriter
 from schemas.codec import encode_event
 from tests.contracts.view_contract import BATCH_DEPENDENT, _dump, pool_scenario
 
@@ -154,6 +155,54 @@ def test_a_rebuild_of_pools_and_transactions_is_identical(
     result = replay(Settings(data_dir=data, batch_size=3), verify=True)
     assert result.divergence is None
     assert result.verified == result.outcomes > 0
+    assert _snapshot(make_engine(result.view_url)) == live
+
+
+def test_a_rebuild_decides_on_while_another_connection_holds_the_write_lock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The other replay processes and the index build take the write lock in
+    turn: a rebuild's writer that finds it taken keeps deciding, its batches
+    waiting in memory, and writes them, in order, once it gets the lock."""
+    monkeypatch.setattr(berth.replay, "REBUILD_BATCH_SIZE", 1)
+    # were the writer to wait for the lock, it would fail after a second
+    monkeypatch.setattr("projections.view.engine._REBUILD_BUSY_MS", 1_000)
+    data = tmp_path / "data"
+    _write_log(data, 3_000, 20, 2)
+    live = _live(data, batch_size=37)
+    views: list[ViewWriter] = []
+
+    def view_writer(*args: Any, **kwargs: Any) -> ViewWriter:
+        views.append(ViewWriter(*args, **kwargs))
+        return views[-1]
+
+    monkeypatch.setattr(berth.replay, "ViewWriter", view_writer)
+    holder = sqlite3.connect(data / "view.db", isolation_level=None)  # for now
+    seen: list[tuple[int, int]] = []  # batches waiting, the view's offset
+
+    def progress(_records: int) -> None:
+        nonlocal holder
+        if not seen:  # the first batch is in: the next find the lock taken
+            holder.close()
+            holder = sqlite3.connect(data / "view.replay.db", isolation_level=None)
+            holder.execute("BEGIN IMMEDIATE")
+        elif len(seen) == _MOST_WAITING:
+            return
+        (offset,) = holder.execute("SELECT next_offset FROM partition_offsets").fetchone()
+        seen.append((len(views[-1].waiting), offset))
+        if len(seen) == _MOST_WAITING:
+            holder.execute("COMMIT")
+
+    try:
+        result = replay(
+            Settings(data_dir=data, batch_size=37), verify=True, progress=progress, jobs=1
+        )
+    finally:
+        holder.close()
+    assert seen == [(n, 37) for n in range(_MOST_WAITING)]
+    assert not views[-1].waiting
+    assert result.divergence is None
+    assert result.verified == result.outcomes == len(live[1]["outcomes"])
     assert _snapshot(make_engine(result.view_url)) == live
 
 

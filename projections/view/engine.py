@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import sqlite3
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy.exc import DBAPIError, OperationalError
 
 _REBUILD_CACHE_KIB = 1 << 20
 """A rebuild's page cache: 1 GiB at most, holding a view of a few million
@@ -70,3 +71,28 @@ def make_engine(url: str, writer: bool = False, rebuild: bool = False) -> Engine
 
         return engine
     return create_engine(url, pool_pre_ping=True)
+
+
+def begin_if_free(engine: Engine) -> Connection | None:
+    """A connection in a transaction that holds SQLite's write lock, or None
+    at once if another connection holds it (where a ``writer`` engine's
+    BEGIN would wait for it). Any other database: a connection in a
+    transaction, as ``engine.begin()`` would give."""
+    conn = engine.connect()
+    if engine.dialect.name != "sqlite":
+        conn.begin()
+        return conn
+    driver = conn.connection.driver_connection
+    assert isinstance(driver, sqlite3.Connection)
+    waits = int(driver.execute("PRAGMA busy_timeout").fetchone()[0])
+    driver.execute("PRAGMA busy_timeout=0")
+    try:
+        conn.begin()
+    except OperationalError as error:
+        driver.execute(f"PRAGMA busy_timeout={waits}")
+        conn.close()
+        if getattr(error.orig, "sqlite_errorcode", None) == sqlite3.SQLITE_BUSY:
+            return None
+        raise
+    driver.execute(f"PRAGMA busy_timeout={waits}")
+    return conn

@@ -13,6 +13,7 @@ from sqlalchemy import Connection, Engine, Executable, bindparam, delete, update
 
 from projections.batch import Batch
 from projections.state import PartitionState, ProviderState
+from projections.view.engine import begin_if_free
 from projections.view.tables import (
     dead_letters,
     inventories,
@@ -54,15 +55,23 @@ class ViewWriter:
     the rest when a partition's last batch is in, and a batch writes every
     row held once more than ``holds_back`` are (a few hundred bytes each;
     what is written is updated from then on, as a live writer does). Claims
-    with identifiers or a transaction are written as a live writer does."""
+    with identifiers or a transaction are written as a live writer does.
+
+    A rebuild's writer also does not wait for the write lock, which the
+    other replay processes and the index build take in turn: a batch whose
+    lock is taken waits in memory, in order, while the process decides the
+    next, and goes in the next transaction that gets the lock (at most
+    :data:`_MOST_WAITING` wait; :meth:`flush` writes what still does)."""
 
     def __init__(self, engine: Engine, holds_back: int | None = None) -> None:
         self.engine = engine
         self.held_back = None if holds_back is None else _HeldBack(holds_back)
+        self.waiting: list[_Planned] = []
 
     def commit(self, state: PartitionState, batch: Batch) -> bool:
         """Write ``batch`` and its end offset atomically. False if the view
-        already holds it (a redelivery); :class:`StaleBatch` on a gap."""
+        already holds it (a redelivery); :class:`StaleBatch` on a gap. A
+        rebuild's batch may wait for the lock (see the class)."""
         # rows are made before the transaction: with several writer processes
         # on one SQLite file, the write lock is then held only while writing
         plan = _Plan()
@@ -74,24 +83,19 @@ class ViewWriter:
             held.write_reservations(plan)
         _write_pools(plan, state, batch)
         _write_dead_letters(plan, batch)
-        with self.engine.begin() as conn:
-            current = _lock_offset(conn, batch.partition)
-            if current is not None and current >= batch.end:
-                return False  # the plan consumed the state's change sets all the same
-            if (current or 0) != batch.start:
-                raise StaleBatch(
-                    f"partition {batch.partition}: view is at offset {current}, "
-                    f"batch starts at {batch.start}"
-                )
-            plan.run(conn)
-            row = (state.partitions, batch.end, state.clock_ms, batch.partition)
-            _bulk(conn, _INSERT_OFFSET if current is None else _UPDATE_OFFSET, [row])
+        planned = _Planned(plan, batch, state)
+        if held is None:
+            with self.engine.begin() as conn:
+                return planned.write(conn)
+        self.waiting.append(planned)
+        self._write_waiting(len(self.waiting) >= _MOST_WAITING)
         return True
 
     def write_held_back(self, state: PartitionState) -> None:
         """Write what was held back of ``state``'s partition (see the class):
         the rows of the reservations still active, and the usage of the
-        providers, each with the offset of the batch that last changed it."""
+        providers, each with the offset of the batch that last changed it.
+        Like a batch, they may wait for the lock."""
         held = self.held_back
         if held is None or not (held.reservations or held.usage):
             return
@@ -99,8 +103,70 @@ class ViewWriter:
         held.write_reservations(plan)
         _write_usage(plan, state, sorted(held.usage.items()))
         held.usage.clear()
-        with self.engine.begin() as conn:
-            plan.run(conn)
+        self.waiting.append(_Planned(plan))
+        self._write_waiting(len(self.waiting) >= _MOST_WAITING)
+
+    def flush(self) -> None:
+        """Write every batch still waiting for the lock, waiting for it."""
+        self._write_waiting(wait=True)
+
+    def _write_waiting(self, wait: bool) -> None:
+        if not self.waiting:
+            return
+        if wait:
+            with self.engine.begin() as conn:
+                for planned in self.waiting:
+                    planned.write(conn)
+        else:
+            free = begin_if_free(self.engine)
+            if free is None:
+                return
+            with free:
+                for planned in self.waiting:
+                    planned.write(free)
+                free.commit()
+        self.waiting.clear()
+
+
+_MOST_WAITING = 8
+"""Batches a rebuild's writer keeps waiting for the write lock at most: the
+lock is taken for well under the time a batch takes to decide, except by
+the index build (about two seconds, some three batches of a process)."""
+
+
+class _Planned:
+    """A batch's writes, made ready, with the offset they take its partition
+    to; or, without a batch, rows a rebuild held back, which move no offset."""
+
+    __slots__ = ("end", "offsets", "partition", "plan", "start")
+
+    def __init__(
+        self, plan: _Plan, batch: Batch | None = None, state: PartitionState | None = None
+    ) -> None:
+        self.plan = plan
+        self.partition = self.start = self.end = -1
+        self.offsets: tuple[int, int, int, int] | None = None
+        if batch is not None and state is not None:
+            self.partition, self.start, self.end = batch.partition, batch.start, batch.end
+            self.offsets = (state.partitions, batch.end, state.clock_ms, batch.partition)
+
+    def write(self, conn: Connection) -> bool:
+        """Run the plan and move the offset, in ``conn``'s transaction. False
+        if the view already holds the batch."""
+        if self.offsets is None:
+            self.plan.run(conn)
+            return True
+        current = _lock_offset(conn, self.partition)
+        if current is not None and current >= self.end:
+            return False  # the plan consumed the state's change sets all the same
+        if (current or 0) != self.start:
+            raise StaleBatch(
+                f"partition {self.partition}: view is at offset {current}, "
+                f"batch starts at {self.start}"
+            )
+        self.plan.run(conn)
+        _bulk(conn, _INSERT_OFFSET if current is None else _UPDATE_OFFSET, [self.offsets])
+        return True
 
 
 class _HeldBack:

@@ -1,0 +1,61 @@
+"""Taking a view's write lock without waiting for it (a rebuild's writers)."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+
+from projections.view.engine import begin_if_free, make_engine
+
+
+def test_the_lock_is_taken_when_free_and_none_is_returned_at_once_when_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("projections.view.engine._REBUILD_BUSY_MS", 60_000)
+    path = tmp_path / "view.db"
+    engine = make_engine(f"sqlite:///{path}", writer=True, rebuild=True)
+    with engine.begin() as setup:
+        setup.exec_driver_sql("CREATE TABLE t (a INTEGER)")
+    other = sqlite3.connect(path, isolation_level=None, timeout=0)
+    try:
+        conn = begin_if_free(engine)
+        assert conn is not None and conn.in_transaction()
+        with conn:
+            conn.exec_driver_sql("INSERT INTO t VALUES (1)")
+            with pytest.raises(sqlite3.OperationalError, match="locked"):
+                other.execute("BEGIN IMMEDIATE")  # this connection holds the lock
+            conn.commit()
+
+        other.execute("BEGIN IMMEDIATE")
+        asked = time.monotonic()
+        assert begin_if_free(engine) is None
+        assert time.monotonic() - asked < 30  # not after the minute it would wait
+        other.execute("COMMIT")
+
+        with engine.connect() as again:  # the pooled connection waits as before
+            assert again.exec_driver_sql("PRAGMA busy_timeout").scalar_one() == 60_000
+        second = begin_if_free(engine)
+        assert second is not None
+        with second:
+            second.exec_driver_sql("INSERT INTO t VALUES (2)")
+            second.commit()
+        assert other.execute("SELECT a FROM t ORDER BY a").fetchall() == [(1,), (2,)]
+    finally:
+        other.close()
+        engine.dispose()
+
+
+def test_any_other_database_begins_as_usual(postgres_url: str) -> None:
+    engine = make_engine(postgres_url)
+    try:
+        conn = begin_if_free(engine)
+        assert conn is not None and conn.in_transaction()
+        with conn:
+            assert conn.execute(text("SELECT 1")).scalar_one() == 1
+            conn.commit()
+    finally:
+        engine.dispose()
