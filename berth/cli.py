@@ -75,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--jobs",
         type=int,
         default=default_jobs(),
-        help="processes replaying partitions in parallel (default: two per core)",
+        help="processes replaying partitions in parallel (default: one per core)",
     )
 
     projector = sub.add_parser("projector", help="run partition writers until interrupted")

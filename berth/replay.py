@@ -271,13 +271,14 @@ def _drop_secondary_indexes(engine: Engine) -> list[str]:
 
 
 def default_jobs() -> int:
-    """Two replay processes a core. Partitions cannot be split, so with one a
-    core the run lasts as long as the slowest core takes for its share, and
-    the cores of a shared machine drift apart in speed (here by up to 30%);
-    with two a core the kernel moves them to whichever core is free. On this
-    project's 2-core machine four processes beat two in seven runs of seven,
-    by 1-10%."""
-    return 2 * (os.cpu_count() or 1)
+    """One replay process a core. Two a core let the kernel even out cores
+    of unequal speed, and beat one a core while a process waited for the
+    write lock with its core idle; since a rebuild's processes decide on
+    instead (see :class:`ViewWriter`), the extra processes only cost CPU
+    (their caches and switches): on this project's 2-core machine two
+    processes beat four in eight alternate runs of eight, by 2-34%
+    (7% at the median)."""
+    return os.cpu_count() or 1
 
 
 def replay(
