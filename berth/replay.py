@@ -388,7 +388,8 @@ class _Indexes:
     million records, on one core) then overlaps the slower process's last
     batches instead of following them. The rows inserted after an index
     exists keep it up to date, as in a live view; each index is its own
-    transaction, so a process waits at most one index build to commit."""
+    transaction, and a process that finds the lock taken by one decides on
+    meanwhile (see :class:`ViewWriter`)."""
 
     def __init__(self, target: Settings, statements: list[str]) -> None:
         self.target = target

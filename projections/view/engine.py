@@ -14,9 +14,11 @@ records, so that index inserts at random keys do not go to the disk."""
 
 _BUSY_MS = 30_000
 _REBUILD_BUSY_MS = 3_600_000
-"""How long a rebuild's connection waits for the write lock: its replay
-processes wait for one another, and for an index built while one of them
-still writes, which takes longer the longer the log (about 1.4 s for a
+"""How long a rebuild's connection waits for the write lock, when it waits:
+its replay processes decide on while the lock is taken (see
+:func:`begin_if_free`), but wait once enough of their batches do, and for
+their last ones. The lock is taken in turn by the other processes and by
+an index build, which takes longer the longer the log (about 1.4 s for a
 million records). Only the replay itself writes a rebuild's file."""
 
 
