@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from projections.view.engine import begin_if_free, make_engine
+from projections.view.engine import begin_writing, make_engine
 
 
 def test_the_lock_is_taken_when_free_and_none_is_returned_at_once_when_not(
@@ -22,7 +22,7 @@ def test_the_lock_is_taken_when_free_and_none_is_returned_at_once_when_not(
         setup.exec_driver_sql("CREATE TABLE t (a INTEGER)")
     other = sqlite3.connect(path, isolation_level=None, timeout=0)
     try:
-        conn = begin_if_free(engine)
+        conn = begin_writing(engine, wait=False)
         assert conn is not None and conn.in_transaction()
         with conn:
             conn.exec_driver_sql("INSERT INTO t VALUES (1)")
@@ -32,13 +32,13 @@ def test_the_lock_is_taken_when_free_and_none_is_returned_at_once_when_not(
 
         other.execute("BEGIN IMMEDIATE")
         asked = time.monotonic()
-        assert begin_if_free(engine) is None
+        assert begin_writing(engine, wait=False) is None
         assert time.monotonic() - asked < 30  # not after the minute it would wait
         other.execute("COMMIT")
 
         with engine.connect() as again:  # the pooled connection waits as before
             assert again.exec_driver_sql("PRAGMA busy_timeout").scalar_one() == 60_000
-        second = begin_if_free(engine)
+        second = begin_writing(engine, wait=False)
         assert second is not None
         with second:
             second.exec_driver_sql("INSERT INTO t VALUES (2)")
@@ -52,7 +52,7 @@ def test_the_lock_is_taken_when_free_and_none_is_returned_at_once_when_not(
 def test_any_other_database_begins_as_usual(postgres_url: str) -> None:
     engine = make_engine(postgres_url)
     try:
-        conn = begin_if_free(engine)
+        conn = begin_writing(engine, wait=False)
         assert conn is not None and conn.in_transaction()
         with conn:
             assert conn.execute(text("SELECT 1")).scalar_one() == 1

@@ -16,7 +16,7 @@ _BUSY_MS = 30_000
 _REBUILD_BUSY_MS = 3_600_000
 """How long a rebuild's connection waits for the write lock, when it waits:
 its replay processes decide on while the lock is taken (see
-:func:`begin_if_free`), but wait once enough of their batches do, and for
+:func:`begin_writing`), but wait once enough of their batches do, and for
 their last ones. The lock is taken in turn by the other processes and by
 an index build, which takes longer the longer the log (about 1.4 s for a
 million records). Only the replay itself writes a rebuild's file."""
@@ -75,26 +75,30 @@ def make_engine(url: str, writer: bool = False, rebuild: bool = False) -> Engine
     return create_engine(url, pool_pre_ping=True)
 
 
-def begin_if_free(engine: Engine) -> Connection | None:
-    """A connection in a transaction that holds SQLite's write lock, or None
-    at once if another connection holds it (where a ``writer`` engine's
-    BEGIN would wait for it). Any other database: a connection in a
-    transaction, as ``engine.begin()`` would give."""
+def begin_writing(engine: Engine, wait: bool = True) -> Connection | None:
+    """A connection in a transaction that holds the view's write lock. With
+    ``wait`` false, on SQLite, None at once if another connection holds it
+    (where a ``writer`` engine's BEGIN waits for it); any other database
+    begins as it would anyway."""
     conn = engine.connect()
-    if engine.dialect.name != "sqlite":
-        conn.begin()
-        return conn
-    driver = conn.connection.driver_connection
-    assert isinstance(driver, sqlite3.Connection)
-    waits = int(driver.execute("PRAGMA busy_timeout").fetchone()[0])
-    driver.execute("PRAGMA busy_timeout=0")
     try:
-        conn.begin()
-    except OperationalError as error:
-        driver.execute(f"PRAGMA busy_timeout={waits}")
+        if wait or engine.dialect.name != "sqlite":
+            conn.begin()
+            return conn
+        driver = conn.connection.driver_connection
+        assert isinstance(driver, sqlite3.Connection)
+        waits = int(driver.execute("PRAGMA busy_timeout").fetchone()[0])
+        driver.execute("PRAGMA busy_timeout=0")
+        try:
+            conn.begin()
+        finally:
+            driver.execute(f"PRAGMA busy_timeout={waits}")
+        return conn
+    except BaseException as error:
         conn.close()
-        if getattr(error.orig, "sqlite_errorcode", None) == sqlite3.SQLITE_BUSY:
+        busy = isinstance(error, OperationalError) and (
+            getattr(error.orig, "sqlite_errorcode", None) == sqlite3.SQLITE_BUSY
+        )
+        if busy and not wait:
             return None
         raise
-    driver.execute(f"PRAGMA busy_timeout={waits}")
-    return conn

@@ -13,7 +13,7 @@ from sqlalchemy import Connection, Engine, Executable, bindparam, delete, update
 
 from projections.batch import Batch
 from projections.state import PartitionState, ProviderState
-from projections.view.engine import begin_if_free
+from projections.view.engine import begin_writing
 from projections.view.tables import (
     dead_letters,
     inventories,
@@ -66,7 +66,7 @@ class ViewWriter:
     def __init__(self, engine: Engine, holds_back: int | None = None) -> None:
         self.engine = engine
         self.held_back = None if holds_back is None else _HeldBack(holds_back)
-        self.waiting: list[_Planned] = []
+        self.waiting: list[_Planned | _Plan] = []
 
     def commit(self, state: PartitionState, batch: Batch) -> bool:
         """Write ``batch`` and its end offset atomically. False if the view
@@ -86,9 +86,8 @@ class ViewWriter:
         planned = _Planned(plan, batch, state)
         if held is None:
             with self.engine.begin() as conn:
-                return planned.write(conn)
-        self.waiting.append(planned)
-        self._write_waiting(len(self.waiting) >= _MOST_WAITING)
+                return planned.run(conn)
+        self._wait(planned)
         return True
 
     def write_held_back(self, state: PartitionState) -> None:
@@ -103,28 +102,28 @@ class ViewWriter:
         held.write_reservations(plan)
         _write_usage(plan, state, sorted(held.usage.items()))
         held.usage.clear()
-        self.waiting.append(_Planned(plan))
-        self._write_waiting(len(self.waiting) >= _MOST_WAITING)
+        self._wait(plan)
 
     def flush(self) -> None:
         """Write every batch still waiting for the lock, waiting for it."""
         self._write_waiting(wait=True)
 
+    def _wait(self, writes: _Planned | _Plan) -> None:
+        """Queue ``writes`` and write the queue if the lock is free, or
+        once it is if the queue is full."""
+        self.waiting.append(writes)
+        self._write_waiting(wait=len(self.waiting) >= _MOST_WAITING)
+
     def _write_waiting(self, wait: bool) -> None:
         if not self.waiting:
             return
-        if wait:
-            with self.engine.begin() as conn:
-                for planned in self.waiting:
-                    planned.write(conn)
-        else:
-            free = begin_if_free(self.engine)
-            if free is None:
-                return
-            with free:
-                for planned in self.waiting:
-                    planned.write(free)
-                free.commit()
+        conn = begin_writing(self.engine, wait)
+        if conn is None:
+            return
+        with conn:
+            for writes in self.waiting:
+                writes.run(conn)
+            conn.commit()
         self.waiting.clear()
 
 
@@ -135,27 +134,18 @@ the index build (about two seconds, some three batches of a process)."""
 
 
 class _Planned:
-    """A batch's writes, made ready, with the offset they take its partition
-    to; or, without a batch, rows a rebuild held back, which move no offset."""
+    """A batch's writes, made ready, and the offset they take its partition to."""
 
-    __slots__ = ("end", "offsets", "partition", "plan", "start")
+    __slots__ = ("clock_ms", "end", "partition", "partitions", "plan", "start")
 
-    def __init__(
-        self, plan: _Plan, batch: Batch | None = None, state: PartitionState | None = None
-    ) -> None:
+    def __init__(self, plan: _Plan, batch: Batch, state: PartitionState) -> None:
         self.plan = plan
-        self.partition = self.start = self.end = -1
-        self.offsets: tuple[int, int, int, int] | None = None
-        if batch is not None and state is not None:
-            self.partition, self.start, self.end = batch.partition, batch.start, batch.end
-            self.offsets = (state.partitions, batch.end, state.clock_ms, batch.partition)
+        self.partition, self.start, self.end = batch.partition, batch.start, batch.end
+        self.partitions, self.clock_ms = state.partitions, state.clock_ms
 
-    def write(self, conn: Connection) -> bool:
+    def run(self, conn: Connection) -> bool:
         """Run the plan and move the offset, in ``conn``'s transaction. False
         if the view already holds the batch."""
-        if self.offsets is None:
-            self.plan.run(conn)
-            return True
         current = _lock_offset(conn, self.partition)
         if current is not None and current >= self.end:
             return False  # the plan consumed the state's change sets all the same
@@ -165,7 +155,8 @@ class _Planned:
                 f"batch starts at {self.start}"
             )
         self.plan.run(conn)
-        _bulk(conn, _INSERT_OFFSET if current is None else _UPDATE_OFFSET, [self.offsets])
+        row = (self.partitions, self.end, self.clock_ms, self.partition)
+        _bulk(conn, _INSERT_OFFSET if current is None else _UPDATE_OFFSET, [row])
         return True
 
 
