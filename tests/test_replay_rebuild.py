@@ -177,28 +177,27 @@ def test_a_rebuild_decides_on_while_another_connection_holds_the_write_lock(
         return views[-1]
 
     monkeypatch.setattr(berth.replay, "ViewWriter", view_writer)
-    holder = sqlite3.connect(data / "view.db", isolation_level=None)  # for now
+    holders: list[sqlite3.Connection] = []
     seen: list[tuple[int, int]] = []  # batches waiting, the view's offset
 
     def progress(_records: int) -> None:
-        nonlocal holder
-        if not seen:  # the first batch is in: the next find the lock taken
-            holder.close()
-            holder = sqlite3.connect(data / "view.replay.db", isolation_level=None)
-            holder.execute("BEGIN IMMEDIATE")
+        if not holders:  # the first batch is in: the next find the lock taken
+            holders.append(sqlite3.connect(data / "view.replay.db", isolation_level=None))
+            holders[0].execute("BEGIN IMMEDIATE")
         elif len(seen) == _MOST_WAITING:
             return
-        (offset,) = holder.execute("SELECT next_offset FROM partition_offsets").fetchone()
+        (offset,) = holders[0].execute("SELECT next_offset FROM partition_offsets").fetchone()
         seen.append((len(views[-1].waiting), offset))
         if len(seen) == _MOST_WAITING:
-            holder.execute("COMMIT")
+            holders[0].execute("COMMIT")
 
     try:
         result = replay(
             Settings(data_dir=data, batch_size=37), verify=True, progress=progress, jobs=1
         )
     finally:
-        holder.close()
+        for holder in holders:
+            holder.close()
     assert seen == [(n, 37) for n in range(_MOST_WAITING)]
     assert not views[-1].waiting
     assert result.divergence is None
