@@ -21,19 +21,21 @@ from applying any record twice.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import zlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from sqlalchemy import Connection, Engine, text
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from ledger.log import OwnedElsewhere
 from ledger.owner_lock import lock_owner
 from projections.view.engine import driver_message
 
 _TRY_LOCK = text("SELECT pg_try_advisory_lock(:topic, :partition)")
+_UNLOCK_ALL = text("SELECT pg_advisory_unlock_all()")
 # the session holds no advisory lock but this process's partitions
 _HELD = text(
     "SELECT count(*) FROM pg_locks "
@@ -132,13 +134,18 @@ class ViewOwnership:
             )
 
     def close(self) -> None:
-        """Give up every partition: the session ends rather than going back
-        to the pool, where its locks would stay held."""
+        """Give up every partition: the session's locks are released, and
+        the session ends rather than going back to the pool, where any lock
+        left would stay held."""
         for fd in self._owned.values():
             if fd is not None:
                 os.close(fd)  # closing releases the flock
         self._owned.clear()
         session, self._session = self._session, None
         if session is not None:
+            # released now: the server frees a closed session's locks only
+            # once its backend has exited, a moment after the socket closes
+            with contextlib.suppress(SQLAlchemyError):  # a lost session holds none
+                session.execute(_UNLOCK_ALL)
             session.invalidate()
             session.close()
