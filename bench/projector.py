@@ -1,6 +1,6 @@
 """Projector benchmarks: in-memory apply, durable end to end, replay, memory.
 
-    python -m bench.projector [--replay-records N] [--kafka auto|HOST:PORT]
+    python -m bench.projector [--replay-records N] [--replay-runs N] [--kafka auto|HOST:PORT]
 
 Progress goes to stderr; the figures are one JSON object on the last line.
 """
@@ -11,6 +11,7 @@ import argparse
 import gc
 import json
 import random
+import resource
 import shutil
 import tempfile
 import tracemalloc
@@ -204,20 +205,41 @@ def _write_log(directory: Path, records: int, providers: int, partitions: int) -
 
 
 def bench_replay(
-    directory: Path, records: int, providers: int = 10_000, jobs: int = 2
+    directory: Path, records: int, providers: int = 10_000, jobs: int = 2, runs: int = 3
 ) -> dict[str, Any]:
+    """The same log replayed ``runs`` times into a fresh view: the machine's
+    speed drifts from one run to the next, so the median is reported, with
+    the range, and the CPU the replay took in all its processes."""
     note(f"writing a {records}-record log ...")
     written = _write_log(directory, records, providers, partitions=8)
-    note("replaying it into a fresh SQLite view ...")
-    with timed() as t:
-        result = replay(Settings(data_dir=directory), verify=False, jobs=jobs)
+    seconds: list[float] = []
+    cpu: list[float] = []
+    outcomes = 0
+    for run in range(runs):
+        note(f"replaying it into a fresh SQLite view ({run + 1} of {runs}) ...")
+        before = _cpu_seconds()
+        with timed() as t:
+            outcomes = replay(Settings(data_dir=directory), verify=False, jobs=jobs).outcomes
+        cpu.append(_cpu_seconds() - before)
+        seconds.append(t[0])
+    median = sorted(seconds)[len(seconds) // 2]
     return {
         "replay_records": written,
-        "replay_s": round(t[0], 2),
-        "replay_records_per_s": round(written / t[0]),
-        "replay_outcomes": result.outcomes,
+        "replay_s": round(median, 2),
+        "replay_s_range": [round(min(seconds), 2), round(max(seconds), 2)],
+        "replay_cpu_s": round(sorted(cpu)[len(cpu) // 2], 2),
+        "replay_records_per_s": round(written / median),
+        "replay_outcomes": outcomes,
         "replay_jobs": jobs,
     }
+
+
+def _cpu_seconds() -> float:
+    """CPU this process and its finished children have used (a replay's
+    processes are joined before it returns)."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def bench_memory(providers: int = 100_000, reservations: int = 1_000_000) -> dict[str, Any]:
@@ -272,6 +294,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--replay-records", type=int, default=1_000_000)
     parser.add_argument("--replay-jobs", type=int, default=default_jobs())
+    parser.add_argument("--replay-runs", type=int, default=3)
     parser.add_argument("--skip-memory", action="store_true")
     parser.add_argument(
         "--kafka", default="", help="auto (start tansu) or HOST:PORT for the Kafka figures"
@@ -292,7 +315,11 @@ def main() -> None:
             with _kafka(args.kafka) as bootstrap:
                 kafka = bench_durable(work / "kafka", claims=20_000, log_url=f"kafka://{bootstrap}")
             figures["kafka_claims_per_s"] = kafka["claims_per_s"]
-        figures.update(bench_replay(work / "replay", args.replay_records, jobs=args.replay_jobs))
+        figures.update(
+            bench_replay(
+                work / "replay", args.replay_records, jobs=args.replay_jobs, runs=args.replay_runs
+            )
+        )
     finally:
         shutil.rmtree(work, ignore_errors=True)
     if not args.skip_memory:
