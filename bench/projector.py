@@ -13,6 +13,7 @@ import json
 import random
 import resource
 import shutil
+import statistics
 import tempfile
 import tracemalloc
 from collections import Counter
@@ -85,7 +86,7 @@ def bench_apply(claims: int = 200_000, providers: int = 1_000) -> dict[str, Any]
         tune_gc()
         kinds: Counter[str] = Counter()
         fills.append(_applied(state, raws[:filling], kinds))
-    fill_s = sorted(fills)[1]
+    fill_s = statistics.median(fills)
     steady_s = _applied(state, raws[filling:], kinds, filling)
     mix: list[bytes] = []
     ts = 10_000_000
@@ -222,12 +223,12 @@ def bench_replay(
             outcomes = replay(Settings(data_dir=directory), verify=False, jobs=jobs).outcomes
         cpu.append(_cpu_seconds() - before)
         seconds.append(t[0])
-    median = sorted(seconds)[len(seconds) // 2]
+    median = statistics.median(seconds)
     return {
         "replay_records": written,
         "replay_s": round(median, 2),
         "replay_s_range": [round(min(seconds), 2), round(max(seconds), 2)],
-        "replay_cpu_s": round(sorted(cpu)[len(cpu) // 2], 2),
+        "replay_cpu_s": round(statistics.median(cpu), 2),
         "replay_records_per_s": round(written / median),
         "replay_outcomes": outcomes,
         "replay_jobs": jobs,
