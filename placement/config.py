@@ -20,6 +20,11 @@ Example::
     [weighers.MetricsWeigher]      # or a table: multiplier and options
     multiplier = 1.0
     weight_setting = "cpu.percent=-1.0"
+
+    [scriptlet]                    # placement/scriptlet.py: the last word on each pick
+    path = "placement.star"        # relative to this file; or source = "..."
+    max_checks = 1000              # cancelled after this many of Starlark's loop checks
+    max_candidates = 100           # the program sees the best this many
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from placement.engine import Engine, Sampling
 from placement.filters.base import HostFilter
 from placement.registry import DEFAULT_FILTERS, DEFAULT_WEIGHERS, FILTERS, WEIGHERS
+from placement.scriptlet import Scriptlet, ScriptletError
 from placement.weighers.base import Weigher
 
 _T = TypeVar("_T")
@@ -49,8 +55,16 @@ class _Scheduler(BaseModel):
     sample_minimum: int = Field(default=100, ge=1)
 
 
+class _ScriptletSection(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    path: str | None = None
+    source: str | None = None
+    max_checks: int = Field(default=1_000, ge=1, le=1_000_000)
+    max_candidates: int = Field(default=100, ge=1, le=100_000)
+
+
 class SchedulerConfig:
-    """The engine's filters and weighers, and the worker's retry bound."""
+    """The engine's filters, weighers and scriptlet, and the worker's retry bound."""
 
     def __init__(
         self,
@@ -58,14 +72,16 @@ class SchedulerConfig:
         weighers: list[Weigher],
         max_attempts: int,
         sampling: Sampling,
+        scriptlet: Scriptlet | None = None,
     ) -> None:
         self.filters = filters
         self.weighers = weighers
         self.max_attempts = max_attempts
         self.sampling = sampling
+        self.scriptlet = scriptlet
 
     def engine(self) -> Engine:
-        return Engine(self.filters, self.weighers, self.sampling)
+        return Engine(self.filters, self.weighers, self.sampling, self.scriptlet)
 
     @classmethod
     def default(cls) -> SchedulerConfig:
@@ -78,16 +94,18 @@ class SchedulerConfig:
         except (OSError, tomllib.TOMLDecodeError) as error:
             raise ConfigError(f"{path}: {error}") from None
         try:
-            return cls.from_mapping(data)
+            return cls.from_mapping(data, base=Path(path).parent)
         except ConfigError as error:
             raise ConfigError(f"{path}: {error}") from None
 
     @classmethod
-    def from_mapping(cls, data: dict[str, Any]) -> SchedulerConfig:
-        unknown = set(data) - {"scheduler", "filters", "weighers"}
+    def from_mapping(cls, data: dict[str, Any], base: Path = Path()) -> SchedulerConfig:
+        """The configuration in ``data``; a scriptlet's ``path`` is relative to ``base``."""
+        unknown = set(data) - {"scheduler", "filters", "weighers", "scriptlet"}
         if unknown:
             raise ConfigError(
-                f"unknown sections {sorted(unknown)}; expected scheduler, filters, weighers"
+                f"unknown sections {sorted(unknown)}; "
+                "expected scheduler, filters, weighers, scriptlet"
             )
         try:
             scheduler = _Scheduler.model_validate(data.get("scheduler", {}))
@@ -98,6 +116,7 @@ class SchedulerConfig:
             weighers=_weighers(data.get("weighers", DEFAULT_WEIGHERS)),
             max_attempts=scheduler.max_attempts,
             sampling=Sampling(scheduler.sample_percentage, scheduler.sample_minimum),
+            scriptlet=_scriptlet(data.get("scriptlet"), base),
         )
 
 
@@ -106,6 +125,32 @@ def _summary(error: ValidationError) -> str:
         f"{'.'.join(str(p) for p in e['loc']) or 'value'}: {e['msg']}"
         for e in error.errors(include_url=False)
     )
+
+
+def _scriptlet(section: Any, base: Path) -> Scriptlet | None:
+    if section is None:
+        return None
+    if not isinstance(section, dict):
+        raise ConfigError("[scriptlet] must be a table")
+    try:
+        given = _ScriptletSection.model_validate(section)
+    except ValidationError as error:
+        raise ConfigError(f"[scriptlet]: {_summary(error)}") from None
+    if (given.path is None) == (given.source is None):
+        raise ConfigError("[scriptlet] needs either path or source")
+    name, source = "placement.star", given.source
+    if given.path is not None:
+        file = base / given.path
+        try:
+            source = file.read_text(encoding="utf-8")
+        except OSError as error:
+            raise ConfigError(f"[scriptlet] path: {error}") from None
+        name = str(file)
+    assert source is not None
+    try:
+        return Scriptlet(source, name, given.max_checks, given.max_candidates)
+    except ScriptletError as error:
+        raise ConfigError(f"[scriptlet]: {error}") from None
 
 
 def _filters(section: dict[str, Any]) -> list[HostFilter]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -25,6 +26,9 @@ from placement.filters.base import Context, HostFilter
 from placement.model import BoolArray, FloatArray, IntArray, Request, Snapshot
 from placement.weighers.base import Weigher
 from placement.weighers.combine import weigh_all
+
+if TYPE_CHECKING:
+    from placement.scriptlet import Scriptlet
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +65,8 @@ class Placement:
     weights: tuple[float, ...]
     wanted: int
     trace: Trace | None = None
+    refusal: str | None = None
+    """Why the placement scriptlet refused the request, if it did."""
 
     @property
     def placed(self) -> bool:
@@ -72,6 +78,8 @@ class Placement:
         if self.placed:
             return ""
         got = f"{len(self.providers)} of {self.wanted} instances placed"
+        if self.refusal is not None:
+            return f"refused by the placement scriptlet: {self.refusal} ({got})"
         if self.trace is None:
             return f"no valid host: {got}"
         counts = ", ".join(f"{name} removed {n}" for name, n in self.trace.counts.items() if n)
@@ -135,19 +143,23 @@ class _Run:
 
 
 class Engine:
-    """Filters and weighers, configured once; ``place`` per request."""
+    """Filters and weighers, configured once; ``place`` per request. A
+    ``scriptlet`` has the last word on each pick among the providers left
+    (see :mod:`placement.scriptlet`)."""
 
     def __init__(
         self,
         filters: Sequence[HostFilter],
         weighers: Sequence[Weigher] = (),
         sampling: Sampling | None = None,
+        scriptlet: Scriptlet | None = None,
     ) -> None:
         ordered = sorted(filters, key=lambda f: f.cost)
         self.once = [f for f in ordered if not f.per_pick]
         self.each_pick = [f for f in ordered if f.per_pick]
         self.weighers = list(weighers)
         self.sampling = sampling or Sampling()
+        self.scriptlet = scriptlet
         self._next_start = 0  # where the next sample starts, so samples rotate
         self._rows: IntArray = np.arange(0, dtype=np.int64)
         """0 .. n-1 for the last snapshot size, read-only: windows are slices of it."""
@@ -156,12 +168,12 @@ class Engine:
         window = self._window(snapshot.size)
         if window is not None and not explain:
             placement = self._place(snapshot, request, False, *window)
-            if placement.placed:
+            if placement.placed or placement.refusal is not None:
                 return placement
             # the sample was not enough: look at every provider before saying no
         everyone = self._all_rows(snapshot.size)
         placement = self._place(snapshot, request, explain, everyone, 0)
-        if not placement.placed and not explain:
+        if not placement.placed and placement.refusal is None and not explain:
             # the full story costs nothing on the success path
             placement = self._place(snapshot, request, True, everyone, 0)
         return placement
@@ -209,6 +221,7 @@ class Engine:
         each_pick = [f for f in self.each_pick if f.applies(request)]
         picks: list[str] = []
         weights: list[float] = []
+        refusal: str | None = None
         for _ in range(request.num_instances):
             candidates = rows
             for f in each_pick:
@@ -217,6 +230,13 @@ class Engine:
                 break
             scores = self._weigh(ctx, candidates)
             best = int(scores.argmax())  # first maximum: the earliest row breaks ties
+            if self.scriptlet is not None:
+                verdict = self.scriptlet.decide(ctx, candidates, scores)
+                if verdict.refusal is not None:
+                    refusal = verdict.refusal
+                    break
+                if verdict.row is not None:
+                    best = int(np.flatnonzero(candidates == verdict.row)[0])
             row = int(candidates[best])
             picks.append(snapshot.providers[row].provider_id)
             weights.append(float(scores[best]))
@@ -235,7 +255,7 @@ class Engine:
                 counts=dict(run.counts),
             )
         return Placement(
-            request.request_id, tuple(picks), tuple(weights), request.num_instances, trace
+            request.request_id, tuple(picks), tuple(weights), request.num_instances, trace, refusal
         )
 
     def _weigh(self, ctx: Context, rows: IntArray) -> FloatArray:

@@ -195,6 +195,36 @@ def test_explain_tells_the_story_of_a_request_that_fits_nowhere(
     assert code == 0 and story["placed"] and len(story["providers"]) == 1
 
 
+def test_explain_runs_the_configured_placement_scriptlet(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = tmp_path / "demo"
+    run_demo(data, capsys)
+    (tmp_path / "policy.star").write_text(
+        "def instance_placement(request, candidates):\n"
+        '    if get_instance_resources()["VCPU"] > 2:\n'
+        '        return "big instances go through the capacity team"\n'
+        '    set_target(candidates[-1]["provider_id"])\n'
+    )
+    config = tmp_path / "scheduler.toml"
+    config.write_text('[scriptlet]\npath = "policy.star"\n')
+    explain = ["explain", "--data-dir", str(data), "--config", str(config), "--json"]
+    assert main([*explain, "--resources", "VCPU=4"]) == 1
+    story = json.loads(capsys.readouterr().out)
+    assert story["reason"] == (
+        "refused by the placement scriptlet: big instances go through the capacity team "
+        "(0 of 1 instances placed)"
+    )
+    assert main(["explain", "--data-dir", str(data), "--resources", "VCPU=1", "--json"]) == 0
+    best = json.loads(capsys.readouterr().out)["providers"]
+    assert main([*explain, "--resources", "VCPU=1"]) == 0
+    last = json.loads(capsys.readouterr().out)["providers"]
+    assert len(last) == 1 and last != best  # the program took the lowest ranked
+    config.write_text('[scriptlet]\nsource = "x = 1"\n')
+    assert main([*explain, "--resources", "VCPU=1"]) == 2
+    assert "defines no instance_placement" in capsys.readouterr().err
+
+
 # --- the reaper, deleting a consumer, pools ---------------------------------
 
 

@@ -18,6 +18,7 @@ from consumers.snapshot_source import LiveSnapshot, snapshot_from_view
 from placement.engine import Engine
 from placement.filters.base import Context, HostFilter
 from placement.model import FloatArray, IntArray, Snapshot
+from placement.scriptlet import Scriptlet
 from placement.weighers.base import Weigher
 from projections.view.tables import inventories
 from schemas.requests import PlacementRequest
@@ -181,3 +182,44 @@ def test_a_live_view_that_catches_up_forgets_the_claims_it_reflects(tmp_path: Pa
     # the first call's claims are in the view the second call read, so none of
     # them is still counted on top of it (the last wave's are dropped at the next read)
     assert scheduler._unseen and not any(rid.startswith("a") for rid in scheduler._unseen)
+
+
+def test_the_placement_scriptlet_steers_claims_and_refuses_requests(tmp_path: Path) -> None:
+    # the operator's program keeps n0 free and refuses project "x"; the writer
+    # still decides every claim the scheduler proposes
+    program = Scriptlet(
+        "def instance_placement(request, candidates):\n"
+        '    if request["project_id"] == "x":\n'
+        '        return "project x is frozen"\n'
+        '    others = [c for c in candidates if c["provider_id"] != "n0"]\n'
+        "    if others:\n"
+        '        set_target(others[0]["provider_id"])\n'
+    )
+    with App(Settings(data_dir=tmp_path, partitions=3)) as app:
+        publisher = Publisher(app.log, clock_ms=lambda: NOW_MS)
+        pump = _providers_of_4_vcpus(app, publisher, 3)
+        scheduler = Scheduler(
+            publisher,
+            Engine([Untried(), Fits()], [Pack()], scriptlet=program),
+            LiveSnapshot(app.engine),
+            OutcomeFollower(app.log, app.settings.topics.outcomes),
+            pump=pump,
+        )
+        frozen = PlacementRequest(
+            request_id="x0", ts_ms=NOW_MS, project_id="x", resources={"VCPU": 2}
+        )
+        held: list[dict[str, int]] = []
+        results = []
+        for wave in (_requests("s", 4), [frozen, *_requests("t", 2)]):
+            results += scheduler.schedule(wave)
+            with app.engine.connect() as conn:
+                rows = conn.execute(select(inventories.c.provider_id, inventories.c.held))
+                held.append({pid: amount for pid, amount in rows.all()})
+    by_id = {r.request_id: r for r in results}
+    assert all(r.placed for r in results if r.request_id != "x0")
+    assert by_id["x0"].reason == (
+        "refused by the placement scriptlet: project x is frozen (0 of 1 instances placed)"
+    )
+    # n1 and n2 fill first (the weigher alone packs onto the first provider);
+    # only then is n0, the one candidate left, used
+    assert held == [{"n0": 0, "n1": 4, "n2": 4}, {"n0": 4, "n1": 4, "n2": 4}]
