@@ -1,5 +1,6 @@
 """Placement engine latency: one decision with the default filters and
-weighers, at 1,000 / 10,000 / 100,000 providers.
+weighers, at 1,000 / 10,000 / 100,000 providers; and with a placement
+scriptlet that packs (the README's example) at 1,000 and 10,000.
 
     python -m bench.placement [--decisions N]
 
@@ -19,6 +20,7 @@ import numpy as np
 from bench.common import note, timed
 from placement.config import SchedulerConfig
 from placement.model import Provider, Request, Snapshot
+from placement.scriptlet import Scriptlet
 
 SIZES = ((64, 4.0, 262_144, 2_000), (32, 4.0, 131_072, 1_000), (16, 4.0, 65_536, 500))
 
@@ -49,8 +51,24 @@ def cluster(n: int, seed: int = 5) -> Snapshot:
     return Snapshot.build(providers, inventories)
 
 
-def latencies(snapshot: Snapshot, decisions: int) -> dict[str, float]:
-    engine = SchedulerConfig.default().engine()
+PACKING = """
+def instance_placement(request, candidates):
+    if request["project_id"] == "frozen":
+        return "project frozen"
+    wanted = get_instance_resources()["VCPU"]
+    for c in reversed(candidates):  # pack: the least free that fits
+        if get_provider_resources(c["provider_id"])["VCPU"]["free"] >= wanted:
+            set_target(c["provider_id"])
+            return None
+"""
+
+
+def latencies(
+    snapshot: Snapshot, decisions: int, scriptlet: Scriptlet | None = None
+) -> dict[str, float]:
+    config = SchedulerConfig.default()
+    config.scriptlet = scriptlet
+    engine = config.engine()
     flavors = (
         {"VCPU": 2, "MEMORY_MB": 4096, "DISK_GB": 40},
         {"VCPU": 4, "MEMORY_MB": 8192, "DISK_GB": 80},
@@ -81,6 +99,10 @@ def main() -> None:
         figures[f"snapshot_build_s_{n}"] = round(t[0], 3)
         for key, value in latencies(snapshot, args.decisions if n < 100_000 else 100).items():
             figures[f"{key}_{n}"] = value
+        if n < 100_000:
+            packing = latencies(snapshot, args.decisions, Scriptlet(PACKING))
+            for key, value in packing.items():
+                figures[f"scriptlet_{key}_{n}"] = value
     print(json.dumps(figures))
 
 
