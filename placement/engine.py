@@ -235,8 +235,8 @@ class Engine:
                 if verdict.refusal is not None:
                     refusal = verdict.refusal
                     break
-                if verdict.row is not None:
-                    best = int(np.flatnonzero(candidates == verdict.row)[0])
+                if verdict.position is not None:
+                    best = verdict.position
             row = int(candidates[best])
             picks.append(snapshot.providers[row].provider_id)
             weights.append(float(scores[best]))

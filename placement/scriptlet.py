@@ -68,8 +68,9 @@ class ScriptletError(ValueError):
 class Verdict:
     """What the scriptlet made of one instance's candidates."""
 
-    row: int | None = None
-    """The snapshot row it chose with ``set_target``; None for the engine's."""
+    position: int | None = None
+    """The position, among the engine's candidates, of the provider it chose
+    with ``set_target``; None for the engine's pick."""
     refusal: str | None = None
     """Why it refused the request (its return value, or its error)."""
 
@@ -85,10 +86,12 @@ class _Call:
 
     __slots__ = ("candidates", "ctx", "target")
 
-    def __init__(self, ctx: Context, candidates: IntArray) -> None:
+    def __init__(self, ctx: Context, positions: dict[int, int]) -> None:
         self.ctx = ctx
-        self.candidates = {int(row) for row in candidates}
+        self.candidates = positions
+        """Snapshot row -> position in the engine's candidates, of those shown."""
         self.target: int | None = None
+        """The position ``set_target`` chose."""
 
 
 class Scriptlet:
@@ -129,12 +132,12 @@ class Scriptlet:
         self._program = module.freeze()
 
     def decide(self, ctx: Context, candidates: IntArray, scores: FloatArray) -> Verdict:
-        """Run the program on ``candidates`` (rows, in the order of the
-        engine's ranking by ``scores``) for the next instance of ``ctx``'s
+        """Run the program on ``candidates`` (snapshot rows, weighed
+        ``scores``), shown best first, for the next instance of ``ctx``'s
         request."""
-        order = _best(scores, self.max_candidates)
-        ranked = candidates[order]
-        call = self._call = _Call(ctx, ranked)
+        order = _best(scores, self.max_candidates).tolist()
+        rows = candidates[order].tolist()
+        call = self._call = _Call(ctx, dict(zip(rows, order, strict=True)))
         checks = 0
 
         def cancel() -> bool:
@@ -148,7 +151,7 @@ class Scriptlet:
                 "request": _request(ctx, len(ctx.picked)),
                 "candidates": [
                     {"provider_id": providers[row].provider_id, "weight": weight}
-                    for row, weight in zip(ranked.tolist(), scores[order].tolist(), strict=True)
+                    for row, weight in zip(rows, scores[order].tolist(), strict=True)
                 ],
             }
         )
@@ -162,7 +165,7 @@ class Scriptlet:
             self._call = None
         if result is not None:
             return Verdict(refusal=str(result))
-        return Verdict(row=call.target)
+        return Verdict(position=call.target)
 
     def _host_functions(self) -> dict[str, Any]:
         return {
@@ -188,10 +191,10 @@ class Scriptlet:
 
     def _set_target(self, provider_id: object) -> None:
         call = self._current()
-        row = self._row(provider_id)
-        if row not in call.candidates:
+        position = call.candidates.get(self._row(provider_id))
+        if position is None:
             raise HostCallError(f"set_target: {provider_id!r} is not one of the candidates")
-        call.target = row
+        call.target = position
 
     def _provider_resources(self, provider_id: object) -> dict[str, dict[str, int]]:
         ctx = self._current().ctx
