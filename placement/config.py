@@ -139,14 +139,12 @@ def _scriptlet(section: Any, base: Path) -> Scriptlet | None:
     if (given.path is None) == (given.source is None):
         raise ConfigError("[scriptlet] needs either path or source")
     name, source = "placement.star", given.source
-    if given.path is not None:
-        file = base / given.path
+    if source is None:
+        file = base / str(given.path)
         try:
-            source = file.read_text(encoding="utf-8")
+            name, source = str(file), file.read_text(encoding="utf-8")
         except OSError as error:
             raise ConfigError(f"[scriptlet] path: {error}") from None
-        name = str(file)
-    assert source is not None
     try:
         return Scriptlet(source, name, given.max_checks, given.max_candidates)
     except ScriptletError as error:
