@@ -25,6 +25,17 @@ Example::
     path = "placement.star"        # relative to this file; or source = "..."
     max_checks = 1000              # cancelled after this many of Starlark's loop checks
     max_candidates = 100           # the program sees the best this many
+
+    [balance]                      # placement/balance.py: what `berth balance` proposes
+    policy = "power_saving"        # or none, evenly_distributed, vm_evenly_distributed
+    max_moves = 10                 # moves in one plan
+    high_utilization = 80          # the rest are the policy's options
+    low_utilization = 20
+    resource_class = "VCPU"
+
+A balance policy with a ranking of its own (power_saving stacks) sets the
+weighers when ``[weighers]`` is not given, as oVirt's cluster policies pair
+a balance unit with cost functions that agree with it.
 """
 
 from __future__ import annotations
@@ -35,6 +46,8 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from placement.balance import BALANCE_UNITS, Balancer
+from placement.balancers.base import BalanceUnit
 from placement.engine import Engine, Sampling
 from placement.filters.base import HostFilter
 from placement.registry import DEFAULT_FILTERS, DEFAULT_WEIGHERS, FILTERS, WEIGHERS
@@ -42,6 +55,7 @@ from placement.scriptlet import Scriptlet, ScriptletError
 from placement.weighers.base import Weigher
 
 _T = TypeVar("_T")
+_M = TypeVar("_M", bound=BaseModel)
 
 
 class ConfigError(ValueError):
@@ -63,8 +77,15 @@ class _ScriptletSection(BaseModel):
     max_candidates: int = Field(default=100, ge=1, le=100_000)
 
 
+class _BalanceSection(BaseModel):
+    model_config = ConfigDict(extra="allow")  # the rest are the policy's options
+    policy: str = "none"
+    max_moves: int = Field(default=10, ge=0, le=100_000)
+
+
 class SchedulerConfig:
-    """The engine's filters, weighers and scriptlet, and the worker's retry bound."""
+    """The engine's filters, weighers and scriptlet, the worker's retry
+    bound, and the balance policy."""
 
     def __init__(
         self,
@@ -73,15 +94,22 @@ class SchedulerConfig:
         max_attempts: int,
         sampling: Sampling,
         scriptlet: Scriptlet | None = None,
+        balance: BalanceUnit | None = None,
+        max_moves: int = 10,
     ) -> None:
         self.filters = filters
         self.weighers = weighers
         self.max_attempts = max_attempts
         self.sampling = sampling
         self.scriptlet = scriptlet
+        self.balance = balance
+        self.max_moves = max_moves
 
     def engine(self) -> Engine:
         return Engine(self.filters, self.weighers, self.sampling, self.scriptlet)
+
+    def balancer(self) -> Balancer:
+        return Balancer(self.balance, self.engine(), self.max_moves)
 
     @classmethod
     def default(cls) -> SchedulerConfig:
@@ -101,22 +129,23 @@ class SchedulerConfig:
     @classmethod
     def from_mapping(cls, data: dict[str, Any], base: Path = Path()) -> SchedulerConfig:
         """The configuration in ``data``; a scriptlet's ``path`` is relative to ``base``."""
-        unknown = set(data) - {"scheduler", "filters", "weighers", "scriptlet"}
+        unknown = set(data) - {"scheduler", "filters", "weighers", "scriptlet", "balance"}
         if unknown:
             raise ConfigError(
                 f"unknown sections {sorted(unknown)}; "
-                "expected scheduler, filters, weighers, scriptlet"
+                "expected scheduler, filters, weighers, scriptlet, balance"
             )
-        try:
-            scheduler = _Scheduler.model_validate(data.get("scheduler", {}))
-        except ValidationError as error:
-            raise ConfigError(f"[scheduler]: {_summary(error)}") from None
+        scheduler = _table("scheduler", _Scheduler, data.get("scheduler", {}))
+        balance, max_moves = _balance(data.get("balance", {}))
+        ranking = balance.weighers if balance is not None else None
         return cls(
             filters=_filters(data.get("filters", {})),
-            weighers=_weighers(data.get("weighers", DEFAULT_WEIGHERS)),
+            weighers=_weighers(data.get("weighers", ranking or DEFAULT_WEIGHERS)),
             max_attempts=scheduler.max_attempts,
             sampling=Sampling(scheduler.sample_percentage, scheduler.sample_minimum),
             scriptlet=_scriptlet(data.get("scriptlet"), base),
+            balance=balance,
+            max_moves=max_moves,
         )
 
 
@@ -127,15 +156,20 @@ def _summary(error: ValidationError) -> str:
     )
 
 
+def _table(where: str, model: type[_M], section: Any) -> _M:
+    """``section`` validated as ``model``, or a :class:`ConfigError` naming it."""
+    if not isinstance(section, dict):
+        raise ConfigError(f"[{where}] must be a table")
+    try:
+        return model.model_validate(section)
+    except ValidationError as error:
+        raise ConfigError(f"[{where}]: {_summary(error)}") from None
+
+
 def _scriptlet(section: Any, base: Path) -> Scriptlet | None:
     if section is None:
         return None
-    if not isinstance(section, dict):
-        raise ConfigError("[scriptlet] must be a table")
-    try:
-        given = _ScriptletSection.model_validate(section)
-    except ValidationError as error:
-        raise ConfigError(f"[scriptlet]: {_summary(error)}") from None
+    given = _table("scriptlet", _ScriptletSection, section)
     if (given.path is None) == (given.source is None):
         raise ConfigError("[scriptlet] needs either path or source")
     name, source = "placement.star", given.source
@@ -149,6 +183,20 @@ def _scriptlet(section: Any, base: Path) -> Scriptlet | None:
         return Scriptlet(source, name, given.max_checks, given.max_candidates)
     except ScriptletError as error:
         raise ConfigError(f"[scriptlet]: {error}") from None
+
+
+def _balance(section: Any) -> tuple[BalanceUnit | None, int]:
+    given = _table("balance", _BalanceSection, section)
+    options = dict(given.model_extra or {})
+    if given.policy == "none":
+        if options:
+            raise ConfigError(f"[balance] policy none takes no options, not {sorted(options)}")
+        return None, given.max_moves
+    cls = BALANCE_UNITS.get(given.policy)
+    if cls is None:
+        known = ", ".join(["none", *sorted(BALANCE_UNITS)])
+        raise ConfigError(f"[balance] unknown policy {given.policy!r}; known: {known}")
+    return _construct("balance", cls, options), given.max_moves
 
 
 def _filters(section: dict[str, Any]) -> list[HostFilter]:

@@ -164,7 +164,18 @@ class Engine:
         self._rows: IntArray = np.arange(0, dtype=np.int64)
         """0 .. n-1 for the last snapshot size, read-only: windows are slices of it."""
 
-    def place(self, snapshot: Snapshot, request: Request, explain: bool = False) -> Placement:
+    def place(
+        self,
+        snapshot: Snapshot,
+        request: Request,
+        explain: bool = False,
+        among: IntArray | None = None,
+    ) -> Placement:
+        """Place ``request`` on ``snapshot``'s providers, or only on the rows
+        ``among`` (ascending; a balance unit's allowed destinations): then
+        without sampling, and with a trace only if ``explain`` asks."""
+        if among is not None:
+            return self._place(snapshot, request, explain, among, None)
         window = self._window(snapshot.size)
         if window is not None and not explain:
             placement = self._place(snapshot, request, False, *window)
@@ -211,6 +222,7 @@ class Engine:
         # the snapshot's usage is only read until a pick that a later pick of
         # this request must see, so most requests never copy it
         ctx = Context(snapshot, request, snapshot.used)
+        considered = len(rows)
         if start is not None:
             ctx.consecutive(rows, start)
         run = _Run(ctx, explain)
@@ -250,7 +262,7 @@ class Engine:
         trace = None
         if explain:
             trace = Trace(
-                considered=snapshot.size,
+                considered=considered,
                 eliminations=tuple(run.eliminations[r] for r in sorted(run.eliminations)),
                 counts=dict(run.counts),
             )

@@ -61,6 +61,17 @@ class Provider:
     metadata: Mapping[str, str] = field(default_factory=dict)
 
 
+def _identity(provider: Provider) -> tuple[object, ...]:
+    """What a provider's derived snapshot columns are computed from."""
+    return (
+        provider.provider_id,
+        provider.state,
+        provider.num_io_ops,
+        provider.build_failures,
+        provider.capabilities.get("hypervisor_version"),
+    )
+
+
 RESOURCE_ARRAYS = (
     "total",
     "reserved",
@@ -166,6 +177,20 @@ class Snapshot:
     def with_used(self, used: IntArray) -> Snapshot:
         """The same snapshot with other usage."""
         return self.with_arrays(used=used)
+
+    def with_placements(self, records: Mapping[int, Provider], used: IntArray) -> Snapshot:
+        """The same snapshot with other usage, and other records at some rows
+        that differ only in what is placed there (instances, flavors,
+        projects, groups, tags): the derived columns, which read the rest,
+        are shared rather than computed again."""
+        twin = self.with_used(used)
+        providers = list(self.providers)
+        for row, record in records.items():
+            if _identity(record) != _identity(providers[row]):
+                raise ValueError(f"row {row}: {record.provider_id} changed more than placements")
+            providers[row] = record
+        object.__setattr__(twin, "providers", tuple(providers))
+        return twin
 
     def with_arrays(self, **arrays: IntArray | FloatArray) -> Snapshot:
         """The same snapshot with other per provider x class arrays (named as in

@@ -1,0 +1,208 @@
+"""The balance port: oVirt's balance policy unit, on Berth's snapshot.
+
+A unit reads the cluster's load (:class:`Load`: the snapshot plus the
+instances on each provider) and names, most urgent first, the providers it
+wants an instance moved off (:class:`Source`), which of their instances to
+try in what order, and which providers may take each. It proposes; the
+placement engine's filters and weighers choose among the providers it
+allows, and the partition's writer disposes of the claim that follows. A
+unit reads no clock and draws no random number (oVirt picks a VM at
+random; Berth orders them), so the same view gives the same plan.
+
+Every unit's destinations leave the cluster strictly better by the unit's
+own measure, and a plan moves an instance at most once, so a plan of many
+moves cannot swing load back and forth.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from abc import ABC, abstractmethod
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import ClassVar, Literal
+
+import numpy as np
+
+from placement.model import BoolArray, FloatArray, IntArray, Provider, Snapshot
+
+SourceKind = Literal["over", "under", "crowded", "evacuating"]
+
+
+@dataclass(frozen=True, slots=True)
+class Instance:
+    """A running instance the balancer may move: a consumed reservation of
+    one item, with the rules its claim carried (so its new claim carries them
+    again)."""
+
+    reservation_id: str
+    consumer_id: str
+    project_id: str
+    provider_id: str
+    resources: Mapping[str, int]
+    anti_affinity_group: str | None = None
+    tags: frozenset[str] = frozenset()
+    require_with_tags: frozenset[str] = frozenset()
+    require_without_tags: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """A provider a unit wants an instance moved off, and why."""
+
+    row: int
+    kind: SourceKind
+    why: str
+
+
+class Load:
+    """The cluster as balance units see it: a snapshot (with the moves planned
+    so far) and, per row, the instances placed there in reservation id order."""
+
+    def __init__(self, snapshot: Snapshot, by_row: Sequence[tuple[Instance, ...]]) -> None:
+        self.snapshot = snapshot
+        self.by_row = list(by_row)
+        self.capacity = snapshot.capacity_table()
+        self._counts: IntArray | None = None
+
+    @classmethod
+    def of(cls, snapshot: Snapshot, instances: Sequence[Instance]) -> Load:
+        """Instances on providers the snapshot lacks are left out."""
+        rows: list[list[Instance]] = [[] for _ in range(snapshot.size)]
+        for instance in instances:
+            row = snapshot.row_of.get(instance.provider_id)
+            if row is not None:
+                rows[row].append(instance)
+        ordered = [tuple(sorted(r, key=lambda i: i.reservation_id)) for r in rows]
+        return cls(snapshot, ordered)
+
+    def provider_id(self, row: int) -> str:
+        return self.snapshot.providers[row].provider_id
+
+    def utilisation(self, resource_class: str, extra: int = 0) -> FloatArray:
+        """Percent of each provider's capacity in ``resource_class`` that is
+        used (held or consumed), with ``extra`` more; NaN where it has none,
+        which compares false with every threshold."""
+        out = np.full(self.snapshot.size, np.nan, dtype=np.float64)
+        column = self.snapshot.column(resource_class)
+        if column is None:
+            return out
+        capacity = self.capacity[:, column].astype(np.float64)
+        used = self.snapshot.used[:, column].astype(np.float64) + float(extra)
+        np.divide(used * 100.0, capacity, out=out, where=capacity > 0)
+        return out
+
+    def counts(self) -> IntArray:
+        """Instances (movable or not) on each provider (read-only)."""
+        if self._counts is None:
+            providers = self.snapshot.providers
+            counts = np.fromiter((len(p.instances) for p in providers), np.int64, len(providers))
+            counts.flags.writeable = False
+            self._counts = counts
+        return self._counts
+
+    def open_to(self, source: int) -> BoolArray:
+        """Providers that may take an instance at all: enabled, and not ``source``."""
+        mask: BoolArray = self.snapshot.enabled.copy()
+        mask[source] = False
+        return mask
+
+    def moved(self, instance: Instance, source: int, destination: int) -> Load:
+        """This load after moving ``instance`` from ``source`` to ``destination``."""
+        snapshot = self.snapshot
+        demand = np.zeros(len(snapshot.classes), dtype=np.int64)
+        for rc, amount in instance.resources.items():
+            column = snapshot.column(rc)
+            if column is not None:
+                demand[column] = amount
+        used = snapshot.used.copy()
+        used[source] -= demand
+        used[destination] += demand
+        records = {
+            source: _without(snapshot.providers[source], instance),
+            destination: _with(snapshot.providers[destination], instance),
+        }
+        arrived = dataclasses.replace(
+            instance, provider_id=snapshot.providers[destination].provider_id
+        )
+        by_row = list(self.by_row)
+        by_row[source] = tuple(i for i in by_row[source] if i is not instance)
+        by_row[destination] = tuple(
+            sorted((*by_row[destination], arrived), key=lambda i: i.reservation_id)
+        )
+        return Load(snapshot.with_placements(records, used), by_row)
+
+
+def _with(provider: Provider, instance: Instance) -> Provider:
+    groups = Counter(provider.groups)
+    tags = Counter(provider.tags)
+    if instance.anti_affinity_group:
+        groups[instance.anti_affinity_group] += 1
+    tags.update(instance.tags)
+    return dataclasses.replace(
+        provider,
+        instances=provider.instances | {instance.consumer_id},
+        groups=dict(groups),
+        tags=dict(tags),
+    )
+
+
+def _without(provider: Provider, instance: Instance) -> Provider:
+    groups = Counter(provider.groups)
+    tags = Counter(provider.tags)
+    if instance.anti_affinity_group:
+        groups[instance.anti_affinity_group] -= 1
+    tags.subtract(instance.tags)
+    return dataclasses.replace(
+        provider,
+        instances=provider.instances - {instance.consumer_id},
+        groups={k: n for k, n in groups.items() if n > 0},
+        tags={k: n for k, n in tags.items() if n > 0},
+    )
+
+
+class BalanceUnit(ABC):
+    """Base of every balance unit; options through the constructor.
+
+    ``weighers`` is the unit's cluster policy's ranking (oVirt couples a
+    balance unit with the cost functions that agree with it): the scheduler's
+    weighers when its configuration names none."""
+
+    name: ClassVar[str]
+    weighers: ClassVar[Mapping[str, float] | None] = None
+
+    @abstractmethod
+    def sources(self, load: Load) -> Iterator[Source]:
+        """Providers to move an instance off, most urgent first (lazily: a
+        plan step usually needs only the first)."""
+
+    @abstractmethod
+    def candidates(self, load: Load, source: Source) -> list[Instance]:
+        """The source's instances to try moving, in order."""
+
+    @abstractmethod
+    def destinations(self, load: Load, source: Source, instance: Instance) -> BoolArray:
+        """Per row: may it take ``instance`` from ``source``?"""
+
+    def balanced(self) -> str:
+        """Why there is nothing to move, when :meth:`sources` finds nothing."""
+        return f"{self.name}: nothing to move"
+
+
+def check_count(name: str, value: int, least: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise ValueError(f"{name} must be a whole number of {least} or more, not {value!r}")
+    return value
+
+
+def amount_of(instance: Instance, resource_class: str) -> int:
+    return int(instance.resources.get(resource_class, 0))
+
+
+def check_percent(name: str, value: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{name} must be a number, not {value!r}")
+    if not 0.0 <= value <= 100.0:
+        raise ValueError(f"{name} must be a percentage from 0 to 100, not {value}")
+    return float(value)
