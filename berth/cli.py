@@ -25,7 +25,7 @@ from berth.client import DEFAULT_MAX_SKEW_MS
 from berth.replay import default_jobs
 from consumers.partition_writer import catch_up_all, step_all
 from projections.view.ownership import OwnershipLost
-from schemas.events import PoolKind
+from schemas.events import DEFAULT_LEASE_MS, MAX_LEASE_MS, PoolKind
 
 if TYPE_CHECKING:
     from consumers.scheduler_worker import SchedulerWorker
@@ -197,6 +197,22 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_argument("--forbidden-trait", action="append", default=[])
     explain.add_argument("--config", default=None, help="scheduler TOML (default: built in)")
     explain.add_argument("--json", action="store_true")
+
+    balance = sub.add_parser(
+        "balance", help="propose instance moves by the balance policy (oVirt-style)"
+    )
+    backend_options(balance)
+    balance.add_argument("--config", default=None, help="scheduler TOML with a [balance] table")
+    balance.add_argument("--max-moves", type=int, default=None, help="instead of max_moves")
+    balance.add_argument(
+        "--claim",
+        action="store_true",
+        help="also claim each move's destination (a new reservation per move)",
+    )
+    balance.add_argument(
+        "--lease-ms", type=int, default=DEFAULT_LEASE_MS, help="lease of the destination claims"
+    )
+    balance.add_argument("--json", action="store_true")
     return parser
 
 
@@ -638,6 +654,53 @@ def cmd_explain(args: argparse.Namespace) -> int:
     return 0 if placement.placed else 1
 
 
+def cmd_balance(args: argparse.Namespace) -> int:
+    from berth.balancing import claim_moves, plan_from_view
+    from berth.client import Publisher
+    from placement.config import ConfigError, SchedulerConfig
+
+    try:
+        config = SchedulerConfig.load(args.config) if args.config else SchedulerConfig.default()
+        if args.max_moves is not None:
+            if args.max_moves < 0:
+                raise ConfigError(f"--max-moves must be 0 or more, not {args.max_moves}")
+            config.max_moves = args.max_moves
+        if not 1 <= args.lease_ms <= MAX_LEASE_MS:
+            raise ConfigError(f"--lease-ms must be from 1 to {MAX_LEASE_MS}, not {args.lease_ms}")
+    except ConfigError as error:
+        print(f"berth: {error}", file=sys.stderr)
+        return 2
+    with App(_settings(args)) as app:
+        plan = plan_from_view(app.engine, config)
+        claims = (
+            claim_moves(Publisher(app.log, app.settings.topics), plan, args.lease_ms)
+            if args.claim and plan.moves
+            else []
+        )
+    if args.json:
+        out = plan.to_dict()
+        for move, claim in zip(out["moves"], claims, strict=False):
+            move["claim"] = {
+                "reservation_id": claim.reservation_id,
+                "partition": claim.partition,
+                "offset": claim.offset,
+            }
+        print(json.dumps(out))
+        return 0
+    for number, move in enumerate(plan.moves):
+        amounts = ",".join(f"{rc}={n}" for rc, n in sorted(move.instance.resources.items()))
+        line = (
+            f"move {move.instance.reservation_id} ({move.instance.consumer_id}, {amounts}): "
+            f"{move.source} -> {move.destination}; {move.why}"
+        )
+        if number < len(claims):
+            line += f"; claimed as {claims[number].reservation_id}"
+        print(line)
+    count = len(plan.moves)
+    print(f"{count} move{'' if count == 1 else 's'}; {plan.stopped}")
+    return 0
+
+
 COMMANDS = {
     "demo": cmd_demo,
     "replay": cmd_replay,
@@ -652,6 +715,7 @@ COMMANDS = {
     "delete-consumer": cmd_delete_consumer,
     "pool": cmd_pool,
     "explain": cmd_explain,
+    "balance": cmd_balance,
     "serve": cmd_serve,
     "scheduler": cmd_scheduler,
     "request": cmd_request,

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 from sqlalchemy import Connection, Engine, Row, func, or_, select
 
+from placement.balancers.base import Instance
 from placement.model import RESOURCE_ARRAYS, Provider, Snapshot
 from projections.view.loader import committed_offsets
 from projections.view.tables import inventories, providers, reservations
@@ -31,6 +32,47 @@ def snapshot_from_view(engine: Engine, placements: bool = True) -> Snapshot:
     whose requests use no such hints saves reading every active reservation."""
     with engine.connect() as conn:
         return _read(conn, placements)
+
+
+def balance_inputs(engine: Engine) -> tuple[Snapshot, list[Instance]]:
+    """The view as a snapshot with what is placed where, and the instances a
+    balancer may move, read at one point of the view's history: the
+    consumed reservations of one item (a hold may still be given back, a
+    pending one awaits its transaction, and one claim on several providers
+    moves as a whole or not at all)."""
+    with engine.connect() as conn:
+        _repeatable(conn)
+        snapshot = _read(conn, placements=True)
+        rows = conn.execute(
+            select(
+                reservations.c.reservation_id,
+                reservations.c.consumer_id,
+                reservations.c.project_id,
+                reservations.c["items"],
+                reservations.c.anti_affinity_group,
+                reservations.c.tags,
+                reservations.c.require_with_tags,
+                reservations.c.require_without_tags,
+            )
+            .where(reservations.c.status == "consumed")
+            .order_by(reservations.c.reservation_id)
+        ).all()
+    instances = [
+        Instance(
+            reservation_id=row.reservation_id,
+            consumer_id=row.consumer_id,
+            project_id=row.project_id,
+            provider_id=row.items[0]["provider_id"],
+            resources=dict(row.items[0]["resources"]),
+            anti_affinity_group=row.anti_affinity_group,
+            tags=frozenset(row.tags),
+            require_with_tags=frozenset(row.require_with_tags),
+            require_without_tags=frozenset(row.require_without_tags),
+        )
+        for row in rows
+        if len(row.items) == 1
+    ]
+    return snapshot, instances
 
 
 def _provider(

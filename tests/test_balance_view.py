@@ -1,0 +1,159 @@
+"""Balancing on a real view: what may move (SQLite and PostgreSQL), and
+``berth balance`` proposing and claiming moves that the writers then decide."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine, select
+
+from berth.app import App, Settings
+from berth.cli import main
+from berth.client import Publisher
+from consumers.partition_writer import PartitionWriter, catch_up_all
+from consumers.snapshot_source import balance_inputs
+from consumers.topics import DEFAULT_TOPICS
+from ledger.embedded import EmbeddedLog
+from ledger.log import Append
+from projections.view.engine import make_engine
+from projections.view.migrate import upgrade
+from projections.view.tables import reservations
+from projections.view.writer import ViewWriter
+from schemas.codec import encode_event
+from schemas.events import Event
+from tests.builders import claim, claim_items, consume, provider, release
+
+
+def _on(pid: str, event: Event) -> Event:
+    """``event`` routed to ``pid``'s partition (consume and release are keyed
+    by reservation by default)."""
+    return event.model_copy(update={"partition_key": pid})
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def view_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'view.db'}"
+    url: str = request.getfixturevalue("postgres_url")
+    return url
+
+
+def _decided(tmp_path: Path, url: str, events: list[Event]) -> Engine:
+    log = EmbeddedLog(tmp_path / "log")
+    for topic in (DEFAULT_TOPICS.events, DEFAULT_TOPICS.outcomes, DEFAULT_TOPICS.dead_letters):
+        log.create_topic(topic, 1)
+    log.append(DEFAULT_TOPICS.events, [Append(0, b"k", encode_event(e)) for e in events])
+    writer = make_engine(url, writer=True)
+    upgrade(writer)
+    PartitionWriter(log, ViewWriter(writer), 0, 1).catch_up()
+    log.close()
+    writer.dispose()
+    return make_engine(url)
+
+
+def test_only_consumed_single_provider_reservations_may_move(tmp_path: Path, view_url: str) -> None:
+    events = [
+        *provider("a", ts=1, VCPU=8, MEMORY_MB=8192),
+        *provider("b", ts=1, VCPU=8, MEMORY_MB=8192),
+        claim(
+            "run", "a", ts=2, VCPU=2, MEMORY_MB=512, group="g", tags=["web"], without_tags=["db"]
+        ),
+        consume("run", ts=2),
+        claim("held", "a", ts=3, VCPU=1),
+        claim("gone", "b", ts=3, VCPU=1),
+        consume("gone", ts=3),
+        release("gone", ts=4),
+        claim_items("both", {"a": {"VCPU": 1}, "b": {"VCPU": 1}}, ts=5),
+        consume("both", ts=5),
+    ]
+    engine = _decided(tmp_path, view_url, events)
+    try:
+        snapshot, instances = balance_inputs(engine)
+    finally:
+        engine.dispose()
+    assert [i.reservation_id for i in instances] == ["run"]
+    (run,) = instances
+    assert run.provider_id == "a" and run.consumer_id == "c-run" and run.project_id == "proj"
+    assert dict(run.resources) == {"VCPU": 2, "MEMORY_MB": 512}
+    assert run.anti_affinity_group == "g" and run.tags == frozenset({"web"})
+    assert run.require_without_tags == frozenset({"db"})
+    a = snapshot.providers[snapshot.row_of["a"]]
+    assert a.instances == frozenset({"c-run", "c-held", "c-both"})  # all occupy it
+    assert a.groups == {"g": 1}
+    vcpu = snapshot.column("VCPU")
+    assert snapshot.used[snapshot.row_of["a"], vcpu] == 4
+
+
+def _cluster(data: Path) -> None:
+    """a: 7 of 8 VCPU consumed (two instances of 3, one of 1); b and c empty."""
+    with App(Settings(data_dir=data, partitions=2)) as app:
+        edge = Publisher(app.log, clock_ms=lambda: 10**12)
+        edge.publish([e for pid in "abc" for e in provider(pid, ts=1, VCPU=8, MEMORY_MB=8192)])
+        sizes = {"r1": 3, "r2": 3, "r3": 1}
+        edge.publish(
+            [claim(rid, "a", ts=2, VCPU=n, MEMORY_MB=n * 1024) for rid, n in sizes.items()]
+        )
+        edge.publish([_on("a", consume(rid, ts=3)) for rid in sizes])
+        catch_up_all(app.writers())
+
+
+def test_berth_balance_proposes_and_claims_moves_the_writers_accept(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = tmp_path / "d"
+    _cluster(data)
+    config = tmp_path / "scheduler.toml"
+    config.write_text('[balance]\npolicy = "evenly_distributed"\nhigh_utilization = 50\n')
+    balance = ["balance", "--data-dir", str(data), "--config", str(config)]
+
+    assert main(balance) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out == [
+        "move r1 (c-r1, MEMORY_MB=3072,VCPU=3): a -> b; a: VCPU at 87.5%, above 50%",
+        "1 move; evenly_distributed: no provider above 50% VCPU",
+    ]
+
+    assert main([*balance, "--claim", "--json", "--lease-ms", "60000"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    (move,) = plan["moves"]
+    new_id = move["claim"]["reservation_id"]
+    assert new_id.startswith("r1.move-") and move["destination"] == "b"
+
+    with App(Settings(data_dir=data)) as app:
+        catch_up_all(app.writers())
+        with app.engine.connect() as conn:
+            row = conn.execute(
+                select(reservations).where(reservations.c.reservation_id == new_id)
+            ).one()
+        assert row.status == "held" and row.consumer_id == "c-r1"
+        assert row.items == [{"provider_id": "b", "resources": {"MEMORY_MB": 3072, "VCPU": 3}}]
+        assert row.lease_ms == 60_000
+        # the move is done: the old reservation released, the new one consumed
+        edge = Publisher(app.log)
+        edge.publish([_on("a", release("r1", ts=10**12)), _on("b", consume(new_id, ts=10**12))])
+        catch_up_all(app.writers())
+
+    assert main(balance) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "0 moves; evenly_distributed: no provider above 50% VCPU"
+    ]
+
+
+def test_berth_balance_refuses_bad_options(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = tmp_path / "d"
+    _cluster(data)
+    config = tmp_path / "scheduler.toml"
+    config.write_text('[balance]\npolicy = "evenly"\n')
+    assert main(["balance", "--data-dir", str(data), "--config", str(config)]) == 2
+    assert "unknown policy 'evenly'" in capsys.readouterr().err
+    assert main(["balance", "--data-dir", str(data), "--max-moves", "-1"]) == 2
+    assert "--max-moves must be 0 or more" in capsys.readouterr().err
+    assert main(["balance", "--data-dir", str(data), "--lease-ms", "0"]) == 2
+    assert "--lease-ms must be from 1" in capsys.readouterr().err
+    # no policy configured: only evacuations, and there are none
+    assert main(["balance", "--data-dir", str(data)]) == 0
+    assert capsys.readouterr().out.splitlines() == ["0 moves; no provider is evacuating"]
