@@ -17,6 +17,7 @@ import numpy as np
 from sqlalchemy import Connection, Engine, Row, func, or_, select
 
 from placement.balancers.base import Instance
+from placement.engine import demand_row
 from placement.model import RESOURCE_ARRAYS, Provider, Snapshot
 from projections.view.loader import committed_offsets
 from projections.view.tables import inventories, providers, reservations
@@ -36,16 +37,22 @@ def snapshot_from_view(engine: Engine, placements: bool = True) -> Snapshot:
 
 def balance_inputs(engine: Engine) -> tuple[Snapshot, list[Instance]]:
     """The view as a snapshot with what is placed where, and the instances a
-    balancer may move, read at one point of the view's history: the
-    consumed reservations of one item (a hold may still be given back, a
-    pending one awaits its transaction, and one claim on several providers
-    moves as a whole or not at all)."""
+    balancer may move, read at one point of the view's history.
+
+    Those are the consumed reservations of one item: a hold may still be
+    given back, a pending one awaits its transaction, and a claim on several
+    providers moves as a whole or not at all. A consumer that also holds a
+    claim on another provider is being moved there (``berth balance
+    --claim`` made the hold): its instance is not offered again, and its
+    source's usage is counted as if it had left, so the next plan does not
+    move a second instance for the same excess."""
     with engine.connect() as conn:
         _repeatable(conn)
         snapshot = _read(conn, placements=True)
         rows = conn.execute(
             select(
                 reservations.c.reservation_id,
+                reservations.c.status,
                 reservations.c.consumer_id,
                 reservations.c.project_id,
                 reservations.c["items"],
@@ -54,25 +61,40 @@ def balance_inputs(engine: Engine) -> tuple[Snapshot, list[Instance]]:
                 reservations.c.require_with_tags,
                 reservations.c.require_without_tags,
             )
-            .where(reservations.c.status == "consumed")
+            .where(reservations.c.status.in_(("consumed", "held")))
             .order_by(reservations.c.reservation_id)
         ).all()
-    instances = [
-        Instance(
-            reservation_id=row.reservation_id,
-            consumer_id=row.consumer_id,
-            project_id=row.project_id,
-            provider_id=row.items[0]["provider_id"],
-            resources=dict(row.items[0]["resources"]),
-            anti_affinity_group=row.anti_affinity_group,
-            tags=frozenset(row.tags),
-            require_with_tags=frozenset(row.require_with_tags),
-            require_without_tags=frozenset(row.require_without_tags),
+    holds: dict[str, set[str]] = defaultdict(set)
+    for row in rows:
+        if row.status == "held":
+            holds[row.consumer_id].update(item["provider_id"] for item in row.items)
+    used = snapshot.used
+    instances = []
+    for row in rows:
+        if row.status != "consumed" or len(row.items) != 1:
+            continue
+        (item,) = row.items
+        source = snapshot.row_of.get(item["provider_id"])
+        if holds.get(row.consumer_id, set()) - {item["provider_id"]}:
+            if source is not None:
+                if used is snapshot.used:
+                    used = used.copy()
+                used[source] -= demand_row(snapshot, item["resources"])
+            continue
+        instances.append(
+            Instance(
+                reservation_id=row.reservation_id,
+                consumer_id=row.consumer_id,
+                project_id=row.project_id,
+                provider_id=item["provider_id"],
+                resources=dict(item["resources"]),
+                anti_affinity_group=row.anti_affinity_group,
+                tags=frozenset(row.tags),
+                require_with_tags=frozenset(row.require_with_tags),
+                require_without_tags=frozenset(row.require_without_tags),
+            )
         )
-        for row in rows
-        if len(row.items) == 1
-    ]
-    return snapshot, instances
+    return (snapshot if used is snapshot.used else snapshot.with_used(used)), instances
 
 
 def _provider(

@@ -67,6 +67,10 @@ def test_only_consumed_single_provider_reservations_may_move(tmp_path: Path, vie
         release("gone", ts=4),
         claim_items("both", {"a": {"VCPU": 1}, "b": {"VCPU": 1}}, ts=5),
         consume("both", ts=5),
+        # a move in flight: consumed on a, and the same consumer holds b
+        claim("mv", "a", ts=6, VCPU=2, consumer="vm-mv"),
+        consume("mv", ts=6),
+        claim("mv.move", "b", ts=7, VCPU=2, consumer="vm-mv"),
     ]
     engine = _decided(tmp_path, view_url, events)
     try:
@@ -80,10 +84,11 @@ def test_only_consumed_single_provider_reservations_may_move(tmp_path: Path, vie
     assert run.anti_affinity_group == "g" and run.tags == frozenset({"web"})
     assert run.require_without_tags == frozenset({"db"})
     a = snapshot.providers[snapshot.row_of["a"]]
-    assert a.instances == frozenset({"c-run", "c-held", "c-both"})  # all occupy it
+    assert a.instances == frozenset({"c-run", "c-held", "c-both", "vm-mv"})  # all occupy it
     assert a.groups == {"g": 1}
     vcpu = snapshot.column("VCPU")
-    assert snapshot.used[snapshot.row_of["a"], vcpu] == 4
+    # run 2, held 1, both 1, and mv's 2 counted as gone; b: both 1 and the move's 2
+    assert snapshot.used[:, vcpu].tolist() == [4, 3]
 
 
 def _cluster(data: Path) -> None:
@@ -130,6 +135,11 @@ def test_berth_balance_proposes_and_claims_moves_the_writers_accept(
         assert row.status == "held" and row.consumer_id == "c-r1"
         assert row.items == [{"provider_id": "b", "resources": {"MEMORY_MB": 3072, "VCPU": 3}}]
         assert row.lease_ms == 60_000
+        # while r1 is on its way, a counts as without it (4 of 8): nothing more to move
+        assert main(balance) == 0
+        assert capsys.readouterr().out.splitlines() == [
+            "0 moves; evenly_distributed: no provider above 50% VCPU"
+        ]
         # the move is done: the old reservation released, the new one consumed
         edge = Publisher(app.log)
         edge.publish([_on("a", release("r1", ts=10**12)), _on("b", consume(new_id, ts=10**12))])
