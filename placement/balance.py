@@ -32,7 +32,7 @@ from placement.balancers.even_distribution import EvenDistribution
 from placement.balancers.even_guest_distribution import EvenGuestDistribution
 from placement.balancers.power_saving import PowerSaving
 from placement.engine import Engine
-from placement.model import BoolArray, Request, Snapshot, TagRules
+from placement.model import BoolArray, PlacementReason, Request, Snapshot, TagRules
 
 BALANCE_UNITS: dict[str, type[BalanceUnit]] = {
     cls.name: cls for cls in (EvenDistribution, PowerSaving, EvenGuestDistribution)
@@ -138,7 +138,8 @@ class Balancer:
         rows = np.flatnonzero(allowed)
         if not len(rows):
             return None
-        placement = self.engine.place(load.snapshot, request_for(instance), among=rows)
+        reason: PlacementReason = "evacuation" if source.kind == "evacuating" else "relocation"
+        placement = self.engine.place(load.snapshot, request_for(instance, reason), among=rows)
         if not placement.placed:
             return None
         return Move(
@@ -150,11 +151,12 @@ class Balancer:
         )
 
 
-def request_for(instance: Instance) -> Request:
+def request_for(instance: Instance, reason: PlacementReason) -> Request:
     """The engine's request for one more copy of ``instance``, elsewhere."""
     group = instance.anti_affinity_group
     return Request(
         request_id=f"move-{instance.reservation_id}",
+        reason=reason,
         resources=dict(instance.resources),
         project_id=instance.project_id,
         group_id=group,

@@ -20,6 +20,7 @@ FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
 
 GroupPolicy = Literal["affinity", "anti-affinity", "soft-affinity", "soft-anti-affinity"]
+PlacementReason = Literal["new", "evacuation", "relocation"]
 
 _EMPTY: Mapping[str, Any] = {}
 
@@ -345,3 +346,7 @@ class Request:
     tags: TagRules = TagRules()
     tried_providers: frozenset[str] = frozenset()
     """Providers an earlier attempt of this request was rejected on (Retry)."""
+    reason: PlacementReason = "new"
+    """LXD's placement reasons: a new instance, or one moved off an
+    evacuating provider, or moved to balance load (the placement scriptlet
+    sees it)."""

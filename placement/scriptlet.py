@@ -2,8 +2,10 @@
 after the filters and weighers (LXD's instance placement scriptlet).
 
 The program defines ``instance_placement(request, candidates)``. It is
-called once per instance with the request (a dict: ids, resources, which
-instance of how many, zone, server group, extra specs) and the providers
+called once per instance with the request (a dict: ids, ``reason`` (``new``,
+or ``evacuation`` and ``relocation`` for a balance plan's moves, see
+:mod:`placement.balance`), resources, which instance of how many, zone,
+server group, extra specs) and the providers
 that passed every filter, best weighed first (a list of dicts with
 ``provider_id`` and ``weight``; the best ``max_candidates`` of them, since
 handing a program thousands costs milliseconds a pick). It may call
@@ -262,7 +264,7 @@ def _request(ctx: Context, instance: int) -> dict[str, Any]:
     request = ctx.request
     return {
         "request_id": request.request_id,
-        "reason": "new",
+        "reason": request.reason,
         "project_id": request.project_id,
         "user_id": request.user_id,
         "flavor_name": request.flavor_name,

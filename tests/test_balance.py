@@ -5,6 +5,7 @@ their say, and what no plan may ever do."""
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -407,3 +408,36 @@ def test_a_snapshot_twin_with_other_placements_keeps_its_derived_columns() -> No
     assert snapshot.providers[1].instances == frozenset()  # the original is untouched
     with pytest.raises(ValueError, match="changed more than placements"):
         snapshot.with_placements({1: dataclasses.replace(moved, state="disabled")}, snapshot.used)
+
+
+def test_the_placement_scriptlet_sees_why_an_instance_moves_and_may_refuse(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    source = (
+        "def instance_placement(request, candidates):\n"
+        '    log_info(request["reason"])\n'
+        '    if request["reason"] == "relocation" and request["request_id"] == "move-a-1":\n'
+        '        return "a-1 stays"\n'
+    )
+    config = SchedulerConfig.from_mapping(
+        {
+            "scriptlet": {"source": source},
+            "balance": {"policy": "evenly_distributed", "high_utilization": 80},
+        }
+    )
+    hosts = (
+        Host("a", 10, [5, 4]),
+        Host("ev", 10, [1], state="evacuating"),
+        Host("b", 10),
+        Host("c", 10),
+    )
+    caplog.set_level(logging.INFO, logger="berth.scriptlet")
+    p = config.balancer().plan(*cluster(*hosts))
+    seen = [r.getMessage() for r in caplog.records if r.name == "berth.scriptlet"]
+    # a-1 alone would be enough, but the program keeps it: a-0 goes instead
+    assert moves(p) == ["ev-0: ev -> b", "a-0: a -> c"]
+    assert [line.rsplit(": ", 1)[-1] for line in seen] == [
+        "evacuation",
+        "relocation",
+        "relocation",
+    ]
