@@ -18,14 +18,12 @@ one whose clock runs fast, as with any producer: it expires holds early.
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
 
 from berth.client import Publisher
-
-log = logging.getLogger(__name__)
+from consumers.periodic import run_every
 
 
 class Reaper:
@@ -55,22 +53,14 @@ class Reaper:
 
     def run(self, stop: threading.Event, rounds: int | None = None) -> None:
         """Tick every ``interval_s`` until ``stop`` is set (or ``rounds`` rounds
-        have been tried). A failed round is logged and the next one tried:
-        a reaper that died on one broker hiccup would stop expiry everywhere."""
-        tried = 0
-        # rounds are due on a fixed schedule, so slow appends do not stretch the
-        # interval (and the expiry bound) round after round
-        due = self.monotonic()
-        while not stop.is_set():
-            try:
-                self.step()
-            except Exception:
-                log.exception("reaper: a round of ticks failed; trying again next round")
-            tried += 1
-            if rounds is not None and tried >= rounds:
-                return
-            due += self.interval_s
-            now = self.monotonic()
-            if due < now:  # fell behind by more than a round: start afresh
-                due = now
-            stop.wait(due - now)
+        have been tried); a failed round is logged and the next one tried
+        (see :func:`run_every`): a reaper that died on one broker hiccup would
+        stop expiry everywhere."""
+        run_every(
+            self.step,
+            self.interval_s,
+            stop,
+            rounds,
+            self.monotonic,
+            "reaper: a round of ticks",
+        )
