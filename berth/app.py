@@ -86,6 +86,7 @@ def create_topics(log: Log, settings: Settings) -> None:
     log.create_topic(topics.requests, settings.partitions)
     log.create_topic(topics.placements, settings.partitions)
     log.create_topic(topics.transactions, settings.partitions)
+    log.create_topic(topics.moves, settings.partitions)
 
 
 def tune_gc() -> None:

@@ -28,7 +28,9 @@ from projections.view.ownership import OwnershipLost
 from schemas.events import DEFAULT_LEASE_MS, MAX_LEASE_MS, PoolKind
 
 if TYPE_CHECKING:
+    from consumers.balance_worker import MoveClaim
     from consumers.scheduler_worker import SchedulerWorker
+    from placement.balance import Plan
 
 DEMO_MARKER = ".berth-demo"
 
@@ -212,7 +214,16 @@ def build_parser() -> argparse.ArgumentParser:
     balance.add_argument(
         "--lease-ms", type=int, default=DEFAULT_LEASE_MS, help="lease of the destination claims"
     )
-    balance.add_argument("--json", action="store_true")
+    balance.add_argument(
+        "--every-s",
+        type=float,
+        default=None,
+        help="plan again every S seconds until interrupted (default: once)",
+    )
+    balance.add_argument(
+        "--rounds", type=int, default=None, help="with --every-s: stop after N rounds"
+    )
+    balance.add_argument("--json", action="store_true", help="one JSON object per plan")
     return parser
 
 
@@ -655,8 +666,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 
 def cmd_balance(args: argparse.Namespace) -> int:
-    from berth.balancing import claim_moves, plan_from_view
     from berth.client import Publisher
+    from consumers.balance_worker import BalanceWorker
     from placement.config import ConfigError, SchedulerConfig
 
     try:
@@ -667,17 +678,35 @@ def cmd_balance(args: argparse.Namespace) -> int:
             config.max_moves = args.max_moves
         if not 1 <= args.lease_ms <= MAX_LEASE_MS:
             raise ConfigError(f"--lease-ms must be from 1 to {MAX_LEASE_MS}, not {args.lease_ms}")
+        if args.every_s is not None and args.every_s <= 0:
+            raise ConfigError(f"--every-s must be positive, not {args.every_s}")
     except ConfigError as error:
         print(f"berth: {error}", file=sys.stderr)
         return 2
+
+    def report(plan: Plan, claims: list[MoveClaim]) -> None:
+        print(_render_plan(plan, claims, args.json), flush=True)
+
+    _stop_on_sigterm()
     with App(_settings(args)) as app:
-        plan = plan_from_view(app.engine, config)
-        claims = (
-            claim_moves(Publisher(app.log, app.settings.topics), plan, args.lease_ms)
-            if args.claim and plan.moves
-            else []
+        worker = BalanceWorker(
+            app.engine,
+            Publisher(app.log, app.settings.topics),
+            config,
+            claim=args.claim,
+            lease_ms=args.lease_ms,
+            report=report,
         )
-    if args.json:
+        if args.every_s is None:
+            worker.step()
+        else:
+            with contextlib.suppress(KeyboardInterrupt):
+                worker.run(args.every_s, threading.Event(), rounds=args.rounds)
+    return 0
+
+
+def _render_plan(plan: Plan, claims: list[MoveClaim], as_json: bool) -> str:
+    if as_json:
         out = plan.to_dict()
         for move, claim in zip(out["moves"], claims, strict=False):
             move["claim"] = {
@@ -685,8 +714,8 @@ def cmd_balance(args: argparse.Namespace) -> int:
                 "partition": claim.partition,
                 "offset": claim.offset,
             }
-        print(json.dumps(out))
-        return 0
+        return json.dumps(out)
+    lines = []
     for number, move in enumerate(plan.moves):
         amounts = ",".join(f"{rc}={n}" for rc, n in sorted(move.instance.resources.items()))
         line = (
@@ -695,10 +724,10 @@ def cmd_balance(args: argparse.Namespace) -> int:
         )
         if number < len(claims):
             line += f"; claimed as {claims[number].reservation_id}"
-        print(line)
+        lines.append(line)
     count = len(plan.moves)
-    print(f"{count} move{'' if count == 1 else 's'}; {plan.stopped}")
-    return 0
+    lines.append(f"{count} move{'' if count == 1 else 's'}; {plan.stopped}")
+    return "\n".join(lines)
 
 
 COMMANDS = {

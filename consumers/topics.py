@@ -16,6 +16,9 @@ class Topics:
     """The scheduler's final word on each request: placed or failed."""
     transactions: str = "berth.transactions"
     """The coordinator's record of each transaction: begun, decided, finished."""
+    moves: str = "berth.moves"
+    """Instance moves ``berth balance --claim`` claimed, keyed by consumer, for
+    the service that moves instances."""
 
 
 DEFAULT_TOPICS = Topics()

@@ -12,17 +12,20 @@ from sqlalchemy import Engine, select
 from berth.app import App, Settings
 from berth.cli import main
 from berth.client import Publisher
+from consumers.balance_worker import BalanceWorker
 from consumers.partition_writer import PartitionWriter, catch_up_all
 from consumers.snapshot_source import balance_inputs
 from consumers.topics import DEFAULT_TOPICS
 from ledger.embedded import EmbeddedLog
 from ledger.log import Append
+from placement.config import SchedulerConfig
 from projections.view.engine import make_engine
 from projections.view.migrate import upgrade
 from projections.view.tables import reservations
 from projections.view.writer import ViewWriter
 from schemas.codec import encode_event
 from schemas.events import Event
+from schemas.moves import MoveProposed
 from tests.builders import claim, claim_items, consume, provider, release
 
 
@@ -104,14 +107,20 @@ def _cluster(data: Path) -> None:
         catch_up_all(app.writers())
 
 
-def test_berth_balance_proposes_and_claims_moves_the_writers_accept(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def _balancing(tmp_path: Path) -> tuple[Path, list[str]]:
+    """:func:`_cluster`'s data directory, and ``berth balance`` on it with
+    evenly_distributed at 50%."""
     data = tmp_path / "d"
     _cluster(data)
     config = tmp_path / "scheduler.toml"
     config.write_text('[balance]\npolicy = "evenly_distributed"\nhigh_utilization = 50\n')
-    balance = ["balance", "--data-dir", str(data), "--config", str(config)]
+    return data, ["balance", "--data-dir", str(data), "--config", str(config)]
+
+
+def test_berth_balance_proposes_and_claims_moves_the_writers_accept(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data, balance = _balancing(tmp_path)
 
     assert main(balance) == 0
     out = capsys.readouterr().out.splitlines()
@@ -125,6 +134,27 @@ def test_berth_balance_proposes_and_claims_moves_the_writers_accept(
     (move,) = plan["moves"]
     new_id = move["claim"]["reservation_id"]
     assert new_id.startswith("r1.move-") and move["destination"] == "b"
+    # the service that moves instances is told on berth.moves
+    log = EmbeddedLog(data, read_only=True)
+    try:
+        proposed = [
+            MoveProposed.model_validate_json(r.value)
+            for p in range(2)
+            for r in log.read(DEFAULT_TOPICS.moves, p, 0, 10)
+        ]
+    finally:
+        log.close()
+    assert [(m.reservation_id, m.claim_id, m.source, m.destination) for m in proposed] == [
+        ("r1", new_id, "a", "b")
+    ]
+    assert proposed[0].consumer_id == "c-r1" and proposed[0].resources == {
+        "VCPU": 3,
+        "MEMORY_MB": 3072,
+    }
+    assert (proposed[0].claim_partition, proposed[0].claim_offset) == (
+        move["claim"]["partition"],
+        move["claim"]["offset"],
+    )
 
     with App(Settings(data_dir=data)) as app:
         catch_up_all(app.writers())
@@ -167,3 +197,40 @@ def test_berth_balance_refuses_bad_options(
     # no policy configured: only evacuations, and there are none
     assert main(["balance", "--data-dir", str(data)]) == 0
     assert capsys.readouterr().out.splitlines() == ["0 moves; no provider is evacuating"]
+
+
+def test_a_balancer_round_waits_until_the_view_holds_the_last_round_s_claims(
+    tmp_path: Path,
+) -> None:
+    data = tmp_path / "d"
+    _cluster(data)
+    config = SchedulerConfig.from_mapping(
+        {"balance": {"policy": "evenly_distributed", "high_utilization": 50, "max_moves": 1}}
+    )
+    with App(Settings(data_dir=data)) as app:
+        worker = BalanceWorker(app.engine, Publisher(app.log), config, claim=True, lease_ms=60_000)
+        first = worker.step()
+        assert first is not None
+        plan, claims = first
+        assert [m.instance.reservation_id for m in plan.moves] == ["r1"]
+        assert [c.move for c in claims] == list(plan.moves)
+        # the writers have not applied the claim: planning now would move
+        # another instance off a for the same excess
+        assert worker.step() is None and worker.rounds == 1
+        catch_up_all(app.writers())
+        again = worker.step()
+        assert again is not None
+        assert again[0].moves == () and worker.rounds == 2
+
+
+def test_berth_balance_every_s_plans_round_after_round(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, balance = _balancing(tmp_path)
+    every = [*balance, "--json"]
+    assert main([*every, "--every-s", "0.01", "--rounds", "3"]) == 0
+    plans = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert len(plans) == 3
+    assert all([m["reservation_id"] for m in p["moves"]] == ["r1"] for p in plans)
+    assert main([*every, "--every-s", "0"]) == 2
+    assert "--every-s must be positive" in capsys.readouterr().err

@@ -27,7 +27,9 @@ def _settings(kafka_bootstrap: str, postgres_url: str, partitions: int) -> Setti
     """Kafka and PostgreSQL, with topics of this test's own: the broker is
     shared by the whole session."""
     suffix = uuid.uuid4().hex[:8]
-    topics = Topics(*(f"{name}-{suffix}" for name in ("ev", "out", "dead", "req", "place", "txn")))
+    topics = Topics(
+        *(f"{name}-{suffix}" for name in ("ev", "out", "dead", "req", "place", "txn", "moves"))
+    )
     return Settings(
         log_url=f"kafka://{kafka_bootstrap}",
         db_url=postgres_url,
