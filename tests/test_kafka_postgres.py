@@ -17,7 +17,7 @@ from consumers.topics import Topics
 from ledger.log import OwnedElsewhere
 from projections.view.tables import inventories, reservations
 from schemas.outcomes import Kind, Outcome
-from tests.builders import claim, provider, release
+from tests.builders import claim, consume, provider, release
 from tests.placements import placement_answers
 from tests.postgres import scratch_database
 from tests.txn_builders import pool
@@ -227,3 +227,47 @@ def test_a_second_writer_of_a_kafka_partition_is_refused(
         with pytest.raises(OwnedElsewhere, match="partition 0 of 'ev-"):
             second.writers()
         assert [w.partition for w in second.writers([1])] == [1]
+
+
+def test_a_balance_round_on_kafka_and_postgres(kafka_bootstrap: str, postgres_url: str) -> None:
+    from consumers.balance_worker import BalanceWorker
+    from placement.config import SchedulerConfig
+    from schemas.moves import MoveProposed
+
+    settings = _settings(kafka_bootstrap, postgres_url, partitions=2)
+    topics = settings.topics
+    config = SchedulerConfig.from_mapping(
+        {"balance": {"policy": "evenly_distributed", "high_utilization": 50}}
+    )
+    with App(settings) as app:
+        edge = Publisher(app.log, topics, clock_ms=lambda: 10**12)
+        edge.publish([e for pid in ("n1", "n2") for e in provider(pid, ts=1, VCPU=8)])
+        edge.publish([claim(rid, "n1", ts=2, VCPU=3) for rid in ("r1", "r2")])
+        edge.publish(
+            [consume(rid, ts=3).model_copy(update={"partition_key": "n1"}) for rid in ("r1", "r2")]
+        )
+        writers = app.writers()
+        catch_up_all(writers)
+        worker = BalanceWorker(app.engine, edge, config, claim=True, lease_ms=60_000)
+        first = worker.step()
+        assert first is not None
+        (claimed,) = first[1]
+        assert (claimed.move.instance.reservation_id, claimed.move.destination) == ("r1", "n2")
+        catch_up_all(writers)
+        with app.engine.connect() as conn:
+            status = conn.execute(
+                select(reservations.c.status).where(
+                    reservations.c.reservation_id == claimed.reservation_id
+                )
+            ).scalar_one()
+        assert status == "held"
+        proposals = [
+            MoveProposed.model_validate_json(r.value)
+            for p in range(2)
+            for r in app.log.read(topics.moves, p, 0, 10)
+        ]
+        assert [(m.reservation_id, m.claim_id) for m in proposals] == [
+            ("r1", claimed.reservation_id)
+        ]
+        again = worker.step()
+        assert again is not None and again[0].moves == ()  # n1 counts as 3 of 8 now
