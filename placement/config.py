@@ -33,6 +33,10 @@ Example::
     low_utilization = 20
     resource_class = "VCPU"
 
+A filter, weigher or balance policy may also be named by import path,
+``package.module:ClassName``: an operator's own (see
+:func:`placement.registry.resolve`).
+
 A balance policy with a ranking of its own (power_saving stacks) sets the
 weighers when ``[weighers]`` is not given, as oVirt's cluster policies pair
 a balance unit with cost functions that agree with it.
@@ -50,7 +54,7 @@ from placement.balance import BALANCE_UNITS, Balancer
 from placement.balancers.base import BalanceUnit
 from placement.engine import Engine, Sampling
 from placement.filters.base import HostFilter
-from placement.registry import DEFAULT_FILTERS, DEFAULT_WEIGHERS, FILTERS, WEIGHERS
+from placement.registry import DEFAULT_FILTERS, DEFAULT_WEIGHERS, FILTERS, WEIGHERS, resolve
 from placement.scriptlet import Scriptlet, ScriptletError
 from placement.weighers.base import Weigher
 
@@ -192,10 +196,7 @@ def _balance(section: Any) -> tuple[BalanceUnit | None, int]:
         if options:
             raise ConfigError(f"[balance] policy none takes no options, not {sorted(options)}")
         return None, given.max_moves
-    cls = BALANCE_UNITS.get(given.policy)
-    if cls is None:
-        known = ", ".join(["none", *sorted(BALANCE_UNITS)])
-        raise ConfigError(f"[balance] unknown policy {given.policy!r}; known: {known}")
+    cls = _resolve(given.policy, BALANCE_UNITS, BalanceUnit, "policy", "[balance] ", ("none",))
     return _construct("balance", cls, options), given.max_moves
 
 
@@ -209,9 +210,7 @@ def _filters(section: dict[str, Any]) -> list[HostFilter]:
             raise ConfigError(f"[filters.{name}] configures a filter that is not enabled")
     built = []
     for name in names:
-        cls = FILTERS.get(name)
-        if cls is None:
-            raise ConfigError(f"unknown filter {name!r}; known: {', '.join(sorted(FILTERS))}")
+        cls = _resolve(name, FILTERS, HostFilter, "filter")
         built.append(_construct(f"filters.{name}", cls, options.get(name, {})))
     return built
 
@@ -219,9 +218,7 @@ def _filters(section: dict[str, Any]) -> list[HostFilter]:
 def _weighers(section: dict[str, Any]) -> list[Weigher]:
     built = []
     for name, value in section.items():
-        cls = WEIGHERS.get(name)
-        if cls is None:
-            raise ConfigError(f"unknown weigher {name!r}; known: {', '.join(sorted(WEIGHERS))}")
+        cls = _resolve(name, WEIGHERS, Weigher, "weigher")
         if isinstance(value, int | float) and not isinstance(value, bool):
             built.append(_construct(f"weighers.{name}", cls, {"multiplier": float(value)}))
         elif isinstance(value, dict):
@@ -229,6 +226,20 @@ def _weighers(section: dict[str, Any]) -> list[Weigher]:
         else:
             raise ConfigError(f"[weighers] {name} must be a multiplier or a table")
     return built
+
+
+def _resolve(
+    name: str,
+    known: dict[str, type[_T]],
+    port: type[Any],
+    what: str,
+    where: str = "",
+    also: tuple[str, ...] = (),
+) -> type[_T]:
+    try:
+        return resolve(name, known, port, what, also)
+    except ValueError as error:
+        raise ConfigError(f"{where}{error}") from None
 
 
 def _construct(where: str, cls: type[_T], options: Any) -> _T:

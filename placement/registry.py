@@ -1,6 +1,18 @@
-"""The explicit registry of filters and weighers, by their Nova names."""
+"""The explicit registry of filters and weighers, by their Nova names, and
+the operator's own, by import path.
+
+A name of the form ``package.module:ClassName`` is an operator's plug-in
+(Nova's custom filters and weighers, oVirt's external policy units): the
+class is imported when the configuration loads and must subclass the port it
+plugs into. Like the built-in ones it should read only the snapshot and the
+request: no clock, no randomness, no I/O, so the same inputs place the same.
+"""
 
 from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeVar
 
 from placement.filters.aggregate_instance_extra_specs import AggregateInstanceExtraSpecsFilter
 from placement.filters.availability_zone import AvailabilityZoneFilter
@@ -118,3 +130,39 @@ DEFAULT_WEIGHERS: dict[str, float] = {
 """Nova's default multipliers (MetricsWeigher needs a weight_setting, and
 NumInstancesWeigher is off by default, so neither is in), plus Berth's tag
 affinity."""
+
+
+_T = TypeVar("_T")
+
+
+def resolve(
+    name: str,
+    known: Mapping[str, type[_T]],
+    port: type[Any],
+    what: str,
+    also: Sequence[str] = (),
+) -> type[_T]:
+    """The class ``name`` stands for: one of ``known``, or a plug-in's
+    ``module:Class`` that subclasses ``port``. ValueError says why not, and
+    lists the names ``also`` accepted by the caller first."""
+    cls = known.get(name)
+    if cls is not None:
+        return cls
+    module_name, colon, class_name = name.partition(":")
+    if not colon:
+        names = ", ".join([*also, *sorted(known)])
+        raise ValueError(
+            f"unknown {what} {name!r}; known: {names}, or a plug-in's package.module:ClassName"
+        )
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise ValueError(f"{what} {name!r}: cannot import {module_name}: {error}") from None
+    found = getattr(module, class_name, None)
+    if not (isinstance(found, type) and issubclass(found, port)):
+        got = "nothing" if found is None else repr(found)
+        raise ValueError(
+            f"{what} {name!r}: {module_name}.{class_name} is {got}, not a {port.__name__}"
+        )
+    plugged: type[_T] = found
+    return plugged
