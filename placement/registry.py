@@ -22,7 +22,9 @@ from placement.filters.compute import ComputeFilter
 from placement.filters.compute_capabilities import ComputeCapabilitiesFilter
 from placement.filters.different_host import DifferentHostFilter
 from placement.filters.image_properties import ImagePropertiesFilter
+from placement.filters.image_type import ImageTypeSupportFilter
 from placement.filters.io_ops import IoOpsFilter
+from placement.filters.isolated_aggregates import IsolatedAggregatesFilter
 from placement.filters.isolated_hosts import IsolatedHostsFilter
 from placement.filters.json_filter import JsonFilter
 from placement.filters.multi_tenancy import AggregateMultiTenancyIsolation
@@ -64,7 +66,9 @@ FILTERS: dict[str, type[HostFilter]] = {
         ComputeFilter,
         DifferentHostFilter,
         ImagePropertiesFilter,
+        ImageTypeSupportFilter,
         IoOpsFilter,
+        IsolatedAggregatesFilter,
         IsolatedHostsFilter,
         JsonFilter,
         NumInstancesFilter,
