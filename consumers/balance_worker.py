@@ -100,8 +100,8 @@ class BalanceWorker:
                 log.info("balance: waiting for the writers to apply the last round's claims")
                 return None
             self.awaited = {}
-        snapshot, instances = balance_inputs(self.view)
-        plan = self.config.balancer().plan(snapshot, instances)
+        snapshot, instances, leaving = balance_inputs(self.view)
+        plan = self.config.balancer().plan(snapshot, instances, leaving)
         claims = self._claim(plan) if self.claim and plan.moves else []
         self.rounds += 1
         self.report(plan, claims)

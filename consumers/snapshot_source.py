@@ -17,7 +17,6 @@ import numpy as np
 from sqlalchemy import Connection, Engine, Row, func, or_, select
 
 from placement.balancers.base import Instance
-from placement.engine import demand_row
 from placement.model import RESOURCE_ARRAYS, Provider, Snapshot
 from projections.view.loader import committed_offsets
 from projections.view.tables import inventories, providers, reservations
@@ -35,7 +34,7 @@ def snapshot_from_view(engine: Engine, placements: bool = True) -> Snapshot:
         return _read(conn, placements)
 
 
-def balance_inputs(engine: Engine) -> tuple[Snapshot, list[Instance]]:
+def balance_inputs(engine: Engine) -> tuple[Snapshot, list[Instance], list[Instance]]:
     """The view as a snapshot with what is placed where, and the instances a
     balancer may move, read at one point of the view's history.
 
@@ -43,9 +42,9 @@ def balance_inputs(engine: Engine) -> tuple[Snapshot, list[Instance]]:
     given back, a pending one awaits its transaction, and a claim on several
     providers moves as a whole or not at all. A consumer that also holds a
     claim on another provider is being moved there (``berth balance
-    --claim`` made the hold): its instance is not offered again, and its
-    source's usage is counted as if it had left, so the next plan does not
-    move a second instance for the same excess."""
+    --claim`` made the hold): its instance is not offered again but returned
+    as leaving, for the plan to count its source as relieved of it, so the
+    next plan does not move a second instance for the same excess."""
     with engine.connect() as conn:
         _repeatable(conn)
         snapshot = _read(conn, placements=True)
@@ -68,20 +67,14 @@ def balance_inputs(engine: Engine) -> tuple[Snapshot, list[Instance]]:
     for row in rows:
         if row.status == "held":
             holds[row.consumer_id].update(item["provider_id"] for item in row.items)
-    used = snapshot.used
-    instances = []
+    instances: list[Instance] = []
+    leaving: list[Instance] = []
     for row in rows:
         if row.status != "consumed" or len(row.items) != 1:
             continue
         (item,) = row.items
-        source = snapshot.row_of.get(item["provider_id"])
-        if holds.get(row.consumer_id, set()) - {item["provider_id"]}:
-            if source is not None:
-                if used is snapshot.used:
-                    used = used.copy()
-                used[source] -= demand_row(snapshot, item["resources"])
-            continue
-        instances.append(
+        moving = holds.get(row.consumer_id, set()) - {item["provider_id"]}
+        (leaving if moving else instances).append(
             Instance(
                 reservation_id=row.reservation_id,
                 consumer_id=row.consumer_id,
@@ -94,7 +87,7 @@ def balance_inputs(engine: Engine) -> tuple[Snapshot, list[Instance]]:
                 require_without_tags=frozenset(row.require_without_tags),
             )
         )
-    return (snapshot if used is snapshot.used else snapshot.with_used(used)), instances
+    return snapshot, instances, leaving
 
 
 def _provider(

@@ -80,10 +80,17 @@ class Balancer:
         self.engine = engine
         self.max_moves = max_moves
 
-    def plan(self, snapshot: Snapshot, instances: Sequence[Instance]) -> Plan:
+    def plan(
+        self,
+        snapshot: Snapshot,
+        instances: Sequence[Instance],
+        leaving: Sequence[Instance] = (),
+    ) -> Plan:
         """The moves that would balance ``snapshot``, where ``instances`` are
-        the instances that may move."""
-        load = Load.of(snapshot, instances)
+        the instances that may move and ``leaving`` those already moving
+        (their sources count as relieved of them, though nothing may take
+        their room until they are gone)."""
+        load = Load.of(snapshot, instances, leaving)
         # moves change what is placed where, never a provider's state
         evacuating = [r for r, p in enumerate(snapshot.providers) if p.state == "evacuating"]
         moves: list[Move] = []

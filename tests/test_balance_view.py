@@ -4,9 +4,12 @@
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from sqlalchemy import Engine, select
 
 from berth.app import App, Settings
@@ -26,7 +29,7 @@ from projections.view.writer import ViewWriter
 from schemas.codec import encode_event
 from schemas.events import Event
 from schemas.moves import MoveProposed
-from tests.builders import claim, claim_items, consume, provider, release
+from tests.builders import claim, claim_items, consume, provider, release, set_state
 
 
 def _on(pid: str, event: Event) -> Event:
@@ -77,7 +80,7 @@ def test_only_consumed_single_provider_reservations_may_move(tmp_path: Path, vie
     ]
     engine = _decided(tmp_path, view_url, events)
     try:
-        snapshot, instances = balance_inputs(engine)
+        snapshot, instances, leaving = balance_inputs(engine)
     finally:
         engine.dispose()
     assert [i.reservation_id for i in instances] == ["run"]
@@ -89,9 +92,12 @@ def test_only_consumed_single_provider_reservations_may_move(tmp_path: Path, vie
     a = snapshot.providers[snapshot.row_of["a"]]
     assert a.instances == frozenset({"c-run", "c-held", "c-both", "vm-mv"})  # all occupy it
     assert a.groups == {"g": 1}
+    assert [(i.reservation_id, i.provider_id, i.consumer_id) for i in leaving] == [
+        ("mv", "a", "vm-mv")
+    ]
     vcpu = snapshot.column("VCPU")
-    # run 2, held 1, both 1, and mv's 2 counted as gone; b: both 1 and the move's 2
-    assert snapshot.used[:, vcpu].tolist() == [4, 3]
+    # the view as it is: mv still on a, its move's hold on b
+    assert snapshot.used[:, vcpu].tolist() == [6, 3]
 
 
 def _cluster(data: Path) -> None:
@@ -234,3 +240,68 @@ def test_berth_balance_every_s_plans_round_after_round(
     assert all([m["reservation_id"] for m in p["moves"]] == ["r1"] for p in plans)
     assert main([*every, "--every-s", "0"]) == 2
     assert "--every-s must be positive" in capsys.readouterr().err
+
+
+POLICIES: list[dict[str, object]] = [
+    {"policy": "none"},
+    {"policy": "evenly_distributed", "high_utilization": 60},
+    {"policy": "power_saving", "high_utilization": 70, "low_utilization": 30},
+    {"policy": "vm_evenly_distributed", "high_instance_count": 2, "migration_threshold": 2},
+]
+
+
+@st.composite
+def clusters(draw: st.DrawFn) -> tuple[list[Event], int]:
+    """Events that build a small cluster of consumed instances (some in one
+    anti-affinity group, some providers evacuating or disabled), and a policy."""
+    events: list[Event] = []
+    for n in range(draw(st.integers(2, 5))):
+        pid = f"n{n}"
+        capacity = draw(st.integers(2, 12))
+        events += provider(pid, ts=1, VCPU=capacity, MEMORY_MB=capacity * 1024)
+        used = 0
+        for k, size in enumerate(draw(st.lists(st.integers(1, 4), max_size=5))):
+            if used + size > capacity:
+                continue
+            used += size
+            rid = f"{pid}-{k}"
+            group = "g" if draw(st.booleans()) and draw(st.booleans()) else None
+            events += [
+                claim(rid, pid, ts=2, VCPU=size, MEMORY_MB=size * 1024, group=group),
+                _on(pid, consume(rid, ts=2)),
+            ]
+        state = draw(st.sampled_from(["enabled", "enabled", "enabled", "evacuating", "disabled"]))
+        if state != "enabled":
+            events.append(set_state(pid, state, ts=3))  # type: ignore[arg-type]
+    return events, draw(st.integers(0, len(POLICIES) - 1))
+
+
+@settings(max_examples=25, deadline=None)
+@given(clusters())
+def test_the_writers_accept_every_move_a_plan_on_a_current_view_claims(
+    case: tuple[list[Event], int],
+) -> None:
+    """The balancer proposes and the writer disposes, and on a view with no
+    one else claiming they agree: every claim of a plan (several moves, some
+    onto the sources of earlier ones) is accepted."""
+    events, policy = case
+    config = SchedulerConfig.from_mapping({"balance": {**POLICIES[policy], "max_moves": 6}})
+    with tempfile.TemporaryDirectory() as tmp, App(Settings(data_dir=Path(tmp))) as app:
+        edge = Publisher(app.log, clock_ms=lambda: 10**12)
+        edge.publish(events)
+        writers = app.writers()
+        catch_up_all(writers)
+        worker = BalanceWorker(app.engine, edge, config, claim=True, lease_ms=60_000)
+        result = worker.step()
+        assert result is not None
+        plan, claims = result
+        catch_up_all(writers)
+        with app.engine.connect() as conn:
+            statuses = dict(
+                conn.execute(
+                    select(reservations.c.reservation_id, reservations.c.status).where(
+                        reservations.c.reservation_id.in_([c.reservation_id for c in claims])
+                    )
+                ).all()
+            )
+    assert statuses == {c.reservation_id: "held" for c in claims}, plan.stopped

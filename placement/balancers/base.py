@@ -57,17 +57,34 @@ class Source:
 
 
 class Load:
-    """The cluster as balance units see it: a snapshot (with the moves planned
-    so far) and, per row, the instances placed there in reservation id order."""
+    """The cluster as balance units see it, in two views.
 
-    def __init__(self, snapshot: Snapshot, by_row: Sequence[tuple[Instance, ...]]) -> None:
+    ``snapshot`` is what the engine fits a move against, as the writer will
+    decide its claim: every instance counts where it is until its move is
+    done, and a planned move's destination already holds it. ``used`` and
+    :meth:`counts` are what units measure relief by: there, moves planned
+    (and ``leaving``: moves in flight) have left their sources. A plan
+    therefore never counts on room that a move still to be carried out would
+    free. ``by_row`` lists, per row, the instances that may move, in
+    reservation id order."""
+
+    def __init__(
+        self,
+        snapshot: Snapshot,
+        by_row: Sequence[tuple[Instance, ...]],
+        used: IntArray,
+        counts: IntArray,
+    ) -> None:
         self.snapshot = snapshot
         self.by_row = list(by_row)
+        self.used = used
+        self._counts = counts
         self.capacity = snapshot.capacity_table()
-        self._counts: IntArray | None = None
 
     @classmethod
-    def of(cls, snapshot: Snapshot, instances: Sequence[Instance]) -> Load:
+    def of(
+        cls, snapshot: Snapshot, instances: Sequence[Instance], leaving: Sequence[Instance] = ()
+    ) -> Load:
         """Instances on providers the snapshot lacks are left out."""
         rows: list[list[Instance]] = [[] for _ in range(snapshot.size)]
         for instance in instances:
@@ -75,31 +92,34 @@ class Load:
             if row is not None:
                 rows[row].append(instance)
         ordered = [tuple(sorted(r, key=lambda i: i.reservation_id)) for r in rows]
-        return cls(snapshot, ordered)
+        providers = snapshot.providers
+        used = snapshot.used.copy()
+        counts = np.fromiter((len(p.instances) for p in providers), np.int64, len(providers))
+        for instance in leaving:
+            row = snapshot.row_of.get(instance.provider_id)
+            if row is not None:
+                used[row] -= demand_of(snapshot, instance)
+                counts[row] -= 1
+        return cls(snapshot, ordered, used, counts)
 
     def provider_id(self, row: int) -> str:
         return self.snapshot.providers[row].provider_id
 
     def utilisation(self, resource_class: str, extra: int = 0) -> FloatArray:
         """Percent of each provider's capacity in ``resource_class`` that is
-        used (held or consumed), with ``extra`` more; NaN where it has none,
-        which compares false with every threshold."""
+        used (held or consumed, with moves gone), with ``extra`` more; NaN
+        where it has none, which compares false with every threshold."""
         out = np.full(self.snapshot.size, np.nan, dtype=np.float64)
         column = self.snapshot.column(resource_class)
         if column is None:
             return out
         capacity = self.capacity[:, column].astype(np.float64)
-        used = self.snapshot.used[:, column].astype(np.float64) + float(extra)
+        used = self.used[:, column].astype(np.float64) + float(extra)
         np.divide(used * 100.0, capacity, out=out, where=capacity > 0)
         return out
 
     def counts(self) -> IntArray:
-        """Instances (movable or not) on each provider (read-only)."""
-        if self._counts is None:
-            providers = self.snapshot.providers
-            counts = np.fromiter((len(p.instances) for p in providers), np.int64, len(providers))
-            counts.flags.writeable = False
-            self._counts = counts
+        """Instances (movable or not) on each provider, with moves gone."""
         return self._counts
 
     def open_to(self, source: int) -> BoolArray:
@@ -109,20 +129,19 @@ class Load:
         return mask
 
     def moved(self, instance: Instance, source: int, destination: int) -> Load:
-        """This load after moving ``instance`` from ``source`` to ``destination``."""
+        """This load with ``instance`` planned to move from ``source`` to
+        ``destination``: gone from the source in the units' view only."""
         snapshot = self.snapshot
-        demand = np.zeros(len(snapshot.classes), dtype=np.int64)
-        for rc, amount in instance.resources.items():
-            column = snapshot.column(rc)
-            if column is not None:
-                demand[column] = amount
-        used = snapshot.used.copy()
+        demand = demand_of(snapshot, instance)
+        occupied = snapshot.used.copy()
+        occupied[destination] += demand
+        used = self.used.copy()
         used[source] -= demand
         used[destination] += demand
-        records = {
-            source: _without(snapshot.providers[source], instance),
-            destination: _with(snapshot.providers[destination], instance),
-        }
+        counts = self._counts.copy()
+        counts[source] -= 1
+        counts[destination] += 1
+        records = {destination: _with(snapshot.providers[destination], instance)}
         arrived = dataclasses.replace(
             instance, provider_id=snapshot.providers[destination].provider_id
         )
@@ -131,7 +150,17 @@ class Load:
         by_row[destination] = tuple(
             sorted((*by_row[destination], arrived), key=lambda i: i.reservation_id)
         )
-        return Load(snapshot.with_placements(records, used), by_row)
+        return Load(snapshot.with_placements(records, occupied), by_row, used, counts)
+
+
+def demand_of(snapshot: Snapshot, instance: Instance) -> IntArray:
+    """``instance``'s amounts as a row over the snapshot's classes."""
+    demand = np.zeros(len(snapshot.classes), dtype=np.int64)
+    for rc, amount in instance.resources.items():
+        column = snapshot.column(rc)
+        if column is not None:
+            demand[column] = amount
+    return demand
 
 
 def _with(provider: Provider, instance: Instance) -> Provider:
@@ -145,20 +174,6 @@ def _with(provider: Provider, instance: Instance) -> Provider:
         instances=provider.instances | {instance.consumer_id},
         groups=dict(groups),
         tags=dict(tags),
-    )
-
-
-def _without(provider: Provider, instance: Instance) -> Provider:
-    groups = Counter(provider.groups)
-    tags = Counter(provider.tags)
-    if instance.anti_affinity_group:
-        groups[instance.anti_affinity_group] -= 1
-    tags.subtract(instance.tags)
-    return dataclasses.replace(
-        provider,
-        instances=provider.instances - {instance.consumer_id},
-        groups={k: n for k, n in groups.items() if n > 0},
-        tags={k: n for k, n in tags.items() if n > 0},
     )
 
 

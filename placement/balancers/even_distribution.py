@@ -70,7 +70,7 @@ def relieving_order(load: Load, row: int, resource_class: str, high: float) -> l
     column = load.snapshot.column(resource_class)
     if column is None:
         return []
-    used = int(load.snapshot.used[row, column])
+    used = int(load.used[row, column])
     capacity = int(load.capacity[row, column])
     movable = [i for i in load.by_row[row] if amount_of(i, resource_class) > 0]
     enough = sorted(
