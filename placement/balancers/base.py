@@ -21,6 +21,7 @@ from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import ClassVar, Literal
 
 import numpy as np
@@ -86,12 +87,15 @@ class Load:
         cls, snapshot: Snapshot, instances: Sequence[Instance], leaving: Sequence[Instance] = ()
     ) -> Load:
         """Instances on providers the snapshot lacks are left out."""
-        rows: list[list[Instance]] = [[] for _ in range(snapshot.size)]
-        for instance in instances:
-            row = snapshot.row_of.get(instance.provider_id)
+        found: dict[int, list[Instance]] = {}
+        row_of = snapshot.row_of
+        for instance in sorted(instances, key=_reservation_id):
+            row = row_of.get(instance.provider_id)
             if row is not None:
-                rows[row].append(instance)
-        ordered = [tuple(sorted(r, key=lambda i: i.reservation_id)) for r in rows]
+                found.setdefault(row, []).append(instance)
+        ordered: list[tuple[Instance, ...]] = [()] * snapshot.size
+        for row, placed in found.items():
+            ordered[row] = tuple(placed)
         providers = snapshot.providers
         used = snapshot.used.copy()
         counts = np.fromiter((len(p.instances) for p in providers), np.int64, len(providers))
@@ -147,10 +151,11 @@ class Load:
         )
         by_row = list(self.by_row)
         by_row[source] = tuple(i for i in by_row[source] if i is not instance)
-        by_row[destination] = tuple(
-            sorted((*by_row[destination], arrived), key=lambda i: i.reservation_id)
-        )
+        by_row[destination] = tuple(sorted((*by_row[destination], arrived), key=_reservation_id))
         return Load(snapshot.with_placements(records, occupied), by_row, used, counts)
+
+
+_reservation_id = attrgetter("reservation_id")
 
 
 def demand_of(snapshot: Snapshot, instance: Instance) -> IntArray:
