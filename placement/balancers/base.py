@@ -26,6 +26,7 @@ from typing import ClassVar, Literal
 
 import numpy as np
 
+from placement.engine import demand_row
 from placement.model import BoolArray, FloatArray, IntArray, Provider, Snapshot
 
 SourceKind = Literal["over", "under", "crowded", "evacuating"]
@@ -102,7 +103,7 @@ class Load:
         for instance in leaving:
             row = snapshot.row_of.get(instance.provider_id)
             if row is not None:
-                used[row] -= demand_of(snapshot, instance)
+                used[row] -= demand_row(snapshot, instance.resources)
                 counts[row] -= 1
         return cls(snapshot, ordered, used, counts)
 
@@ -136,7 +137,7 @@ class Load:
         """This load with ``instance`` planned to move from ``source`` to
         ``destination``: gone from the source in the units' view only."""
         snapshot = self.snapshot
-        demand = demand_of(snapshot, instance)
+        demand = demand_row(snapshot, instance.resources)
         occupied = snapshot.used.copy()
         occupied[destination] += demand
         used = self.used.copy()
@@ -156,16 +157,6 @@ class Load:
 
 
 _reservation_id = attrgetter("reservation_id")
-
-
-def demand_of(snapshot: Snapshot, instance: Instance) -> IntArray:
-    """``instance``'s amounts as a row over the snapshot's classes."""
-    demand = np.zeros(len(snapshot.classes), dtype=np.int64)
-    for rc, amount in instance.resources.items():
-        column = snapshot.column(rc)
-        if column is not None:
-            demand[column] = amount
-    return demand
 
 
 def _with(provider: Provider, instance: Instance) -> Provider:
