@@ -680,6 +680,8 @@ def cmd_balance(args: argparse.Namespace) -> int:
             raise ConfigError(f"--lease-ms must be from 1 to {MAX_LEASE_MS}, not {args.lease_ms}")
         if args.every_s is not None and args.every_s <= 0:
             raise ConfigError(f"--every-s must be positive, not {args.every_s}")
+        if args.rounds is not None and args.every_s is None:
+            raise ConfigError("--rounds counts the rounds of --every-s, which is not given")
     except ConfigError as error:
         print(f"berth: {error}", file=sys.stderr)
         return 2

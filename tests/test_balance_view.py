@@ -240,6 +240,8 @@ def test_berth_balance_every_s_plans_round_after_round(
     assert all([m["reservation_id"] for m in p["moves"]] == ["r1"] for p in plans)
     assert main([*every, "--every-s", "0"]) == 2
     assert "--every-s must be positive" in capsys.readouterr().err
+    assert main([*every, "--rounds", "2"]) == 2
+    assert "--rounds counts the rounds of --every-s" in capsys.readouterr().err
 
 
 POLICIES: list[dict[str, object]] = [
