@@ -12,6 +12,9 @@ one, or releases the new one if it cannot move the instance.
 Run every so often (oVirt balances periodically), a round plans only once
 the view holds the claims of the round before: until then the moves in
 flight would not show, and the same excess would be relieved twice.
+
+The claims are appended before their proposals: a balancer that dies in
+between leaves holds that no proposal names, which expire with their lease.
 """
 
 from __future__ import annotations
