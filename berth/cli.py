@@ -700,11 +700,29 @@ def cmd_balance(args: argparse.Namespace) -> int:
             report=report,
         )
         if args.every_s is None:
+            _warn_if_behind(app)
             worker.step()
         else:
             with contextlib.suppress(KeyboardInterrupt):
                 worker.run(args.every_s, threading.Event(), rounds=args.rounds)
     return 0
+
+
+def _warn_if_behind(app: App) -> None:
+    """A plan on a view behind its log may not see moves claimed moments ago
+    (their holds are not applied yet) and propose them again."""
+    from berth.status import read_status
+
+    settings = app.settings
+    status = read_status(app.log, app.engine, settings.topics, settings.partitions, totals=False)
+    behind = sum(p.behind for p in status.partitions)
+    if behind:
+        print(
+            f"berth: warning: the view is {behind} record{'' if behind == 1 else 's'} behind "
+            "the log, so moves claimed "
+            "since may not show and be proposed again (are the writers running?)",
+            file=sys.stderr,
+        )
 
 
 def _render_plan(plan: Plan, claims: list[MoveClaim], as_json: bool) -> str:

@@ -161,6 +161,11 @@ def test_berth_balance_proposes_and_claims_moves_the_writers_accept(
         move["claim"]["partition"],
         move["claim"]["offset"],
     )
+    # no writer has applied the claim yet: a plan now says so
+    assert main(balance) == 0
+    captured = capsys.readouterr()
+    assert "the view is 1 record behind the log" in captured.err
+    assert captured.out.splitlines()[0].startswith("move r1 ")
 
     with App(Settings(data_dir=data)) as app:
         catch_up_all(app.writers())
