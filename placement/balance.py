@@ -47,7 +47,6 @@ class Move:
     destination: str
     why: str
     """Why the source was relieved."""
-    weight: float
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -94,13 +93,11 @@ class Balancer:
         # moves change what is placed where, never a provider's state
         evacuating = [r for r, p in enumerate(snapshot.providers) if p.state == "evacuating"]
         moves: list[Move] = []
-        moved: set[str] = set()
         while len(moves) < self.max_moves:
-            move, why = self._next(load, evacuating, moved)
+            move, why = self._next(load, evacuating)
             if move is None:
                 return Plan(tuple(moves), why)
             moves.append(move)
-            moved.add(move.instance.reservation_id)
             load = load.moved(
                 move.instance,
                 load.snapshot.row_of[move.source],
@@ -108,7 +105,7 @@ class Balancer:
             )
         return Plan(tuple(moves), f"stopped at max_moves ({self.max_moves})")
 
-    def _next(self, load: Load, evacuating: list[int], moved: set[str]) -> tuple[Move | None, str]:
+    def _next(self, load: Load, evacuating: list[int]) -> tuple[Move | None, str]:
         unit = self.unit
         sources = chain(
             (
@@ -125,8 +122,6 @@ class Balancer:
             else:
                 candidates = unit.candidates(load, source)
             for instance in candidates:
-                if instance.reservation_id in moved:
-                    continue
                 move = self._place(load, source, instance)
                 if move is not None:
                     return move, ""
@@ -154,7 +149,6 @@ class Balancer:
             load.provider_id(source.row),
             placement.providers[0],
             source.why,
-            placement.weights[0],
         )
 
 

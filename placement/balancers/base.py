@@ -67,8 +67,8 @@ class Load:
     :meth:`counts` are what units measure relief by: there, moves planned
     (and ``leaving``: moves in flight) have left their sources. A plan
     therefore never counts on room that a move still to be carried out would
-    free. ``by_row`` lists, per row, the instances that may move, in
-    reservation id order."""
+    free. ``by_row`` lists, per row, the instances that may still move (not
+    those a planned move took there), in reservation id order."""
 
     def __init__(
         self,
@@ -147,12 +147,9 @@ class Load:
         counts[source] -= 1
         counts[destination] += 1
         records = {destination: _with(snapshot.providers[destination], instance)}
-        arrived = dataclasses.replace(
-            instance, provider_id=snapshot.providers[destination].provider_id
-        )
+        # a plan moves an instance once: it leaves the movable ones for good
         by_row = list(self.by_row)
         by_row[source] = tuple(i for i in by_row[source] if i is not instance)
-        by_row[destination] = tuple(sorted((*by_row[destination], arrived), key=_reservation_id))
         return Load(snapshot.with_placements(records, occupied), by_row, used, counts)
 
 
