@@ -127,6 +127,14 @@ class Load:
         """Instances (movable or not) on each provider, with moves gone."""
         return self._counts
 
+    def ranked(self, among: BoolArray, key: FloatArray | IntArray) -> Iterator[int]:
+        """The rows ``among`` marks that hold an instance that may move, by
+        ``key`` ascending, ties in row order."""
+        rows = np.flatnonzero(among)
+        for row in rows[np.argsort(key[rows], kind="stable")].tolist():
+            if self.by_row[row]:
+                yield row
+
     def open_to(self, source: int) -> BoolArray:
         """Providers that may take an instance at all: enabled, and not ``source``."""
         mask: BoolArray = self.snapshot.enabled.copy()

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-import numpy as np
-
 from placement.balancers.base import (
     BalanceUnit,
     Instance,
@@ -52,8 +50,7 @@ def over_used(load: Load, resource_class: str, high: float) -> Iterator[Source]:
     """Enabled providers used above ``high`` percent of ``resource_class``
     that hold an instance using some of it, the most used first."""
     utilisation = load.utilisation(resource_class)
-    rows = np.flatnonzero(load.snapshot.enabled & (utilisation > high))
-    for r in rows[np.argsort(-utilisation[rows], kind="stable")].tolist():
+    for r in load.ranked(load.snapshot.enabled & (utilisation > high), -utilisation):
         if any(amount_of(i, resource_class) > 0 for i in load.by_row[r]):
             yield Source(
                 r,

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-import numpy as np
-
 from placement.balancers.base import (
     BalanceUnit,
     Instance,
@@ -47,15 +45,14 @@ class EvenGuestDistribution(BalanceUnit):
             return
         counts = load.counts()
         fewest = int(counts[enabled].min())
-        rows = np.flatnonzero(enabled & (counts > self.high) & (counts - fewest >= self.threshold))
-        for r in rows[np.argsort(-counts[rows], kind="stable")].tolist():
-            if load.by_row[r]:
-                yield Source(
-                    r,
-                    "crowded",
-                    f"{load.provider_id(r)}: {counts[r]} instances, above {self.high} "
-                    f"and {counts[r] - fewest} more than the least crowded",
-                )
+        crowded = enabled & (counts > self.high) & (counts - fewest >= self.threshold)
+        for r in load.ranked(crowded, -counts):
+            yield Source(
+                r,
+                "crowded",
+                f"{load.provider_id(r)}: {counts[r]} instances, above {self.high} "
+                f"and {counts[r] - fewest} more than the least crowded",
+            )
 
     def candidates(self, load: Load, source: Source) -> list[Instance]:
         return sorted(

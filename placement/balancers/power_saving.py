@@ -20,8 +20,6 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import ClassVar
 
-import numpy as np
-
 from placement.balancers.base import (
     BalanceUnit,
     Instance,
@@ -60,15 +58,13 @@ class PowerSaving(BalanceUnit):
     def sources(self, load: Load) -> Iterator[Source]:
         yield from over_used(load, self.resource_class, self.high)
         utilisation = load.utilisation(self.resource_class)
-        rows = np.flatnonzero(load.snapshot.enabled & (utilisation < self.low))
-        for r in rows[np.argsort(utilisation[rows], kind="stable")].tolist():
-            if load.by_row[r]:
-                yield Source(
-                    r,
-                    "under",
-                    f"{load.provider_id(r)}: {self.resource_class} at {utilisation[r]:.1f}%, "
-                    f"under {self.low:g}%: emptying it",
-                )
+        for r in load.ranked(load.snapshot.enabled & (utilisation < self.low), utilisation):
+            yield Source(
+                r,
+                "under",
+                f"{load.provider_id(r)}: {self.resource_class} at {utilisation[r]:.1f}%, "
+                f"under {self.low:g}%: emptying it",
+            )
 
     def candidates(self, load: Load, source: Source) -> list[Instance]:
         if source.kind == "over":
