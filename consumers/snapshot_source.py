@@ -45,24 +45,18 @@ def balance_inputs(engine: Engine) -> tuple[Snapshot, list[Instance], list[Insta
     --claim`` made the hold): its instance is not offered again but returned
     as leaving, for the plan to count its source as relieved of it, so the
     next plan does not move a second instance for the same excess."""
+    c = reservations.c
     with engine.connect() as conn:
         _repeatable(conn)
-        snapshot = _read(conn, placements=True)
-        rows = conn.execute(
-            select(
-                reservations.c.reservation_id,
-                reservations.c.status,
-                reservations.c.consumer_id,
-                reservations.c.project_id,
-                reservations.c["items"],
-                reservations.c.anti_affinity_group,
-                reservations.c.tags,
-                reservations.c.require_with_tags,
-                reservations.c.require_without_tags,
-            )
-            .where(reservations.c.status.in_(("consumed", "held")))
-            .order_by(reservations.c.reservation_id)
-        ).all()
+        rows = _active(
+            conn,
+            c.reservation_id,
+            c.status,
+            c.project_id,
+            c.require_with_tags,
+            c.require_without_tags,
+        )
+        snapshot = _read(conn, placements=True, active=rows)
     holds: dict[str, set[str]] = defaultdict(set)
     for row in rows:
         if row.status == "held":
@@ -108,29 +102,31 @@ def _provider(
     )
 
 
-def _read(conn: Connection, placements: bool) -> Snapshot:
-    active: Sequence[Row[Any, Any, Any, Any]] = ()
+def _active(conn: Connection, *columns: Any) -> Sequence[Row[Any]]:
+    """The active reservations' placement columns, and ``columns`` more."""
+    c = reservations.c
+    query = select(c.consumer_id, c["items"], c.anti_affinity_group, c.tags, *columns)
+    return conn.execute(query.where(c.status.in_(_ACTIVE))).all()
+
+
+def _read(conn: Connection, placements: bool, active: Sequence[Row[Any]] | None = None) -> Snapshot:
+    """The snapshot; with ``placements``, what is placed where, from
+    ``active`` (see :func:`_active`) if the caller read it already."""
     provider_rows = conn.execute(select(providers).order_by(providers.c.provider_id)).all()
     inventory_rows = conn.execute(select(inventories)).all()
-    if placements:
-        active = conn.execute(
-            select(
-                reservations.c.consumer_id,
-                reservations.c["items"],
-                reservations.c.anti_affinity_group,
-                reservations.c.tags,
-            ).where(reservations.c.status.in_(_ACTIVE))
-        ).all()
+    if active is None:
+        active = _active(conn) if placements else ()
     instances: dict[str, set[str]] = defaultdict(set)
     groups: dict[str, Counter[str]] = defaultdict(Counter)
     tags: dict[str, Counter[str]] = defaultdict(Counter)
-    for consumer_id, items, group, reservation_tags in active:
-        for item in items:
+    for row in active:
+        group = row.anti_affinity_group
+        for item in row.items:
             pid = item["provider_id"]
-            instances[pid].add(consumer_id)
+            instances[pid].add(row.consumer_id)
             if group:
                 groups[pid][group] += 1
-            for tag in reservation_tags:
+            for tag in row.tags:
                 tags[pid][tag] += 1
     by_provider: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)
     for row in inventory_rows:
