@@ -52,42 +52,46 @@ class IsolatedAggregatesFilter(HostFilter):
         known = self._known
         aggregates, providers = snapshot.aggregates, snapshot.providers
         if known is None or known[0] is not aggregates or known[1] is not providers:
-            names = {n for n, a in aggregates.items() if isolating(a)}
-            by_row = {
-                row: ",".join(sorted(p.aggregates & names))
-                for row, p in enumerate(providers)
-                if p.aggregates & names
-            }
+            traits = {n: t for n, a in aggregates.items() if (t := isolating(a))}
+            by_row: dict[int, tuple[str, frozenset[str]]] = {}
+            for row, p in enumerate(providers):
+                names = sorted(p.aggregates & traits.keys())
+                if names:
+                    by_row[row] = (",".join(names), frozenset().union(*(traits[n] for n in names)))
             rows = np.fromiter(sorted(by_row), np.int64, len(by_row))
             known = self._known = (aggregates, providers, _Isolated(by_row, rows))
         return known[2]
 
     def reject(self, ctx: Context, row: int) -> str | None:
-        names = self._isolated(ctx.snapshot).by_row.get(row)
-        if names is None:
+        isolating_row = self._isolated(ctx.snapshot).by_row.get(row)
+        if isolating_row is None:
             return None
-        wanted = frozenset().union(
-            *(isolating(ctx.snapshot.aggregates[n]) for n in names.split(","))
-        )
-        missing = sorted(wanted - requested_traits(ctx.request))
-        if not missing:
-            return None
-        return f"aggregate {names} admits only requests requiring {', '.join(missing)}"
+        return _why(isolating_row, requested_traits(ctx.request))
 
     def mask(self, ctx: Context, rows: IntArray) -> BoolArray:
         isolated = self._isolated(ctx.snapshot)
         keep = np.ones(len(rows), dtype=np.bool_)
         if not len(isolated.rows):
             return keep
+        requested = requested_traits(ctx.request)
         # only the rows in an isolating aggregate need a look, one by one
         for k in np.flatnonzero(np.isin(rows, isolated.rows)).tolist():
-            keep[k] = self.reject(ctx, int(rows[k])) is None
+            keep[k] = _why(isolated.by_row[int(rows[k])], requested) is None
         return keep
+
+
+def _why(isolating_row: tuple[str, frozenset[str]], requested: frozenset[str]) -> str | None:
+    names, wanted = isolating_row
+    missing = sorted(wanted - requested)
+    if not missing:
+        return None
+    return f"aggregate {names} admits only requests requiring {', '.join(missing)}"
 
 
 @dataclass(frozen=True, slots=True)
 class _Isolated:
-    by_row: dict[int, str]
-    """Row -> the names of its isolating aggregates, comma separated."""
+    by_row: dict[int, tuple[str, frozenset[str]]]
+    """Row -> the names of its isolating aggregates (comma separated) and
+    the traits they require together."""
     rows: IntArray
     """Those rows, ascending."""
