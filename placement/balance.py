@@ -117,12 +117,14 @@ class Balancer:
         )
         stuck: list[str] = []
         for source in sources:
-            if source.kind == "evacuating" or unit is None:
+            # an evacuation takes every instance, to any provider that fits
+            rules = None if source.kind == "evacuating" else unit
+            if rules is None:
                 candidates = list(load.by_row[source.row])
             else:
-                candidates = unit.candidates(load, source)
+                candidates = rules.candidates(load, source)
             for instance in candidates:
-                move = self._place(load, source, instance)
+                move = self._place(load, source, instance, rules)
                 if move is not None:
                     return move, ""
             stuck.append(source.why)
@@ -131,12 +133,14 @@ class Balancer:
         more = f"; and {len(stuck) - 3} more" if len(stuck) > 3 else ""
         return None, "nothing left can move: " + "; ".join(stuck[:3]) + more
 
-    def _place(self, load: Load, source: Source, instance: Instance) -> Move | None:
+    def _place(
+        self, load: Load, source: Source, instance: Instance, rules: BalanceUnit | None
+    ) -> Move | None:
         allowed: BoolArray
-        if source.kind == "evacuating" or self.unit is None:
+        if rules is None:
             allowed = load.open_to(source.row)
         else:
-            allowed = self.unit.destinations(load, source, instance)
+            allowed = rules.destinations(load, source, instance)
         rows = np.flatnonzero(allowed)
         if not len(rows):
             return None
