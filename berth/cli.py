@@ -719,8 +719,8 @@ def _warn_if_behind(app: App) -> None:
     if behind:
         print(
             f"berth: warning: the view is {behind} record{'' if behind == 1 else 's'} behind "
-            "the log, so moves claimed "
-            "since may not show and be proposed again (are the writers running?)",
+            "the log, so moves claimed since may not show and be proposed again "
+            "(are the writers running?)",
             file=sys.stderr,
         )
 
