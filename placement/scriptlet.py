@@ -26,8 +26,9 @@ and Starlark's ``json`` module.
 
 Starlark has no clock, no randomness, no I/O and no unbounded loops, so the
 engine stays a pure function of its inputs. The program is compiled once,
-when the configuration is loaded, and a bad one is refused then. A loop
-that runs too long is cancelled after a fixed number of the interpreter's
+when the configuration is loaded, and a bad one is refused then (a syntax
+error, no entry point, or one that cannot take two arguments). A loop that
+runs too long is cancelled after a fixed number of the interpreter's
 checks (about a thousand loop iterations each), a count, not a time, so the
 same inputs always end the same way; a cancelled or failing call refuses
 the request with the error.
@@ -130,6 +131,7 @@ class Scriptlet:
             kind = None
         if kind != "function":
             raise ScriptletError(f"{name}: defines no {ENTRY}(request, candidates) function")
+        _check_arity(source, name, dialect, library)
         starlark.eval(module, starlark.parse("<berth>", _PRELUDE, dialect), library)
         self._program = module.freeze()
 
@@ -276,6 +278,28 @@ def _request(ctx: Context, instance: int) -> dict[str, Any]:
         "group_policy": request.group_policy,
         "extra_specs": dict(request.extra_specs),
     }
+
+
+_PROBE = "berth_probe__"
+
+
+def _check_arity(source: str, name: str, dialect: Any, library: Any) -> None:
+    """Refuse an entry point that cannot take (request, candidates) now,
+    rather than at the first request it would fail: Starlark's type checker
+    reads a call of it that is never run."""
+    text = source if source.endswith("\n") else source + "\n"
+    first_probe_line = len(text.splitlines())  # the checker counts lines from 0
+    probe = f"\ndef {_PROBE}():\n    return {ENTRY}({{}}, [])\n"
+    try:
+        errors, _, _ = starlark.parse(name, text + probe, dialect).typecheck(library, {})
+    except starlark.StarlarkError:
+        return  # what the checker cannot read, the interpreter still reports when it runs
+    for error in errors:
+        if error.span is not None and error.span.span.begin.line >= first_probe_line:
+            message = str(error).splitlines()[0].removeprefix("error: ")
+            raise ScriptletError(
+                f"{name}: {ENTRY} must take two parameters (request, candidates): {message}"
+            )
 
 
 def _first_lines(error: Exception) -> str:

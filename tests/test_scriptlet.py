@@ -192,12 +192,29 @@ def instance_placement(request, candidates):
         ("instance_placement = 3\n", "defines no instance_placement"),
         ("while True:\n    pass\n", "reserved keyword `while`"),
         ('set_target("node-0")\n', "only instance_placement may call the placement functions"),
+        (
+            "def instance_placement(request):\n    return None\n",
+            "instance_placement must take two parameters (request, candidates): "
+            "Too many positional arguments",
+        ),
+        (
+            "def instance_placement(request, candidates, extra):\n    return None",
+            "Missing required parameter `extra`",
+        ),
     ],
 )
 def test_a_bad_program_is_refused_when_it_is_compiled(source: str, error: str) -> None:
     with pytest.raises(ScriptletError, match=r"placement\.star") as caught:
         Scriptlet(source)
     assert error in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "signature", ["request, candidates, spare=None", "*arguments", "request, *rest"]
+)
+def test_an_entry_point_that_can_take_two_arguments_is_accepted(signature: str) -> None:
+    source = f'def instance_placement({signature}):\n    set_target("node-0")\n'
+    assert engine(source).place(cluster(), request()).providers == ("node-0",)
 
 
 def test_the_configuration_loads_a_scriptlet_from_a_file_beside_it(tmp_path: Path) -> None:
