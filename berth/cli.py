@@ -155,6 +155,20 @@ def build_parser() -> argparse.ArgumentParser:
     dead.add_argument("--limit", type=int, default=20, help="the last N (default 20)")
     dead.add_argument("--json", action="store_true", help="print one JSON object per line")
 
+    history = sub.add_parser(
+        "history",
+        help="every decision about a reservation, consumer, transaction, provider or pool, "
+        "with the record each answered",
+    )
+    backend_options(history)
+    history.add_argument("subject", help="a reservation, consumer, transaction, provider or pool")
+    history.add_argument(
+        "--no-records",
+        action="store_true",
+        help="the view alone: do not read each decision's record from the log",
+    )
+    history.add_argument("--json", action="store_true", help="print it as one JSON object")
+
     reaper = sub.add_parser(
         "reaper", help="tick every partition on a schedule so abandoned holds expire"
     )
@@ -550,6 +564,26 @@ def cmd_dead_letters(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_history(args: argparse.Namespace) -> int:
+    from berth.history import read_history, render
+
+    with App(_settings(args), migrate=False) as app:
+        try:
+            found = read_history(
+                app.engine,
+                args.subject,
+                None if args.no_records else app.log,
+                app.settings.topics.events,
+            )
+        except DBAPIError as error:
+            return _no_view(error)
+    if not found.found:
+        print(f"berth: the view holds nothing about {args.subject!r}", file=sys.stderr)
+        return 1
+    print(json.dumps(found.to_dict()) if args.json else render(found))
+    return 0
+
+
 def _no_view(error: DBAPIError) -> int:
     from projections.view.engine import driver_message
 
@@ -760,6 +794,7 @@ COMMANDS = {
     "queue": cmd_queue,
     "status": cmd_status,
     "dead-letters": cmd_dead_letters,
+    "history": cmd_history,
     "reaper": cmd_reaper,
     "delete-consumer": cmd_delete_consumer,
     "pool": cmd_pool,

@@ -10,6 +10,7 @@ from sqlalchemy import select
 
 from berth.app import App, Settings
 from berth.client import Publisher
+from berth.history import read_history
 from berth.replay import replay
 from berth.status import read_status
 from consumers.partition_writer import catch_up_all
@@ -67,6 +68,7 @@ def test_claims_through_kafka_and_postgres(kafka_bootstrap: str, postgres_url: s
             for o in (Outcome.from_json(r.value) for r in app.log.read(topics.outcomes, p, 0, 100))
             if o.subject.startswith("r")
         }
+        audit = read_history(app.engine, "r1", app.log, topics.events)
         with app.engine.connect() as conn:
             statuses = dict(
                 conn.execute(select(reservations.c.reservation_id, reservations.c.status)).all()
@@ -85,6 +87,11 @@ def test_claims_through_kafka_and_postgres(kafka_bootstrap: str, postgres_url: s
         "r4": Kind.ACCEPTED,
     }
     assert statuses == {"r1": "released", "r3": "held", "r4": "held"}
+    # the audit trail reads each decision's record back from Kafka
+    assert [(s.outcome.kind, s.record and s.record["type"]) for s in audit.steps] == [
+        (Kind.ACCEPTED, "claim"),
+        (Kind.RELEASED, "release"),
+    ]
     assert held == {"n1": 3, "n2": 2}
     with scratch_database() as fresh:
         result = replay(

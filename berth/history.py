@@ -1,0 +1,244 @@
+"""An audit of one id: what the view holds of it, and every decision about it
+in log order, each with the record that caused it.
+
+An id may name a reservation, a consumer (all its reservations), a
+transaction (its members), a provider or a pool; whatever it names, its
+history is the outcomes recorded in the view under it or under its
+reservations. With the log at hand, each decision also shows the record it
+answered, read at the offset the outcome names: the audit trail runs from
+the view back to the log, not to a copy of it. Nothing here writes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import Connection, Engine, Row, select
+
+from ledger.log import Log
+from projections.view.tables import inventories, outcomes, pools, providers, reservations
+from schemas.codec import EventDecodeError, decode_event
+from schemas.outcomes import Outcome
+
+_ENVELOPE = ("type", "event_id", "ts_ms", "correlation_id", "causation_id", "idempotency_key")
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One decision, and the record it answered (when the log was read)."""
+
+    outcome: Outcome
+    record: dict[str, Any] | None = None
+    """The record's envelope (type, event id, producer timestamp,
+    correlation, causation and idempotency ids); None when the log was not
+    read, or ``{"error": ...}`` when it cannot show the record."""
+
+    def to_dict(self) -> dict[str, Any]:
+        data = self.outcome.to_dict()
+        if self.record is not None:
+            data["record"] = self.record
+        return data
+
+
+@dataclass(slots=True)
+class History:
+    subject: str
+    names: list[str] = field(default_factory=list)
+    """What the id names: ``reservation``, ``consumer``, ``transaction``,
+    ``provider``, ``pool``; empty when the view holds nothing of it but
+    decisions (a claim that was rejected has no reservation)."""
+    reservations: list[dict[str, Any]] = field(default_factory=list)
+    provider: dict[str, Any] | None = None
+    pool: dict[str, Any] | None = None
+    steps: list[Step] = field(default_factory=list)
+    """Every decision, by partition clock, then position in the log."""
+
+    @property
+    def found(self) -> bool:
+        return bool(self.names or self.steps)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "subject": self.subject,
+            "names": self.names,
+            "reservations": self.reservations,
+            "provider": self.provider,
+            "pool": self.pool,
+            "history": [step.to_dict() for step in self.steps],
+        }
+
+
+def read_history(engine: Engine, subject: str, log: Log | None = None, topic: str = "") -> History:
+    """``subject``'s history from the view; with ``log``, each decision's
+    record read from ``topic`` as well."""
+    found = History(subject)
+    with engine.connect() as conn:
+        rc = reservations.c
+        for name, where in (
+            ("reservation", rc.reservation_id == subject),
+            ("consumer", rc.consumer_id == subject),
+            ("transaction", rc.transaction_id == subject),
+        ):
+            rows = conn.execute(select(reservations).where(where)).all()
+            if rows:
+                found.names.append(name)
+                held = {r["reservation_id"] for r in found.reservations}
+                found.reservations += [
+                    _reservation(row) for row in rows if row.reservation_id not in held
+                ]
+        found.reservations.sort(key=lambda r: (r["partition"], r["created_offset"]))
+        found.provider = _provider(conn, subject)
+        if found.provider is not None:
+            found.names.append("provider")
+        pool = conn.execute(select(pools).where(pools.c.pool_id == subject)).first()
+        if pool is not None:
+            found.names.append("pool")
+            found.pool = _plain(pool)
+        subjects = {subject, *(r["reservation_id"] for r in found.reservations)}
+        decided = [_outcome(row) for row in _outcome_rows(conn, subjects)]
+    decided.sort(key=lambda o: (o.clock_ms, o.partition, o.offset, o.seq))
+    records = _records(log, topic, decided) if log is not None else {}
+    found.steps = [Step(o, records.get((o.partition, o.offset))) for o in decided]
+    return found
+
+
+def _outcome_rows(conn: Connection, subjects: set[str]) -> list[Row[Any]]:
+    rows: list[Row[Any]] = []
+    ordered = sorted(subjects)
+    # in slices: a consumer may hold more reservations than a statement binds
+    for start in range(0, len(ordered), 500):
+        chunk = ordered[start : start + 500]
+        rows.extend(conn.execute(select(outcomes).where(outcomes.c.subject.in_(chunk))))
+    return rows
+
+
+def _outcome(row: Row[Any]) -> Outcome:
+    data = dict(row._mapping)
+    for key in ("reasons", "identifiers", "expires_at_ms"):
+        if data[key] is None:
+            del data[key]
+    return Outcome.from_dict(data)
+
+
+def _reservation(row: Row[Any]) -> dict[str, Any]:
+    data = _plain(row)
+    # the columns a reservation never had
+    for key in ("identifiers", "transaction_id", "transaction_priority", "transaction_position"):
+        if data[key] is None:
+            del data[key]
+    return data
+
+
+def _provider(conn: Connection, provider_id: str) -> dict[str, Any] | None:
+    row = conn.execute(select(providers).where(providers.c.provider_id == provider_id)).first()
+    if row is None:
+        return None
+    data = _plain(row)
+    ic = inventories.c
+    held = conn.execute(
+        select(inventories).where(ic.provider_id == provider_id).order_by(ic.resource_class)
+    )
+    data["inventories"] = {
+        r.resource_class: {k: v for k, v in _plain(r).items() if k not in _INVENTORY_KEYS}
+        for r in held
+    }
+    return data
+
+
+_INVENTORY_KEYS = frozenset({"provider_id", "resource_class", "partition"})
+
+
+def _plain(row: Row[Any]) -> dict[str, Any]:
+    return dict(row._mapping)
+
+
+def _records(log: Log, topic: str, decided: list[Outcome]) -> dict[tuple[int, int], dict[str, Any]]:
+    """The envelope of each record the decisions answered, read once each."""
+    found: dict[tuple[int, int], dict[str, Any]] = {}
+    for o in decided:
+        at = (o.partition, o.offset)
+        if at in found:
+            continue
+        read = log.read(topic, o.partition, o.offset, 1)
+        if not read or read[0].offset != o.offset:
+            found[at] = {"error": "the log no longer holds this record"}
+            continue
+        try:
+            event = decode_event(read[0].value)
+        except EventDecodeError as error:
+            found[at] = {"error": f"the record does not decode: {error}"}
+            continue
+        found[at] = {
+            key: value
+            for key, value in event.model_dump(include=set(_ENVELOPE)).items()
+            if value is not None
+        }
+    return found
+
+
+def render(history: History) -> str:
+    """The history as an operator reads it."""
+    lines: list[str] = []
+    if history.names:
+        lines.append(f"{history.subject}: {', '.join(history.names)}")
+    else:
+        lines.append(f"{history.subject}: no reservation, provider or pool in the view")
+    for r in history.reservations:
+        lines.append(
+            f"  reservation {r['reservation_id']} ({r['status']}): consumer {r['consumer_id']}, "
+            f"project {r['project_id']}, partition {r['partition']}"
+        )
+        for item in r["items"]:
+            amounts = ",".join(f"{rc}={n}" for rc, n in sorted(item["resources"].items()))
+            lines.append(f"    {item['provider_id']}: {amounts}")
+        lines.append(f"    lease {r['lease_ms']} ms, expires at {r['expires_at_ms']}")
+    if history.provider is not None:
+        p = history.provider
+        lines.append(
+            f"  provider {p['provider_id']} ({p['state']}), partition {p['partition']}, "
+            f"{p['active_reservations']} active reservations"
+        )
+        for rc, inv in p["inventories"].items():
+            lines.append(
+                f"    {rc}: capacity {inv['capacity']}, held {inv['held']}, "
+                f"consumed {inv['consumed']}, free {inv['free']}"
+            )
+    if history.pool is not None:
+        pool = history.pool
+        lines.append(
+            f"  pool {pool['pool_id']} ({pool['kind']}), partition {pool['partition']}: "
+            f"{pool['taken']} taken, {pool['free']} free"
+        )
+    count = len(history.steps)
+    lines.append(f"history ({count} decision{'' if count == 1 else 's'}):")
+    for step in history.steps:
+        lines.append("  " + _step_line(step))
+    return "\n".join(lines)
+
+
+def _step_line(step: Step) -> str:
+    o = step.outcome
+    parts = [f"{o.partition}:{o.offset}.{o.seq}", f"clock {o.clock_ms}", o.kind]
+    parts.append(o.subject)
+    if o.expires_at_ms is not None:
+        parts.append(f"expires at {o.expires_at_ms}")
+    if o.identifiers:
+        parts.append(" ".join(f"{pool}={value}" for pool, value in o.identifiers))
+    if o.reasons:
+        parts.append("; ".join(str(reason) for reason in o.reasons))
+    record = step.record
+    if record is not None:
+        if "error" in record:
+            parts.append(f"[{record['error']}]")
+        else:
+            ids = " ".join(
+                f"{key}={record[key]}"
+                for key in ("correlation_id", "causation_id", "idempotency_key")
+                if key in record
+            )
+            parts.append(
+                f"<- {record['type']} {record['event_id']} at {record['ts_ms']}"
+                + (f" ({ids})" if ids else "")
+            )
+    return "  ".join(parts)
