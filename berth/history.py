@@ -143,7 +143,29 @@ def _provider(conn: Connection, provider_id: str) -> dict[str, Any] | None:
         r.resource_class: {k: v for k, v in _plain(r).items() if k not in _INVENTORY_KEYS}
         for r in held
     }
+    # a claim lives in its providers' partition: the active reservations of
+    # that partition are all the candidates (Placement's allocations of a provider)
+    rc = reservations.c
+    active = conn.execute(
+        select(rc.reservation_id, rc.consumer_id, rc.status, rc["items"])
+        .where(rc.partition == data["partition"], rc.status.in_(_ACTIVE))
+        .order_by(rc.reservation_id)
+    )
+    data["allocations"] = [
+        {
+            "reservation_id": row.reservation_id,
+            "consumer_id": row.consumer_id,
+            "status": row.status,
+            "resources": item["resources"],
+        }
+        for row in active
+        for item in row.items
+        if item["provider_id"] == provider_id
+    ]
     return data
+
+
+_ACTIVE = ("held", "consumed", "pending")
 
 
 _INVENTORY_KEYS = frozenset({"provider_id", "resource_class", "partition"})
@@ -203,6 +225,11 @@ def render(history: History) -> str:
             lines.append(
                 f"    {rc}: capacity {inv['capacity']}, held {inv['held']}, "
                 f"consumed {inv['consumed']}, free {inv['free']}"
+            )
+        for a in p["allocations"]:
+            amounts = ",".join(f"{rc}={n}" for rc, n in sorted(a["resources"].items()))
+            lines.append(
+                f"    {a['status']} by {a['consumer_id']}: {amounts} ({a['reservation_id']})"
             )
     if history.pool is not None:
         pool = history.pool

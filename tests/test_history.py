@@ -128,7 +128,7 @@ def test_a_rejected_claim_has_a_history_but_no_reservation(
     assert "rejected  r2  n2: VCPU INSUFFICIENT_CAPACITY wanted 16, free 4  <- claim c-r2" in out
 
 
-def test_a_providers_history_shows_its_usage_and_its_registration(
+def test_a_providers_history_shows_its_usage_allocations_and_registration(
     backend: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     found = _history(capsys, backend, "n1")
@@ -136,6 +136,17 @@ def test_a_providers_history_shows_its_usage_and_its_registration(
     assert found["provider"]["state"] == "enabled"
     assert found["provider"]["inventories"]["VCPU"]["consumed"] == 2
     assert found["provider"]["inventories"]["VCPU"]["free"] == 6
+    assert found["provider"]["allocations"] == [
+        {
+            "reservation_id": "r1",
+            "consumer_id": "vm-1",
+            "status": "consumed",
+            "resources": {"VCPU": 2},
+        }
+    ]
+    # r3 expired: n2 holds nothing
+    assert _history(capsys, backend, "n2")["provider"]["allocations"] == []
+    assert "    consumed by vm-1: VCPU=2 (r1)\n" in _cli(capsys, "history", *backend, "n1")[1]
     assert [(kind, record) for _, kind, record in _steps(found)] == [
         ("applied", found["history"][0]["record"]["event_id"]),
         ("applied", found["history"][1]["record"]["event_id"]),
