@@ -169,6 +169,24 @@ def build_parser() -> argparse.ArgumentParser:
     )
     history.add_argument("--json", action="store_true", help="print it as one JSON object")
 
+    metrics = sub.add_parser(
+        "metrics", help="serve the log's and the view's state as Prometheus metrics"
+    )
+    backend_options(metrics)
+    metrics.add_argument(
+        "--listen",
+        default="127.0.0.1:9480",
+        help="HOST:PORT to serve /metrics on (127.0.0.1:9480; port 0 picks a free one)",
+    )
+    metrics.add_argument(
+        "--lag",
+        action="store_true",
+        help="each partition's progress only, without scanning the view's tables",
+    )
+    metrics.add_argument(
+        "--once", action="store_true", help="print the metrics once to stdout and exit"
+    )
+
     reaper = sub.add_parser(
         "reaper", help="tick every partition on a schedule so abandoned holds expire"
     )
@@ -584,6 +602,30 @@ def cmd_history(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_metrics(args: argparse.Namespace) -> int:
+    from prometheus_client import generate_latest
+
+    from berth.metrics import LedgerCollector, registry_for, serve
+
+    host, _, port = args.listen.rpartition(":")
+    if not host or not port.isdigit():
+        print(f"berth: --listen wants HOST:PORT, not {args.listen!r}", file=sys.stderr)
+        return 2
+    _stop_on_sigterm()
+    with App(_settings(args), migrate=False) as app:
+        collector = LedgerCollector(
+            app.log, app.engine, app.settings.topics, app.settings.partitions, not args.lag
+        )
+        if args.once:
+            sys.stdout.write(generate_latest(registry_for(collector)).decode())
+            return 0
+        bound_host, bound_port, _ = serve(collector, host.strip("[]"), int(port))
+        logging.info("metrics: serving http://%s:%d/metrics", bound_host, bound_port)
+        with contextlib.suppress(KeyboardInterrupt):
+            threading.Event().wait()
+    return 0
+
+
 def _no_view(error: DBAPIError) -> int:
     from projections.view.engine import driver_message
 
@@ -795,6 +837,7 @@ COMMANDS = {
     "status": cmd_status,
     "dead-letters": cmd_dead_letters,
     "history": cmd_history,
+    "metrics": cmd_metrics,
     "reaper": cmd_reaper,
     "delete-consumer": cmd_delete_consumer,
     "pool": cmd_pool,

@@ -17,7 +17,13 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE_FILE = ROOT / "docker-compose.yml"
-BERTH_SERVICES = ("berth-migrate", "berth-projector", "berth-scheduler", "berth-reaper")
+BERTH_SERVICES = (
+    "berth-migrate",
+    "berth-projector",
+    "berth-scheduler",
+    "berth-reaper",
+    "berth-metrics",
+)
 
 
 @pytest.fixture(scope="module")
@@ -141,7 +147,7 @@ def test_startup_order(services: dict[str, Any]) -> None:
         return {dep: spec["condition"] for dep, spec in services[name]["depends_on"].items()}
 
     assert conditions("berth-migrate") == {"postgres": "service_healthy"}
-    for worker in ("berth-projector", "berth-scheduler"):
+    for worker in ("berth-projector", "berth-scheduler", "berth-metrics"):
         assert conditions(worker) == {
             "kafka": "service_healthy",
             "postgres": "service_healthy",
@@ -177,6 +183,20 @@ def test_the_projector_s_healthcheck_is_a_berth_command(
     args = build_parser().parse_args(check[2:])
     assert args.command == "status" and args.max_behind > 0
     assert args.lag  # it runs every 30 s: no table scans
+
+
+def test_the_exporter_listens_where_it_says_on_the_compose_network(
+    services: dict[str, Any],
+) -> None:
+    from berth.cli import build_parser
+
+    service = services["berth-metrics"]
+    args = build_parser().parse_args(argv(service))
+    assert args.command == "metrics"
+    host, _, port = args.listen.rpartition(":")
+    assert host == "0.0.0.0"  # reachable from the other containers, not only itself
+    assert [str(p) for p in service["expose"]] == [port]
+    assert "ports" not in service  # nothing published to the host
 
 
 def test_declared_volumes_are_the_used_ones() -> None:

@@ -6,11 +6,13 @@ import uuid
 from pathlib import Path
 
 import pytest
+from prometheus_client import generate_latest
 from sqlalchemy import select
 
 from berth.app import App, Settings
 from berth.client import Publisher
 from berth.history import read_history
+from berth.metrics import LedgerCollector, registry_for
 from berth.replay import replay
 from berth.status import read_status
 from consumers.partition_writer import catch_up_all
@@ -21,6 +23,7 @@ from schemas.outcomes import Kind, Outcome
 from tests.builders import claim, consume, provider, release
 from tests.placements import placement_answers
 from tests.postgres import scratch_database
+from tests.prometheus import by_label, parse
 from tests.txn_builders import pool
 
 
@@ -69,6 +72,7 @@ def test_claims_through_kafka_and_postgres(kafka_bootstrap: str, postgres_url: s
             if o.subject.startswith("r")
         }
         audit = read_history(app.engine, "r1", app.log, topics.events)
+        exported = generate_latest(registry_for(LedgerCollector(app.log, app.engine, topics, 3)))
         with app.engine.connect() as conn:
             statuses = dict(
                 conn.execute(select(reservations.c.reservation_id, reservations.c.status)).all()
@@ -87,6 +91,11 @@ def test_claims_through_kafka_and_postgres(kafka_bootstrap: str, postgres_url: s
         "r4": Kind.ACCEPTED,
     }
     assert statuses == {"r1": "released", "r3": "held", "r4": "held"}
+    samples = parse(exported.decode())
+    assert by_label(samples, "berth_log_end_offset", "partition") == {
+        str(p): end for p, end in enumerate(ends)
+    }
+    assert by_label(samples, "berth_resource_held", "resource_class") == {"VCPU": 5}
     # the audit trail reads each decision's record back from Kafka
     assert [(s.outcome.kind, s.record and s.record["type"]) for s in audit.steps] == [
         (Kind.ACCEPTED, "claim"),

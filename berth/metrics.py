@@ -1,0 +1,167 @@
+"""The ledger's state as Prometheus metrics, read from the log's ends and the
+view at each scrape: what ``berth status`` and ``berth queue`` print, for a
+dashboard, an alert on a writer that falls behind, or an autoscaler scaling
+on the instances that wait (KEDA's Prometheus scaler, say).
+
+Nothing is counted in process, so any number of exporters may run, and one
+that restarts loses nothing; nothing here writes.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+from prometheus_client import start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector, CollectorRegistry
+from sqlalchemy import Engine
+from sqlalchemy.exc import DBAPIError
+
+from berth.status import Status, read_status
+from consumers.queue_projector import read_depth
+from consumers.topics import Topics
+from ledger.log import Log
+
+PROVIDER_STATES = ("enabled", "disabled", "offline", "evacuating")
+RESERVATION_STATUSES = ("held", "pending", "consumed", "released", "expired", "aborted")
+"""Exported even at zero, so that a series exists before its first member."""
+
+
+class LedgerCollector(Collector):
+    """Reads the log and the view once per scrape.
+
+    With ``totals`` off, only each partition's progress is read (no table
+    scans), as ``berth status --lag`` does.
+    """
+
+    def __init__(
+        self, log: Log, engine: Engine, topics: Topics, partitions: int, totals: bool = True
+    ) -> None:
+        self.log = log
+        self.engine = engine
+        self.topics = topics
+        self.partitions = partitions
+        self.totals = totals
+        # scrapes may overlap; the log's handles are not shared between threads
+        self._lock = threading.Lock()
+
+    def collect(self) -> Iterator[Metric]:
+        started = time.perf_counter()
+        up = GaugeMetricFamily("berth_view_up", "1 if the view could be read at this scrape")
+        try:
+            with self._lock:
+                status = read_status(
+                    self.log, self.engine, self.topics, self.partitions, totals=self.totals
+                )
+                depth = read_depth(self.engine) if self.totals else {}
+        except DBAPIError:
+            up.add_metric([], 0)
+            yield up
+            return
+        up.add_metric([], 1)
+        yield up
+        yield from _progress(status)
+        if status.totals is not None:
+            yield from _totals(status)
+            yield from _queue(depth)
+        yield GaugeMetricFamily(
+            "berth_scrape_duration_seconds",
+            "how long reading the log and the view took",
+            value=time.perf_counter() - started,
+        )
+
+
+def _progress(status: Status) -> Iterator[Metric]:
+    labels = ["partition"]
+    end = GaugeMetricFamily("berth_log_end_offset", "records in the partition's log", labels=labels)
+    applied = GaugeMetricFamily(
+        "berth_view_applied_offset", "records of the partition the view reflects", labels=labels
+    )
+    behind = GaugeMetricFamily(
+        "berth_view_behind_records",
+        "records in the partition's log its writer has not applied yet",
+        labels=labels,
+    )
+    clock = GaugeMetricFamily(
+        "berth_partition_clock_seconds",
+        "the partition's clock (its largest producer timestamp) as of the view",
+        labels=labels,
+    )
+    dead = CounterMetricFamily(
+        "berth_dead_letters",
+        "records of the partition that did not decode, sent to the dead letters",
+        labels=labels,
+    )
+    for p in status.partitions:
+        key = [str(p.partition)]
+        end.add_metric(key, p.log_end)
+        applied.add_metric(key, p.applied)
+        behind.add_metric(key, p.behind)
+        dead.add_metric(key, p.dead_letters)
+        if p.clock_ms is not None:
+            clock.add_metric(key, p.clock_ms / 1000)
+    yield from (end, applied, behind, clock, dead)
+
+
+def _totals(status: Status) -> Iterator[Metric]:
+    assert status.totals is not None
+    totals = status.totals
+    labels = ["resource_class"]
+    columns = {
+        "capacity": "capacity: (total - reserved) x allocation ratio, summed over providers",
+        "held": "held by claims not consumed yet",
+        "consumed": "consumed",
+        "free": "capacity neither held nor consumed",
+    }
+    families = {
+        name: GaugeMetricFamily(f"berth_resource_{name}", text, labels=labels)
+        for name, text in columns.items()
+    }
+    for r in totals.resources:
+        for name, family in families.items():
+            family.add_metric([r.resource_class], getattr(r, name))
+    yield from families.values()
+    providers = GaugeMetricFamily("berth_providers", "providers by state", labels=["state"])
+    for state in sorted({*PROVIDER_STATES, *totals.providers}):
+        providers.add_metric([state], totals.providers.get(state, 0))
+    yield providers
+    reservations = GaugeMetricFamily(
+        "berth_reservations", "reservations by status", labels=["status"]
+    )
+    for name in sorted({*RESERVATION_STATUSES, *totals.reservations}):
+        reservations.add_metric([name], totals.reservations.get(name, 0))
+    yield reservations
+    yield GaugeMetricFamily(
+        "berth_overcommitted_providers",
+        "providers holding or consuming more than their capacity (the ledger promises 0)",
+        value=totals.overcommitted_providers,
+    )
+
+
+def _queue(depth: dict[str, dict[str, int]]) -> Iterator[Metric]:
+    labels = ["shape"]
+    instances = GaugeMetricFamily(
+        "berth_queue_instances", "instances of queued batches waiting, by shape", labels=labels
+    )
+    batches = GaugeMetricFamily(
+        "berth_queue_batches", "queued batches waiting, by shape", labels=labels
+    )
+    for shape, counts in sorted(depth.items()):
+        instances.add_metric([shape], counts["instances"])
+        batches.add_metric([shape], counts["batches"])
+    yield from (instances, batches)
+
+
+def registry_for(collector: LedgerCollector) -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    return registry
+
+
+def serve(collector: LedgerCollector, host: str, port: int) -> tuple[str, int, threading.Thread]:
+    """Serve ``/metrics`` in a daemon thread; the address it listens on."""
+    server, thread = start_http_server(port, host, registry_for(collector))
+    bound_host, bound_port = server.server_address[:2]
+    return str(bound_host), int(bound_port), thread

@@ -1,0 +1,186 @@
+"""``berth metrics``: the log's and the view's state served to Prometheus,
+read back over HTTP with the Prometheus client's own parser, on SQLite and
+PostgreSQL."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from berth.app import App, Settings
+from berth.cli import main
+from berth.client import Publisher
+from berth.metrics import LedgerCollector, serve
+from consumers.partition_writer import catch_up_all
+from consumers.queue_projector import QueueProjector
+from ledger.partitioner import partition_for
+from placement.config import SchedulerConfig
+from schemas.requests import BatchRequest, PlacementRequest
+from tests.builders import claim, consume, provider
+from tests.polling import wait_for
+from tests.prometheus import Samples, by_label, parse
+
+NOW_MS = 10**12
+LISTEN_ANY = ("--listen", "127.0.0.1:0")
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def view_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "postgresql":
+        url: str = request.getfixturevalue("postgres_url")
+        return url
+    return f"sqlite:///{tmp_path / 'view.db'}"
+
+
+def scrape(url: str, path: str = "/metrics") -> Samples:
+    with urllib.request.urlopen(url + path, timeout=10) as response:
+        assert response.status == 200
+        return parse(response.read().decode())
+
+
+def _queued_batch(app: App, publisher: Publisher) -> None:
+    """A queue-mode batch of three 8-VCPU instances that cannot fit, answered
+    ``queued`` by a scheduler worker and folded into the view's queue depth."""
+    writers = app.writers()
+    worker = app.scheduler_worker(
+        SchedulerConfig.default(), lambda: catch_up_all(writers), publisher
+    )
+    member = PlacementRequest(
+        request_id="ci-m", ts_ms=NOW_MS, project_id="ci", resources={"VCPU": 8}, num_instances=3
+    )
+    publisher.submit([BatchRequest(batch_id="ci", ts_ms=NOW_MS, members=(member,), mode="queue")])
+    worker.step()
+    assert QueueProjector(app.log, app.settings.topics, app.engine).catch_up() == 1
+
+
+def test_a_scrape_shows_progress_usage_and_the_queue(tmp_path: Path, view_url: str) -> None:
+    settings = Settings(data_dir=tmp_path / "data", db_url=view_url, partitions=2)
+    with App(settings) as app:
+        publisher = Publisher(app.log, app.settings.topics, clock_ms=lambda: NOW_MS)
+        publisher.publish(
+            [
+                *provider("n1", ts=1_000, VCPU=8, MEMORY_MB=4096),
+                *provider("n2", ts=1_000, VCPU=4),
+                claim("r1", "n1", ts=2_000, VCPU=2, MEMORY_MB=512),
+                claim("r2", "n2", ts=3_000, VCPU=4),
+                consume("r2", ts=4_000).model_copy(update={"partition_key": "n2"}),
+            ]
+        )
+        ends = {str(p): app.log.end_offset(settings.topics.events, p) for p in range(2)}
+        host, port, _ = serve(
+            LedgerCollector(app.log, app.engine, settings.topics, 2), "127.0.0.1", 0
+        )
+        url = f"http://{host}:{port}"
+
+        before = scrape(url)
+        assert before[("berth_view_up", ())] == 1
+        assert by_label(before, "berth_log_end_offset", "partition") == ends
+        assert by_label(before, "berth_view_behind_records", "partition") == ends
+        assert by_label(before, "berth_partition_clock_seconds", "partition") == {}
+
+        catch_up_all(app.writers())
+        after = scrape(url)
+        assert by_label(after, "berth_view_behind_records", "partition") == {"0": 0, "1": 0}
+        assert by_label(after, "berth_view_applied_offset", "partition") == ends
+        clocks = by_label(after, "berth_partition_clock_seconds", "partition")
+        assert clocks == {str(partition_for(b"n1", 2)): 2.0, str(partition_for(b"n2", 2)): 4.0}
+        assert by_label(after, "berth_dead_letters_total", "partition") == {"0": 0, "1": 0}
+        assert by_label(after, "berth_resource_capacity", "resource_class") == {
+            "VCPU": 12,
+            "MEMORY_MB": 4096,
+        }
+        assert by_label(after, "berth_resource_held", "resource_class") == {
+            "VCPU": 2,
+            "MEMORY_MB": 512,
+        }
+        assert by_label(after, "berth_resource_consumed", "resource_class")["VCPU"] == 4
+        assert by_label(after, "berth_resource_free", "resource_class")["VCPU"] == 6
+        assert by_label(after, "berth_providers", "state") == {
+            "enabled": 2,
+            "disabled": 0,
+            "offline": 0,
+            "evacuating": 0,
+        }
+        statuses = by_label(after, "berth_reservations", "status")
+        assert statuses == {
+            "held": 1,
+            "consumed": 1,
+            "pending": 0,
+            "released": 0,
+            "expired": 0,
+            "aborted": 0,
+        }
+        assert after[("berth_overcommitted_providers", ())] == 0
+        assert by_label(after, "berth_queue_instances", "shape") == {}
+
+        _queued_batch(app, publisher)
+        queued = scrape(url)
+        assert by_label(queued, "berth_queue_instances", "shape") == {"VCPU=8": 3}
+        assert by_label(queued, "berth_queue_batches", "shape") == {"VCPU=8": 1}
+
+
+def test_a_view_that_cannot_be_read_is_reported_down_not_an_error(tmp_path: Path) -> None:
+    settings = Settings(data_dir=tmp_path / "data", partitions=1)
+    with App(settings, migrate=False) as app:  # no schema: every query fails
+        host, port, _ = serve(
+            LedgerCollector(app.log, app.engine, settings.topics, 1), "127.0.0.1", 0
+        )
+        assert scrape(f"http://{host}:{port}") == {("berth_view_up", ()): 0}
+
+
+def test_once_lag_and_listen_on_the_command_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = tmp_path / "data"
+    with App(Settings(data_dir=data, partitions=2)) as app:
+        Publisher(app.log, app.settings.topics).publish([*provider("n1", VCPU=8)])
+        catch_up_all(app.writers())
+    assert main(["metrics", "--data-dir", str(data), "--once"]) == 0
+    full = parse(capsys.readouterr().out)
+    assert by_label(full, "berth_resource_capacity", "resource_class") == {"VCPU": 8}
+    assert main(["metrics", "--data-dir", str(data), "--once", "--lag"]) == 0
+    lag = parse(capsys.readouterr().out)
+    names = {name for name, _ in lag}
+    assert "berth_view_behind_records" in names
+    assert not any(name.startswith(("berth_resource", "berth_reservations")) for name in names)
+    assert main(["metrics", "--data-dir", str(data), "--listen", "9480"]) == 2
+    assert "--listen wants HOST:PORT, not '9480'" in capsys.readouterr().err
+
+
+def test_the_exporter_serves_until_sigterm(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with App(Settings(data_dir=data, partitions=1)) as app:
+        Publisher(app.log, app.settings.topics).publish([*provider("n1", VCPU=8)])
+    exporter = subprocess.Popen(
+        [sys.executable, "-m", "berth.cli", "metrics", "--data-dir", str(data), *LISTEN_ANY],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert exporter.stderr is not None
+        said = []
+        found = None
+        while found is None and (line := exporter.stderr.readline()):
+            said.append(line)
+            found = re.search(r"serving (http://[\d.]+:\d+)/metrics", line)
+        assert found, said
+        url = found.group(1)
+        # the exporter reads; the writers have not run, so the records wait
+        samples: Samples = {}
+
+        def scraped() -> bool:
+            samples.update(scrape(url))
+            return bool(samples)
+
+        wait_for(scraped, "a scrape", timeout_s=30)
+        assert samples[("berth_view_behind_records", (("partition", "0"),))] == 2
+    finally:
+        exporter.send_signal(signal.SIGTERM)
+        _, err = exporter.communicate(timeout=30)
+    assert exporter.returncode == 0, err
