@@ -74,6 +74,13 @@ def build_parser() -> argparse.ArgumentParser:
     backend_options(replay)
     replay.add_argument("--verify", action="store_true", help="compare every decision")
     replay.add_argument(
+        "--until-ms",
+        type=int,
+        default=None,
+        help="the view as it was when each partition's clock reached this time "
+        "(ms since the epoch), into a database of its own (--db)",
+    )
+    replay.add_argument(
         "--jobs",
         type=int,
         default=default_jobs(),
@@ -333,9 +340,18 @@ def cmd_replay(args: argparse.Namespace) -> int:
             bar.total = (bar.total or 0) + records
             bar.refresh()
 
-        result = replay(
-            settings, verify=args.verify, progress=bar.update, jobs=args.jobs, sized=sized
-        )
+        try:
+            result = replay(
+                settings,
+                verify=args.verify,
+                progress=bar.update,
+                jobs=args.jobs,
+                sized=sized,
+                until_ms=args.until_ms,
+            )
+        except ValueError as error:
+            print(f"berth: {error}", file=sys.stderr)
+            return 2
     elapsed = time.perf_counter() - started
     print(
         json.dumps(
@@ -346,6 +362,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
                 "view": result.view_url,
                 "verified": args.verify and result.divergence is None,
                 "verified_outcomes": result.verified,
+                **({"until_ms": args.until_ms} if args.until_ms is not None else {}),
             }
         )
     )

@@ -4,6 +4,7 @@ against the outcomes recorded on the outcomes topic."""
 from __future__ import annotations
 
 import gc
+import itertools
 import multiprocessing
 import os
 import queue
@@ -25,6 +26,7 @@ from ledger.log import Log
 from projections.view.engine import make_engine
 from projections.view.tables import partition_offsets
 from projections.view.writer import ViewWriter
+from schemas.codec import EventDecodeError, decode_event
 from schemas.outcomes import Outcome
 
 
@@ -71,6 +73,30 @@ def _recorded(log: Log, topic: str, partition: int) -> Iterator[Outcome]:
 _OUTCOMES_OF = attrgetter("outcomes")
 
 
+def clock_prefix(log: Log, topic: str, partition: int, until_ms: int) -> int:
+    """The end of the partition's prefix whose clock never passed
+    ``until_ms``: the offset of its first event stamped later, or the log's
+    end. A record that does not decode moves no clock; an event stamped
+    earlier that comes after the first later one is not in the prefix,
+    since the partition decided it with its clock already past."""
+    offset = 0
+    while records := log.read(topic, partition, offset, 5000):
+        for record in records:
+            try:
+                stamped = decode_event(record.value).ts_ms
+            except EventDecodeError:
+                continue
+            if stamped > until_ms:
+                return record.offset
+        offset = records[-1].offset + 1
+    return offset
+
+
+def _before(recorded: Iterator[Outcome], end: int) -> Iterator[Outcome]:
+    """The outcomes of the records before offset ``end``."""
+    return itertools.takewhile(lambda o: o.offset < end, recorded)
+
+
 def _replay_partitions(
     target: Settings,
     partitions: list[int],
@@ -78,17 +104,26 @@ def _replay_partitions(
     progress: Callable[[int], object] | None,
     rebuild: bool = False,
     sized: Callable[[int], object] | None = None,
+    until_ms: int | None = None,
 ) -> ReplayResult:
     """Rebuild the given partitions into ``target``'s (migrated) view; a
     ``rebuild`` writes a fresh SQLite file that is discarded unless complete.
-    ``sized`` is told how many records the partitions hold, before the first."""
+    ``sized`` is told how many records the partitions hold, before the first.
+    With ``until_ms``, each partition stops at the end of its
+    :func:`clock_prefix`."""
     records = outcomes = verified = 0
     divergence: Divergence | None = None
     log = open_log(target, read_only=True)
+    events = target.topics.events
+    ends = (
+        {p: clock_prefix(log, events, p, until_ms) for p in partitions}
+        if until_ms is not None
+        else None
+    )
     if sized is not None:
         # indexes the partitions' files (CRCs checked), which their first read
         # would do anyway: here, in parallel processes, it sizes a progress bar
-        sized(sum(log.end_offset(target.topics.events, p) for p in partitions))
+        sized(sum(ends.values()) if ends else sum(log.end_offset(events, p) for p in partitions))
     engine = make_engine(target.view_url, writer=True, rebuild=rebuild)
     collecting = gc.isenabled()
     # A batch holds tens of thousands of live objects that every young
@@ -109,8 +144,11 @@ def _replay_partitions(
                 target.topics,
                 batch_size=batch_size,
                 publish=False,
+                until=ends[partition] if ends else None,
             )
             recorded = _recorded(log, target.topics.outcomes, partition)
+            if ends:
+                recorded = _before(recorded, ends[partition])
             checking = verify
             while (batch := writer.step()) is not None:
                 records += batch.end - batch.start
@@ -153,6 +191,7 @@ def _worker(
     verify: bool,
     rebuild: bool,
     reports: Queue[tuple[str, Any]],
+    until_ms: int | None = None,
 ) -> None:
     """A replay process: its partitions, with their size, progress and result
     sent back."""
@@ -165,6 +204,7 @@ def _worker(
             lambda n: reports.put(("progress", n)),
             rebuild,
             lambda n: reports.put(("sized", n)),
+            until_ms,
         )
     except BaseException as error:
         reports.put(("error", f"{type(error).__name__}: {error}"))
@@ -202,6 +242,7 @@ def _in_processes(
     rebuild: bool,
     core_idle: Callable[[], object] | None = None,
     sized: Callable[[int], object] | None = None,
+    until_ms: int | None = None,
 ) -> ReplayResult:
     """Partitions are independent: replay them in ``jobs`` processes at once.
     ``core_idle`` runs here once, as soon as fewer processes run than the
@@ -210,7 +251,7 @@ def _in_processes(
     reports: Queue[tuple[str, Any]] = context.Queue()
     groups = [list(range(target.partitions))[j::jobs] for j in range(jobs)]
     workers = [
-        context.Process(target=_worker, args=(target, group, verify, rebuild, reports))
+        context.Process(target=_worker, args=(target, group, verify, rebuild, reports, until_ms))
         for group in groups
     ]
     for worker in workers:
@@ -287,9 +328,14 @@ def replay(
     progress: Callable[[int], object] | None = None,
     jobs: int = 1,
     sized: Callable[[int], object] | None = None,
+    until_ms: int | None = None,
 ) -> ReplayResult:
     """Rebuild into ``settings.db_url`` (which must be empty), or by default into a
-    fresh SQLite file that then replaces the data directory's view. ``jobs`` > 1
+    fresh SQLite file that then replaces the data directory's view.
+    ``until_ms`` rebuilds the view as it was when the partitions' clocks
+    reached that time (each partition's :func:`clock_prefix`), for an audit;
+    it needs its own ``db_url``, since the data directory's view must not go
+    back in time. ``jobs`` > 1
     replays groups of partitions in that many processes. ``progress`` is told
     of every batch's records as it is done; ``sized`` of the records of each
     group of partitions, as its process starts (their sum is the log's size).
@@ -310,6 +356,11 @@ def replay(
     deletes the file and starts again from offset 0. Only a complete
     rebuild, indexes built and synced to disk, replaces
     ``view.db``."""
+    if until_ms is not None and not settings.db_url:
+        raise ValueError(
+            "a view as of a time goes into a database of its own (--db): "
+            "the data directory's view must not go back in time"
+        )
     target = settings
     fresh: Path | None = None
     if not settings.db_url:
@@ -330,7 +381,9 @@ def replay(
         deferred = _drop_secondary_indexes(app.write_engine) if rebuild else []
         app.engine.dispose()
         app.write_engine.dispose()
-        return _replay_into(settings, target, fresh, deferred, verify, progress, jobs, sized)
+        return _replay_into(
+            settings, target, fresh, deferred, verify, progress, jobs, sized, until_ms
+        )
 
 
 def _replay_into(
@@ -342,16 +395,19 @@ def _replay_into(
     progress: Callable[[int], object] | None,
     jobs: int,
     sized: Callable[[int], object] | None,
+    until_ms: int | None,
 ) -> ReplayResult:
     rebuild = fresh is not None
     jobs = max(1, min(jobs, target.partitions))
     indexes = _Indexes(target, deferred)
     if jobs == 1:
         result = _replay_partitions(
-            target, list(range(target.partitions)), verify, progress, rebuild, sized
+            target, list(range(target.partitions)), verify, progress, rebuild, sized, until_ms
         )
     else:
-        result = _in_processes(target, jobs, verify, progress, rebuild, indexes.build, sized)
+        result = _in_processes(
+            target, jobs, verify, progress, rebuild, indexes.build, sized, until_ms
+        )
     if fresh is None:
         return result
     indexes.build()  # if no process finished before the last one

@@ -48,6 +48,7 @@ class PartitionWriter:
         topics: Topics = DEFAULT_TOPICS,
         batch_size: int = 2000,
         publish: bool = True,
+        until: int | None = None,
     ) -> None:
         self.log = log_
         self.view = view
@@ -56,6 +57,8 @@ class PartitionWriter:
         self.topics = topics
         self.batch_size = batch_size
         self.publish = publish
+        self.until = until
+        """The offset to stop before (a replay as of a time); None for the log's end."""
         with view.engine.connect() as conn:
             self.state, self.next_offset = load_state(conn, partition, partitions)
         # records below next_offset are in the view; the state matches it
@@ -65,7 +68,12 @@ class PartitionWriter:
     def step(self) -> Batch | None:
         """Apply and commit the next batch of records; None at the end of the log."""
         topic = self.topics.events
-        records = self.log.read(topic, self.partition, self.next_offset, self.batch_size)
+        wanted = self.batch_size
+        if self.until is not None:
+            wanted = min(wanted, self.until - self.next_offset)
+            if wanted <= 0:
+                return None
+        records = self.log.read(topic, self.partition, self.next_offset, wanted)
         if not records:
             return None
         state: PartitionState = self.state
