@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
+
+Cli = Callable[..., tuple[int, str, str]]
+"""``cli("status", "--json")``: the exit code, stdout and stderr of ``berth``."""
 
 
 @pytest.fixture(scope="session")
@@ -36,3 +40,24 @@ def postgres_url() -> Iterator[str]:
 
     with scratch_database() as url:
         yield url
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def view_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The view's URL: a SQLite file, then a fresh PostgreSQL database."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'view.db'}"
+    url: str = request.getfixturevalue("postgres_url")
+    return url
+
+
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture[str]) -> Cli:
+    from berth.cli import main
+
+    def run(*argv: str) -> tuple[int, str, str]:
+        code = main(list(argv))
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run

@@ -38,14 +38,6 @@ def _on(pid: str, event: Event) -> Event:
     return event.model_copy(update={"partition_key": pid})
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def view_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'view.db'}"
-    url: str = request.getfixturevalue("postgres_url")
-    return url
-
-
 def _decided(tmp_path: Path, url: str, events: list[Event]) -> Engine:
     log = EmbeddedLog(tmp_path / "log")
     for topic in (DEFAULT_TOPICS.events, DEFAULT_TOPICS.outcomes, DEFAULT_TOPICS.dead_letters):

@@ -10,26 +10,12 @@ from typing import Any
 import pytest
 
 from berth.app import App, Settings
-from berth.cli import main
 from berth.client import Publisher
 from consumers.partition_writer import catch_up_all
 from ledger.partitioner import partition_for
 from schemas.events import Tick
 from tests.builders import claim, consume, provider
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def view_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "postgresql":
-        url: str = request.getfixturevalue("postgres_url")
-        return url
-    return f"sqlite:///{tmp_path / 'view.db'}"
-
-
-def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
+from tests.conftest import Cli
 
 
 @pytest.fixture
@@ -58,8 +44,8 @@ def backend(tmp_path: Path, view_url: str) -> list[str]:
     return ["--data-dir", str(data), "--db", view_url]
 
 
-def _history(capsys: pytest.CaptureFixture[str], backend: list[str], *argv: str) -> Any:
-    code, out, err = _cli(capsys, "history", *backend, "--json", *argv)
+def _history(cli: Cli, backend: list[str], *argv: str) -> Any:
+    code, out, err = cli("history", *backend, "--json", *argv)
     assert (code, err) == (0, "")
     return json.loads(out)
 
@@ -73,9 +59,9 @@ def _steps(found: Any) -> list[tuple[str, str, str | None]]:
 
 
 def test_a_reservations_history_links_each_decision_to_its_record(
-    backend: list[str], capsys: pytest.CaptureFixture[str]
+    backend: list[str], cli: Cli
 ) -> None:
-    found = _history(capsys, backend, "r1")
+    found = _history(cli, backend, "r1")
     assert found["names"] == ["reservation"]
     [r1] = found["reservations"]
     assert (r1["status"], r1["consumer_id"], r1["project_id"]) == ("consumed", "vm-1", "proj")
@@ -95,9 +81,9 @@ def test_a_reservations_history_links_each_decision_to_its_record(
 
 
 def test_a_consumers_history_spans_its_reservations_in_every_partition(
-    backend: list[str], capsys: pytest.CaptureFixture[str]
+    backend: list[str], cli: Cli
 ) -> None:
-    found = _history(capsys, backend, "vm-1")
+    found = _history(cli, backend, "vm-1")
     assert found["names"] == ["consumer"]
     assert sorted(r["reservation_id"] for r in found["reservations"]) == ["r1", "r3"]
     # r3's expiry answers the tick that moved n2's clock past its lease
@@ -109,10 +95,8 @@ def test_a_consumers_history_spans_its_reservations_in_every_partition(
     ]
 
 
-def test_a_rejected_claim_has_a_history_but_no_reservation(
-    backend: list[str], capsys: pytest.CaptureFixture[str]
-) -> None:
-    found = _history(capsys, backend, "r2")
+def test_a_rejected_claim_has_a_history_but_no_reservation(backend: list[str], cli: Cli) -> None:
+    found = _history(cli, backend, "r2")
     assert (found["names"], found["reservations"]) == ([], [])
     [rejected] = found["history"]
     assert (rejected["kind"], rejected["record"]["event_id"]) == ("rejected", "c-r2")
@@ -122,16 +106,16 @@ def test_a_rejected_claim_has_a_history_but_no_reservation(
         16,
         4,
     )
-    code, out, _ = _cli(capsys, "history", *backend, "r2")
+    code, out, _ = cli("history", *backend, "r2")
     assert code == 0
     assert "r2: no reservation, provider or pool in the view" in out
     assert "rejected  r2  n2: VCPU INSUFFICIENT_CAPACITY wanted 16, free 4  <- claim c-r2" in out
 
 
 def test_a_providers_history_shows_its_usage_allocations_and_registration(
-    backend: list[str], capsys: pytest.CaptureFixture[str]
+    backend: list[str], cli: Cli
 ) -> None:
-    found = _history(capsys, backend, "n1")
+    found = _history(cli, backend, "n1")
     assert found["names"] == ["provider"]
     assert found["provider"]["state"] == "enabled"
     assert found["provider"]["inventories"]["VCPU"]["consumed"] == 2
@@ -145,8 +129,8 @@ def test_a_providers_history_shows_its_usage_allocations_and_registration(
         }
     ]
     # r3 expired: n2 holds nothing
-    assert _history(capsys, backend, "n2")["provider"]["allocations"] == []
-    assert "    consumed by vm-1: VCPU=2 (r1)\n" in _cli(capsys, "history", *backend, "n1")[1]
+    assert _history(cli, backend, "n2")["provider"]["allocations"] == []
+    assert "    consumed by vm-1: VCPU=2 (r1)\n" in cli("history", *backend, "n1")[1]
     assert [(kind, record) for _, kind, record in _steps(found)] == [
         ("applied", found["history"][0]["record"]["event_id"]),
         ("applied", found["history"][1]["record"]["event_id"]),
@@ -157,12 +141,10 @@ def test_a_providers_history_shows_its_usage_allocations_and_registration(
     ]
 
 
-def test_the_view_alone_and_the_text_form(
-    backend: list[str], capsys: pytest.CaptureFixture[str]
-) -> None:
-    found = _history(capsys, backend, "vm-1", "--no-records")
+def test_the_view_alone_and_the_text_form(backend: list[str], cli: Cli) -> None:
+    found = _history(cli, backend, "vm-1", "--no-records")
     assert [record for _, _, record in _steps(found)] == [None] * 4
-    code, out, _ = _cli(capsys, "history", *backend, "r3")
+    code, out, _ = cli("history", *backend, "r3")
     assert code == 0
     lines = out.splitlines()
     assert lines[0] == "r3: reservation"
@@ -172,9 +154,7 @@ def test_the_view_alone_and_the_text_form(
     assert "expired  r3" in lines[6] and lines[6].endswith("<- tick t-n2 at 9000")
 
 
-def test_an_id_the_view_does_not_know_is_an_error(
-    backend: list[str], capsys: pytest.CaptureFixture[str]
-) -> None:
-    code, out, err = _cli(capsys, "history", *backend, "nobody")
+def test_an_id_the_view_does_not_know_is_an_error(backend: list[str], cli: Cli) -> None:
+    code, out, err = cli("history", *backend, "nobody")
     assert (code, out) == (1, "")
     assert err == "berth: the view holds nothing about 'nobody'\n"

@@ -30,14 +30,6 @@ NOW_MS = 10**12
 LISTEN_ANY = ("--listen", "127.0.0.1:0")
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def view_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "postgresql":
-        url: str = request.getfixturevalue("postgres_url")
-        return url
-    return f"sqlite:///{tmp_path / 'view.db'}"
-
-
 def scrape(url: str, path: str = "/metrics") -> Samples:
     with urllib.request.urlopen(url + path, timeout=10) as response:
         assert response.status == 200

@@ -6,35 +6,19 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
-
 from berth.app import App, Settings
-from berth.cli import main
 from berth.client import Publisher
 from consumers.partition_writer import catch_up_all
 from ledger.log import Append
 from ledger.partitioner import partition_for
 from tests.builders import claim, consume, provider
+from tests.conftest import Cli
 
 BAD = b'{"type": "claim", "event_id": "e-bad"}'
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def view_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "postgresql":
-        url: str = request.getfixturevalue("postgres_url")
-        return url
-    return f"sqlite:///{tmp_path / 'view.db'}"
-
-
-def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 def test_status_shows_what_the_writers_have_not_applied_yet(
-    tmp_path: Path, view_url: str, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, view_url: str, cli: Cli
 ) -> None:
     data = tmp_path / "data"
     settings = Settings(data_dir=data, db_url=view_url, partitions=2)
@@ -53,7 +37,7 @@ def test_status_shows_what_the_writers_have_not_applied_yet(
         app.log.append(app.settings.topics.events, [Append(bad_partition, b"n2", BAD)])
         ends = [app.log.end_offset(app.settings.topics.events, p) for p in range(2)]
 
-        code, out, _ = _cli(capsys, "status", *backend, "--json")
+        code, out, _ = cli("status", *backend, "--json")
         assert code == 0
         before = json.loads(out)
         assert [(p["log_end"], p["applied"], p["behind"]) for p in before["partitions"]] == [
@@ -61,13 +45,13 @@ def test_status_shows_what_the_writers_have_not_applied_yet(
         ]
         assert before["behind"] == max(ends)
         assert before["resources"] == {} and before["reservations"] == {}
-        code, _, err = _cli(capsys, "status", *backend, "--max-behind", "0")
+        code, _, err = cli("status", *backend, "--max-behind", "0")
         assert code == 1
         assert f"berth: a partition's view is {max(ends)} records behind its log" in err
 
         catch_up_all(app.writers())
 
-    code, out, _ = _cli(capsys, "status", *backend, "--json", "--max-behind", "0")
+    code, out, _ = cli("status", *backend, "--json", "--max-behind", "0")
     assert code == 0
     after = json.loads(out)
     assert [(p["applied"], p["behind"]) for p in after["partitions"]] == [(e, 0) for e in ends]
@@ -97,34 +81,32 @@ def test_status_shows_what_the_writers_have_not_applied_yet(
     assert after["reservations"] == {"consumed": 1, "held": 1}
     assert after["overcommitted_providers"] == 0
 
-    code, out, _ = _cli(capsys, "status", *backend, "--lag", "--json")
+    code, out, _ = cli("status", *backend, "--lag", "--json")
     assert code == 0
     assert json.loads(out) == {"partitions": after["partitions"], "behind": 0}
-    code, out, _ = _cli(capsys, "status", *backend, "--lag")
+    code, out, _ = cli("status", *backend, "--lag")
     assert len(out.splitlines()) == 3 and "VCPU" not in out  # the header, two partitions
 
-    code, out, _ = _cli(capsys, "status", *backend)
+    code, out, _ = cli("status", *backend)
     assert code == 0
     assert "VCPU" in out and "40.0%" in out
     assert "reservations: 1 consumed, 1 held" in out
     assert "overcommitted providers: 0" in out
 
-    code, out, _ = _cli(capsys, "dead-letters", *backend, "--json")
+    code, out, _ = cli("dead-letters", *backend, "--json")
     assert code == 0
     (letter,) = [json.loads(line) for line in out.splitlines()]
     assert letter["partition"] == bad_partition
     assert letter["offset"] == ends[bad_partition] - 1
     assert letter["value"] == BAD.decode()
     assert "reservation_id" in letter["reason"]
-    code, out, _ = _cli(capsys, "dead-letters", *backend)
+    code, out, _ = cli("dead-letters", *backend)
     assert out.startswith(f"partition {bad_partition} offset {ends[bad_partition] - 1}: ")
     other = str(1 - bad_partition)
-    assert _cli(capsys, "dead-letters", *backend, "--partition", other)[1] == "no dead letters\n"
+    assert cli("dead-letters", *backend, "--partition", other)[1] == "no dead letters\n"
 
 
-def test_dead_letters_keeps_the_last_ones(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_dead_letters_keeps_the_last_ones(tmp_path: Path, cli: Cli) -> None:
     data = tmp_path / "data"
     with App(Settings(data_dir=data, partitions=1)) as app:
         app.log.append(
@@ -132,18 +114,18 @@ def test_dead_letters_keeps_the_last_ones(
             [Append(0, b"k", b"not json %d" % n) for n in range(5)],
         )
         catch_up_all(app.writers())
-    code, out, _ = _cli(capsys, "dead-letters", "--data-dir", str(data), "--limit", "2", "--json")
+    code, out, _ = cli("dead-letters", "--data-dir", str(data), "--limit", "2", "--json")
     assert code == 0
     assert [json.loads(line)["offset"] for line in out.splitlines()] == [3, 4]
 
 
 def test_status_of_a_view_without_its_schema_says_what_to_do(
-    tmp_path: Path, view_url: str, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, view_url: str, cli: Cli
 ) -> None:
     backend = ["--data-dir", str(tmp_path / "data"), "--db", view_url]
     missing = "no such table" if view_url.startswith("sqlite") else 'relation "'
     for command in ("status", "dead-letters"):
-        code, out, err = _cli(capsys, command, *backend)
+        code, out, err = cli(command, *backend)
         assert code == 2 and out == ""
         assert f"berth: the view cannot be read ({missing}" in err
         assert "`berth migrate` creates its schema" in err
