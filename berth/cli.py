@@ -107,9 +107,18 @@ def build_parser() -> argparse.ArgumentParser:
     scheduler.add_argument("--owned", default="", help="comma-separated request partitions")
     worker_options(scheduler)
 
-    request = sub.add_parser("request", help="submit placement requests, one JSON per line")
+    request = sub.add_parser(
+        "request", help="submit placement requests and batches, one JSON per line"
+    )
     backend_options(request)
     request.add_argument("file", nargs="?", default="-", help="JSON lines (default: stdin)")
+    request.add_argument(
+        "--wait",
+        action="store_true",
+        help="print each request's answer as the scheduler gives it; exit 1 if one "
+        "was not placed, 3 if one is still unanswered after --timeout-s",
+    )
+    request.add_argument("--timeout-s", type=float, default=60.0, help="how long --wait waits (60)")
 
     migrate = sub.add_parser("migrate", help="create or upgrade the view's schema")
     backend_options(migrate)
@@ -469,25 +478,56 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def cmd_request(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
-    from berth.client import Publisher
-    from schemas.requests import PlacementRequest
+    from berth.client import Answers, Publisher
+    from schemas.requests import BatchRequest, PlacementRequest
 
     stream = sys.stdin if args.file == "-" else open(args.file, encoding="utf-8")  # noqa: SIM115
     with App(_settings(args)) as app, stream:
         publisher = Publisher(app.log, app.settings.topics)
+        # made before the first submission: an answer cannot come before it
+        answers = Answers(app.log, app.settings.topics) if args.wait else None
         failures = 0
+        submitted: list[str] = []
         for number, line in enumerate(stream, 1):
             if not line.strip():
                 continue
             try:
-                request = PlacementRequest.model_validate_json(line)
+                request: PlacementRequest | BatchRequest
+                data = json.loads(line)
+                if isinstance(data, dict) and data.get("type") == "batch":
+                    request = BatchRequest.model_validate_json(line)
+                    submitted.append(request.batch_id)
+                else:
+                    request = PlacementRequest.model_validate_json(line)
+                    submitted.append(request.request_id)
             except ValidationError as error:
                 print(f"line {number}: {error.errors(include_url=False)}", file=sys.stderr)
                 failures += 1
                 continue
+            except ValueError as error:
+                print(f"line {number}: not JSON: {error}", file=sys.stderr)
+                failures += 1
+                continue
             partition, offset = publisher.submit([request])[0]
             print(json.dumps({"line": number, "partition": partition, "offset": offset}))
-    return 1 if failures else 0
+        if answers is None:
+            return 1 if failures else 0
+        placed = True
+
+        def show(answer: dict[str, object]) -> None:
+            nonlocal placed
+            placed = placed and bool(answer["placed"])
+            print(json.dumps(answer), flush=True)
+
+        unanswered = answers.wait(submitted, args.timeout_s, show)
+    if unanswered:
+        print(
+            f"berth: no answer after {args.timeout_s:g} s to {', '.join(unanswered)} "
+            "(is a scheduler running?)",
+            file=sys.stderr,
+        )
+        return 3
+    return 1 if failures or not placed else 0
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:

@@ -187,3 +187,64 @@ class Publisher:
         optional = {"cidr": cidr, "first": first, "last": last}
         data.update({name: value for name, value in optional.items() if value is not None})
         return self.publish([data])[0]
+
+
+class Answers:
+    """Follows the placements topic for the answers to requests submitted
+    after it was created: make it first, then submit, then :meth:`wait`.
+
+    The answer to a request (or a batch) is the scheduler worker's final
+    one: ``committed``, ``failed`` or placed; a queued batch's ``queued``
+    answer is not final, its answer comes once it is placed or times out.
+    """
+
+    def __init__(self, log: Log, topics: Topics = DEFAULT_TOPICS) -> None:
+        self.log = log
+        self.topic = topics.placements
+        self.offsets = {
+            p: log.end_offset(self.topic, p) for p in range(log.partition_count(self.topic))
+        }
+        self.found: dict[str, dict[str, Any]] = {}
+        """Request or batch id -> its final answer, of those seen so far."""
+
+    def poll(self) -> list[dict[str, Any]]:
+        """The final answers published since the last poll, in log order per partition."""
+        new = []
+        for partition, offset in self.offsets.items():
+            while records := self.log.read(self.topic, partition, offset, 1000):
+                offset = records[-1].offset + 1
+                for record in records:
+                    answer = json.loads(record.value)
+                    if answer.get("status") != "queued":
+                        answer.pop("source", None)
+                        self.found[answer["request_id"]] = answer
+                        new.append(answer)
+            self.offsets[partition] = offset
+        return new
+
+    def wait(
+        self,
+        ids: Sequence[str],
+        timeout_s: float,
+        on_answer: Callable[[dict[str, Any]], object] | None = None,
+        poll_interval_s: float = 0.02,
+    ) -> list[str]:
+        """Poll until every id in ``ids`` has its answer, or ``timeout_s``
+        has passed; ``on_answer`` is told of each of theirs as it comes.
+        Returns the ids still unanswered (empty when all were)."""
+        wanted = set(ids)
+        deadline = time.monotonic() + timeout_s
+        for answer in (a for a in self.found.values() if a["request_id"] in wanted):
+            if on_answer is not None:
+                on_answer(answer)
+        pending = wanted - self.found.keys()
+        while pending:
+            for answer in self.poll():
+                if answer["request_id"] in pending:
+                    pending.discard(answer["request_id"])
+                    if on_answer is not None:
+                        on_answer(answer)
+            if not pending or time.monotonic() >= deadline:
+                break
+            time.sleep(poll_interval_s)
+        return sorted(pending)
