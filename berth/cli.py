@@ -676,6 +676,7 @@ def cmd_metrics(args: argparse.Namespace) -> int:
         if args.once:
             sys.stdout.write(generate_latest(registry_for(collector)).decode())
             return 0
+        collector.warm()
         bound_host, bound_port, _ = serve(collector, host.strip("[]"), int(port))
         logging.info("metrics: serving http://%s:%d/metrics", bound_host, bound_port)
         with contextlib.suppress(KeyboardInterrupt):

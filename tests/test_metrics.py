@@ -19,6 +19,7 @@ from berth.client import Publisher
 from berth.metrics import LedgerCollector, serve
 from consumers.partition_writer import catch_up_all
 from consumers.queue_projector import QueueProjector
+from ledger.log import Append
 from ledger.partitioner import partition_for
 from placement.config import SchedulerConfig
 from schemas.requests import BatchRequest, PlacementRequest
@@ -38,7 +39,8 @@ def scrape(url: str, path: str = "/metrics") -> Samples:
 
 def _queued_batch(app: App, publisher: Publisher) -> None:
     """A queue-mode batch of three 8-VCPU instances that cannot fit, answered
-    ``queued`` by a scheduler worker and folded into the view's queue depth."""
+    ``queued`` by a scheduler worker and folded into the view's queue depth,
+    and a request for 1 VCPU that it places."""
     writers = app.writers()
     worker = app.scheduler_worker(
         SchedulerConfig.default(), lambda: catch_up_all(writers), publisher
@@ -46,9 +48,12 @@ def _queued_batch(app: App, publisher: Publisher) -> None:
     member = PlacementRequest(
         request_id="ci-m", ts_ms=NOW_MS, project_id="ci", resources={"VCPU": 8}, num_instances=3
     )
-    publisher.submit([BatchRequest(batch_id="ci", ts_ms=NOW_MS, members=(member,), mode="queue")])
+    one = PlacementRequest(request_id="one", ts_ms=NOW_MS, project_id="p", resources={"VCPU": 1})
+    publisher.submit(
+        [one, BatchRequest(batch_id="ci", ts_ms=NOW_MS, members=(member,), mode="queue")]
+    )
     worker.step()
-    assert QueueProjector(app.log, app.settings.topics, app.engine).catch_up() == 1
+    assert QueueProjector(app.log, app.settings.topics, app.engine).catch_up() == 2
 
 
 def test_a_scrape_shows_progress_usage_and_the_queue(tmp_path: Path, view_url: str) -> None:
@@ -62,6 +67,7 @@ def test_a_scrape_shows_progress_usage_and_the_queue(tmp_path: Path, view_url: s
                 claim("r1", "n1", ts=2_000, VCPU=2, MEMORY_MB=512),
                 claim("r2", "n2", ts=3_000, VCPU=4),
                 consume("r2", ts=4_000).model_copy(update={"partition_key": "n2"}),
+                claim("r3", "n2", ts=4_000, VCPU=1),  # n2 is full: rejected
             ]
         )
         ends = {str(p): app.log.end_offset(settings.topics.events, p) for p in range(2)}
@@ -115,6 +121,26 @@ def test_a_scrape_shows_progress_usage_and_the_queue(tmp_path: Path, view_url: s
         queued = scrape(url)
         assert by_label(queued, "berth_queue_instances", "shape") == {"VCPU=8": 3}
         assert by_label(queued, "berth_queue_batches", "shape") == {"VCPU=8": 1}
+        answers = {
+            (labels["kind"], labels["result"]): n
+            for (name, raw), n in queued.items()
+            if name == "berth_placement_answers_total"
+            for labels in [dict(raw)]
+        }
+        assert answers == {("request", "placed"): 1, ("batch", "queued"): 1}
+        assert queued[("berth_placement_attempts_total", ())] == 1
+        kinds = by_label(queued, "berth_outcomes_total", "kind")
+        # 4 for the providers, r1 and r2, r2 consumed, r3 rejected, "one"
+        # claimed, its clock (NOW_MS) past r1's lease
+        assert kinds == {"applied": 4, "accepted": 3, "consumed": 1, "rejected": 1, "expired": 1}
+        assert by_label(queued, "berth_rejections_total", "code") == {"INSUFFICIENT_CAPACITY": 1}
+
+        # a writer that resumes publishes its last outcomes again: counted once
+        topic = settings.topics.outcomes
+        p = partition_for(b"n2", 2)
+        last = app.log.read(topic, p, app.log.end_offset(topic, p) - 1, 1)[0]
+        app.log.append(topic, [Append(p, last.key, last.value)])
+        assert by_label(scrape(url), "berth_outcomes_total", "kind") == kinds
 
 
 def test_a_view_that_cannot_be_read_is_reported_down_not_an_error(tmp_path: Path) -> None:
