@@ -31,6 +31,8 @@ if TYPE_CHECKING:
     from consumers.balance_worker import MoveClaim
     from consumers.scheduler_worker import SchedulerWorker
     from placement.balance import Plan
+    from placement.config import SchedulerConfig
+    from placement.model import Request
 
 DEMO_MARKER = ".berth-demo"
 
@@ -202,6 +204,17 @@ def build_parser() -> argparse.ArgumentParser:
     metrics.add_argument(
         "--once", action="store_true", help="print the metrics once to stdout and exit"
     )
+    metrics.add_argument(
+        "--headroom",
+        action="append",
+        default=[],
+        metavar="SHAPE",
+        help="also measure how many more instances of SHAPE (e.g. VCPU=4,MEMORY_MB=8192) "
+        "fit; may be given several times",
+    )
+    metrics.add_argument(
+        "--config", default=None, help="scheduler TOML whose filters measure the headroom"
+    )
 
     reaper = sub.add_parser(
         "reaper", help="tick every partition on a schedule so abandoned holds expire"
@@ -238,15 +251,21 @@ def build_parser() -> argparse.ArgumentParser:
         "--exclude", action="append", default=[], help="never hand out this id (repeatable)"
     )
 
+    def shape_options(p: argparse.ArgumentParser) -> None:
+        backend_options(p)
+        p.add_argument("--resources", required=True, help="e.g. VCPU=4,MEMORY_MB=8192")
+        p.add_argument("--availability-zone", default=None)
+        p.add_argument("--required-trait", action="append", default=[])
+        p.add_argument("--forbidden-trait", action="append", default=[])
+        p.add_argument("--config", default=None, help="scheduler TOML (default: built in)")
+        p.add_argument("--json", action="store_true")
+
     explain = sub.add_parser("explain", help="rank providers for a request and say why not")
-    backend_options(explain)
-    explain.add_argument("--resources", required=True, help="e.g. VCPU=4,MEMORY_MB=8192")
+    shape_options(explain)
     explain.add_argument("--instances", type=int, default=1)
-    explain.add_argument("--availability-zone", default=None)
-    explain.add_argument("--required-trait", action="append", default=[])
-    explain.add_argument("--forbidden-trait", action="append", default=[])
-    explain.add_argument("--config", default=None, help="scheduler TOML (default: built in)")
-    explain.add_argument("--json", action="store_true")
+
+    headroom = sub.add_parser("headroom", help="how many more instances of a shape fit, and where")
+    shape_options(headroom)
 
     balance = sub.add_parser(
         "balance", help="propose instance moves by the balance policy (oVirt-style)"
@@ -663,15 +682,29 @@ def cmd_metrics(args: argparse.Namespace) -> int:
     from prometheus_client import generate_latest
 
     from berth.metrics import LedgerCollector, registry_for, serve
+    from placement.config import ConfigError, SchedulerConfig
+    from placement.model import Request
 
     host, _, port = args.listen.rpartition(":")
     if not host or not port.isdigit():
         print(f"berth: --listen wants HOST:PORT, not {args.listen!r}", file=sys.stderr)
         return 2
+    try:
+        config = SchedulerConfig.load(args.config) if args.config else SchedulerConfig.default()
+        shapes = [Request("headroom", _resources(shape)) for shape in args.headroom]
+    except (ConfigError, ValueError) as error:
+        print(f"berth: {error}", file=sys.stderr)
+        return 2
     _stop_on_sigterm()
     with App(_settings(args), migrate=False) as app:
         collector = LedgerCollector(
-            app.log, app.engine, app.settings.topics, app.settings.partitions, not args.lag
+            app.log,
+            app.engine,
+            app.settings.topics,
+            app.settings.partitions,
+            not args.lag,
+            shapes,
+            config.engine(),
         )
         if args.once:
             sys.stdout.write(generate_latest(registry_for(collector)).decode())
@@ -752,28 +785,67 @@ def cmd_pool(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_explain(args: argparse.Namespace) -> int:
-    from consumers.snapshot_source import snapshot_from_view
-    from placement.config import ConfigError, SchedulerConfig
+def _resources(text: str) -> dict[str, int]:
+    """``VCPU=4,MEMORY_MB=8192`` as amounts by class (:class:`ValueError` if not)."""
+    pairs = [pair.split("=", 1) for pair in text.split(",")]
+    if not all(len(pair) == 2 for pair in pairs):
+        raise ValueError(f"resources are CLASS=AMOUNT,...: not {text!r}")
+    return {rc.strip(): int(amount) for rc, amount in pairs}
+
+
+def _shape(args: argparse.Namespace, instances: int = 1) -> tuple[SchedulerConfig, Request]:
+    """The scheduler configuration and the request that ``shape_options`` describe
+    (:class:`ConfigError` or :class:`ValueError` when they cannot be read)."""
+    from placement.config import SchedulerConfig
     from placement.model import Request
 
-    try:
-        config = SchedulerConfig.load(args.config) if args.config else SchedulerConfig.default()
-        resources = {
-            rc.strip(): int(amount)
-            for rc, amount in (pair.split("=", 1) for pair in args.resources.split(","))
-        }
-    except (ConfigError, ValueError) as error:
-        print(f"berth: {error}", file=sys.stderr)
-        return 2
+    config = SchedulerConfig.load(args.config) if args.config else SchedulerConfig.default()
     request = Request(
-        "explain",
-        resources,
-        num_instances=args.instances,
+        args.command,
+        _resources(args.resources),
+        num_instances=instances,
         availability_zone=args.availability_zone,
         required_traits=frozenset(args.required_trait),
         forbidden_traits=frozenset(args.forbidden_trait),
     )
+    return config, request
+
+
+def cmd_headroom(args: argparse.Namespace) -> int:
+    from consumers.snapshot_source import snapshot_from_view
+    from placement.config import ConfigError
+    from placement.headroom import headroom
+
+    try:
+        config, request = _shape(args)
+    except (ConfigError, ValueError) as error:
+        print(f"berth: {error}", file=sys.stderr)
+        return 2
+    with App(_settings(args)) as app:
+        room = headroom(config.engine(), snapshot_from_view(app.engine), request)
+    if args.json:
+        print(json.dumps(room.to_dict()))
+        return 0
+    shape = ",".join(f"{rc}={n}" for rc, n in sorted(request.resources.items()))
+    on = len(room.providers)
+    where = f"{on:,} provider{'' if on == 1 else 's'}"
+    print(f"{room.instances:,} more instances of {shape} fit, on {where}")
+    for pid, n in sorted(room.providers.items(), key=lambda item: (-item[1], item[0]))[:10]:
+        print(f"  {pid}: {n:,}")
+    if len(room.providers) > 10:
+        print(f"  ... and {len(room.providers) - 10:,} more providers (--json lists them all)")
+    return 0
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    from consumers.snapshot_source import snapshot_from_view
+    from placement.config import ConfigError
+
+    try:
+        config, request = _shape(args, args.instances)
+    except (ConfigError, ValueError) as error:
+        print(f"berth: {error}", file=sys.stderr)
+        return 2
     with App(_settings(args)) as app:
         placement = config.engine().place(snapshot_from_view(app.engine), request, explain=True)
     trace = placement.trace
@@ -896,6 +968,7 @@ COMMANDS = {
     "dead-letters": cmd_dead_letters,
     "history": cmd_history,
     "metrics": cmd_metrics,
+    "headroom": cmd_headroom,
     "reaper": cmd_reaper,
     "delete-consumer": cmd_delete_consumer,
     "pool": cmd_pool,

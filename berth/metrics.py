@@ -15,7 +15,7 @@ import json
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 from prometheus_client import start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -24,9 +24,15 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
 
 from berth.status import Status, read_status
+from consumers.batches import shape_key
 from consumers.queue_projector import read_depth
+from consumers.snapshot_source import LiveSnapshot
 from consumers.topics import Topics
 from ledger.log import Log
+from placement.config import SchedulerConfig
+from placement.engine import Engine as PlacementEngine
+from placement.headroom import Headroom, headroom
+from placement.model import Request
 from schemas.outcomes import Kind
 
 PROVIDER_STATES = ("enabled", "disabled", "offline", "evacuating")
@@ -101,13 +107,25 @@ class LedgerCollector(Collector):
     """
 
     def __init__(
-        self, log: Log, engine: Engine, topics: Topics, partitions: int, totals: bool = True
+        self,
+        log: Log,
+        engine: Engine,
+        topics: Topics,
+        partitions: int,
+        totals: bool = True,
+        shapes: Sequence[Request] = (),
+        placement: PlacementEngine | None = None,
     ) -> None:
+        """``shapes`` are the requests whose headroom each scrape measures
+        with ``placement``, the scheduler's engine (filters, ratios)."""
         self.log = log
         self.engine = engine
         self.topics = topics
         self.partitions = partitions
         self.totals = totals
+        self.shapes = list(shapes)
+        self.placement = placement or SchedulerConfig.default().engine()
+        self._live = LiveSnapshot(engine)
         # scrapes may overlap; the log's handles are not shared between threads
         self._lock = threading.Lock()
         self._decisions = _Decisions()
@@ -134,9 +152,16 @@ class LedgerCollector(Collector):
                     self.log, self.engine, self.topics, self.partitions, totals=self.totals
                 )
                 depth = read_depth(self.engine) if self.totals else {}
+                rooms: list[tuple[str, Headroom]] = []
                 if self.totals:
                     for tally in self._tallies:
                         tally.catch_up()
+                    if self.shapes:
+                        snapshot = self._live()
+                        rooms = [
+                            (shape_key(dict(s.resources)), headroom(self.placement, snapshot, s))
+                            for s in self.shapes
+                        ]
         except DBAPIError:
             up.add_metric([], 0)
             yield up
@@ -148,6 +173,7 @@ class LedgerCollector(Collector):
             yield from _totals(status)
             yield from _queue(depth)
             yield from self._counted()
+            yield from _headroom(rooms)
         yield GaugeMetricFamily(
             "berth_scrape_duration_seconds",
             "how long reading the log and the view took",
@@ -248,6 +274,24 @@ def _totals(status: Status) -> Iterator[Metric]:
         "providers holding or consuming more than their capacity (the ledger promises 0)",
         value=totals.overcommitted_providers,
     )
+
+
+def _headroom(rooms: list[tuple[str, Headroom]]) -> Iterator[Metric]:
+    if not rooms:
+        return
+    labels = ["shape"]
+    instances = GaugeMetricFamily(
+        "berth_headroom_instances",
+        "more instances of the shape that would fit, all providers together",
+        labels=labels,
+    )
+    providers = GaugeMetricFamily(
+        "berth_headroom_providers", "providers that would take one more of the shape", labels=labels
+    )
+    for shape, room in rooms:
+        instances.add_metric([shape], room.instances)
+        providers.add_metric([shape], len(room.providers))
+    yield from (instances, providers)
 
 
 def _queue(depth: dict[str, dict[str, int]]) -> Iterator[Metric]:

@@ -189,6 +189,18 @@ class Engine:
             placement = self._place(snapshot, request, True, everyone, 0)
         return placement
 
+    def feasible(self, snapshot: Snapshot, request: Request) -> IntArray:
+        """The rows every filter that applies to ``request`` lets through for
+        its first instance, all providers considered (no sampling)."""
+        ctx = Context(snapshot, request, snapshot.used)
+        rows = self._all_rows(snapshot.size)
+        ctx.consecutive(rows, 0)
+        run = _Run(ctx, False)
+        for f in (*self.once, *self.each_pick):
+            if f.applies(request):
+                rows = run.apply(f, rows)
+        return rows
+
     def _window(self, size: int) -> tuple[IntArray, int | None] | None:
         """The rotating sample of rows to examine and, unless it wraps around
         the end, its first row; None for all of them."""

@@ -19,11 +19,14 @@ from berth.client import Publisher
 from berth.metrics import LedgerCollector, serve
 from consumers.partition_writer import catch_up_all
 from consumers.queue_projector import QueueProjector
+from consumers.snapshot_source import snapshot_from_view
 from ledger.log import Append
 from ledger.partitioner import partition_for
 from placement.config import SchedulerConfig
+from placement.headroom import headroom
+from placement.model import Request
 from schemas.requests import BatchRequest, PlacementRequest
-from tests.builders import claim, consume, provider
+from tests.builders import claim, consume, provider, release
 from tests.polling import wait_for
 from tests.prometheus import Samples, by_label, parse
 
@@ -71,10 +74,18 @@ def test_a_scrape_shows_progress_usage_and_the_queue(tmp_path: Path, view_url: s
             ]
         )
         ends = {str(p): app.log.end_offset(settings.topics.events, p) for p in range(2)}
-        host, port, _ = serve(
-            LedgerCollector(app.log, app.engine, settings.topics, 2), "127.0.0.1", 0
+        two_vcpu = Request("h", {"VCPU": 2})
+        placement = SchedulerConfig.default().engine()
+        collector = LedgerCollector(
+            app.log, app.engine, settings.topics, 2, shapes=[two_vcpu], placement=placement
         )
+        host, port, _ = serve(collector, "127.0.0.1", 0)
         url = f"http://{host}:{port}"
+
+        def room() -> dict[str, float]:
+            """The headroom as a full read of the view measures it."""
+            measured = headroom(placement, snapshot_from_view(app.engine), two_vcpu)
+            return {"VCPU=2": measured.instances}
 
         before = scrape(url)
         assert before[("berth_view_up", ())] == 1
@@ -116,11 +127,16 @@ def test_a_scrape_shows_progress_usage_and_the_queue(tmp_path: Path, view_url: s
         }
         assert after[("berth_overcommitted_providers", ())] == 0
         assert by_label(after, "berth_queue_instances", "shape") == {}
+        # n1: 6 VCPU free, n2 none
+        assert by_label(after, "berth_headroom_instances", "shape") == {"VCPU=2": 3} == room()
+        assert by_label(after, "berth_headroom_providers", "shape") == {"VCPU=2": 1}
 
         _queued_batch(app, publisher)
         queued = scrape(url)
         assert by_label(queued, "berth_queue_instances", "shape") == {"VCPU=8": 3}
         assert by_label(queued, "berth_queue_batches", "shape") == {"VCPU=8": 1}
+        # the exporter's snapshot follows the view's changes since the last scrape
+        assert by_label(queued, "berth_headroom_instances", "shape") == room()
         answers = {
             (labels["kind"], labels["result"]): n
             for (name, raw), n in queued.items()
@@ -141,6 +157,12 @@ def test_a_scrape_shows_progress_usage_and_the_queue(tmp_path: Path, view_url: s
         last = app.log.read(topic, p, app.log.end_offset(topic, p) - 1, 1)[0]
         app.log.append(topic, [Append(p, last.key, last.value)])
         assert by_label(scrape(url), "berth_outcomes_total", "kind") == kinds
+
+        publisher.publish([release("r2", ts=5_000).model_copy(update={"partition_key": "n2"})])
+        catch_up_all(app.writers())
+        released = scrape(url)
+        # "one" took 1 VCPU of n1, r1 expired; n2 is free again
+        assert by_label(released, "berth_headroom_instances", "shape") == {"VCPU=2": 5} == room()
 
 
 def test_a_view_that_cannot_be_read_is_reported_down_not_an_error(tmp_path: Path) -> None:
@@ -169,6 +191,10 @@ def test_once_lag_and_listen_on_the_command_line(
     assert not any(name.startswith(("berth_resource", "berth_reservations")) for name in names)
     assert main(["metrics", "--data-dir", str(data), "--listen", "9480"]) == 2
     assert "--listen wants HOST:PORT, not '9480'" in capsys.readouterr().err
+    assert main(["metrics", "--data-dir", str(data), "--once", "--headroom", "VCPU=4"]) == 0
+    assert parse(capsys.readouterr().out)[("berth_headroom_instances", (("shape", "VCPU=4"),))] == 2
+    assert main(["metrics", "--data-dir", str(data), "--once", "--headroom", "VCPU"]) == 2
+    assert "resources are CLASS=AMOUNT,...: not 'VCPU'" in capsys.readouterr().err
 
 
 def test_the_exporter_serves_until_sigterm(tmp_path: Path) -> None:

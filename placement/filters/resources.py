@@ -153,6 +153,11 @@ class ResourceFilter(HostFilter):
             )
         return rules
 
+    def capacity(self, snapshot: Snapshot) -> IntArray:
+        """Capacity, classes x providers, with the aggregates' ratios: what
+        this filter measures a request against (read-only)."""
+        return self._tables(snapshot)
+
     def _free(self, ctx: Context, rows: IntArray, column: int) -> IntArray:
         capacity = self._tables(ctx.snapshot)[column, rows]
         used: IntArray = ctx.used[rows, column]
