@@ -13,6 +13,7 @@ import signal
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Never, get_args
@@ -25,7 +26,8 @@ from berth.client import DEFAULT_MAX_SKEW_MS
 from berth.replay import default_jobs
 from consumers.partition_writer import catch_up_all, step_all
 from projections.view.ownership import OwnershipLost
-from schemas.events import DEFAULT_LEASE_MS, MAX_LEASE_MS, PoolKind
+from schemas.events import DEFAULT_LEASE_MS, MAX_LEASE_MS, PoolKind, ProviderStateName
+from schemas.outcomes import Kind
 
 if TYPE_CHECKING:
     from consumers.balance_worker import MoveClaim
@@ -250,6 +252,42 @@ def build_parser() -> argparse.ArgumentParser:
     define.add_argument(
         "--exclude", action="append", default=[], help="never hand out this id (repeatable)"
     )
+
+    provider = sub.add_parser(
+        "provider", help="register, inventory, state, traits, aggregates, retire a provider"
+    )
+    provider_sub = provider.add_subparsers(dest="provider_command", required=True)
+
+    def provider_command(name: str, help_: str) -> argparse.ArgumentParser:
+        p = provider_sub.add_parser(name, help=help_)
+        backend_options(p)
+        p.add_argument("provider_id")
+        p.add_argument(
+            "--wait",
+            action="store_true",
+            help="print the writer's decision; exit 1 unless it was applied",
+        )
+        p.add_argument("--timeout-s", type=float, default=30.0, help="how long --wait waits")
+        return p
+
+    provider_command("register", "a provider joins").add_argument("--name", default=None)
+    provider_command(
+        "inventory", "replace the provider's whole inventory, as Placement's PUT does"
+    ).add_argument(
+        "classes",
+        nargs="+",
+        metavar="CLASS=TOTAL[,FIELD=VALUE...]",
+        help="e.g. VCPU=32,allocation_ratio=4.0 MEMORY_MB=65536,reserved=512; fields: "
+        "reserved, min_unit, max_unit, step_size, allocation_ratio",
+    )
+    provider_command("state", "enable, disable, take offline or evacuate").add_argument(
+        "state", choices=get_args(ProviderStateName)
+    )
+    provider_command("traits", "replace the provider's traits").add_argument("traits", nargs="*")
+    provider_command("aggregates", "replace the provider's aggregates").add_argument(
+        "aggregates", nargs="*"
+    )
+    provider_command("retire", "the provider leaves (refused while it holds reservations)")
 
     def shape_options(p: argparse.ArgumentParser) -> None:
         backend_options(p)
@@ -785,6 +823,91 @@ def cmd_pool(args: argparse.Namespace) -> int:
     return 0
 
 
+_INVENTORY_FIELDS = {
+    "reserved": int,
+    "min_unit": int,
+    "max_unit": int,
+    "step_size": int,
+    "allocation_ratio": float,
+}
+
+
+def _inventory(spec: str) -> tuple[str, dict[str, object]]:
+    """``VCPU=32,allocation_ratio=4.0`` as (class, inventory fields)."""
+    head, *fields = spec.split(",")
+    rc, _, total = head.partition("=")
+    if not rc or not total:
+        raise ValueError(f"an inventory is CLASS=TOTAL[,FIELD=VALUE...]: not {spec!r}")
+    inventory: dict[str, object] = {"total": int(total)}
+    for item in fields:
+        name, _, value = item.partition("=")
+        if name not in _INVENTORY_FIELDS:
+            known = ", ".join(_INVENTORY_FIELDS)
+            raise ValueError(f"{rc}: unknown inventory field {name!r} (known: {known})")
+        inventory[name] = _INVENTORY_FIELDS[name](value)
+    return rc.strip(), inventory
+
+
+def _provider_event(args: argparse.Namespace) -> dict[str, object]:
+    """The event ``berth provider ...`` publishes (ValueError when the
+    arguments cannot make one)."""
+    from berth.client import wall_clock_ms
+
+    pid = args.provider_id
+    kind = args.provider_command
+    fields: dict[str, object]
+    if kind == "register":
+        fields = {"type": "provider_registered", "name": args.name or pid}
+    elif kind == "inventory":
+        inventories = dict(_inventory(spec) for spec in args.classes)
+        fields = {"type": "inventory_set", "inventories": inventories}
+    elif kind == "state":
+        fields = {"type": "provider_state_set", "state": args.state}
+    elif kind == "traits":
+        fields = {"type": "traits_set", "traits": args.traits}
+    elif kind == "aggregates":
+        fields = {"type": "aggregates_set", "aggregates": args.aggregates}
+    else:
+        fields = {"type": "provider_retired"}
+    return {
+        **fields,
+        "event_id": f"{kind}-{pid}-{uuid.uuid4().hex[:12]}",
+        "ts_ms": wall_clock_ms(),
+        "partition_key": pid,
+        "provider_id": pid,
+    }
+
+
+def cmd_provider(args: argparse.Namespace) -> int:
+    from berth.client import Decisions, Publisher, PublishError
+    from schemas.codec import EventDecodeError, validate_event
+
+    try:
+        event = validate_event(_provider_event(args))
+    except (EventDecodeError, ValueError) as error:
+        print(f"berth: provider {args.provider_id}: {error}", file=sys.stderr)
+        return 2
+    with App(_settings(args), migrate=False) as app:
+        decisions = Decisions(app.log, app.settings.topics) if args.wait else None
+        try:
+            partition, offset = Publisher(app.log, app.settings.topics).publish([event])[0]
+        except PublishError as error:
+            print(f"berth: provider {args.provider_id}: {error}", file=sys.stderr)
+            return 2
+        print(json.dumps({"event_id": event.event_id, "partition": partition, "offset": offset}))
+        if decisions is None:
+            return 0
+        if decisions.wait([event.event_id], args.timeout_s):
+            print(
+                f"berth: no decision after {args.timeout_s:g} s (are the writers running?)",
+                file=sys.stderr,
+            )
+            return 3
+    (decision,) = [o for o in decisions.found[event.event_id] if o.subject == args.provider_id]
+    print(json.dumps(decision.to_dict()))
+    return 0 if decision.kind == Kind.APPLIED else 1
+
+
 def _resources(text: str) -> dict[str, int]:
     """``VCPU=4,MEMORY_MB=8192`` as amounts by class (:class:`ValueError` if not)."""
     pairs = [pair.split("=", 1) for pair in text.split(",")]
@@ -969,6 +1092,7 @@ COMMANDS = {
     "history": cmd_history,
     "metrics": cmd_metrics,
     "headroom": cmd_headroom,
+    "provider": cmd_provider,
     "reaper": cmd_reaper,
     "delete-consumer": cmd_delete_consumer,
     "pool": cmd_pool,

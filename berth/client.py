@@ -17,6 +17,7 @@ from ledger.log import Append, Log
 from ledger.partitioner import partition_for
 from schemas.codec import encode_event, validate_event
 from schemas.events import Claim, ClaimSet, ClaimSpec, Event, Tick
+from schemas.outcomes import Outcome
 from schemas.requests import BatchRequest, PlacementRequest
 
 DEFAULT_MAX_SKEW_MS = 5_000
@@ -189,6 +190,44 @@ class Publisher:
         return self.publish([data])[0]
 
 
+class _Tail:
+    """One topic read on from its end when the tail was made."""
+
+    def __init__(self, log: Log, topic: str) -> None:
+        self.log = log
+        self.topic = topic
+        self.offsets = {p: log.end_offset(topic, p) for p in range(log.partition_count(topic))}
+
+    def values(self) -> list[bytes]:
+        """The records appended since the last call, in log order per partition."""
+        new = []
+        for partition, offset in self.offsets.items():
+            while records := self.log.read(self.topic, partition, offset, 1000):
+                offset = records[-1].offset + 1
+                new += [record.value for record in records]
+            self.offsets[partition] = offset
+        return new
+
+
+def _wait_for(
+    ids: Sequence[str],
+    found: Mapping[str, object],
+    poll: Callable[[], list[str]],
+    timeout_s: float,
+    poll_interval_s: float,
+) -> list[str]:
+    """Poll until every id is in ``found`` or ``timeout_s`` has passed; the
+    ids still missing. ``poll`` returns the ids it found."""
+    pending = set(ids) - found.keys()
+    deadline = time.monotonic() + timeout_s
+    while pending:
+        pending.difference_update(poll())
+        if not pending or time.monotonic() >= deadline:
+            break
+        time.sleep(poll_interval_s)
+    return sorted(pending)
+
+
 class Answers:
     """Follows the placements topic for the answers to requests submitted
     after it was created: make it first, then submit, then :meth:`wait`.
@@ -199,28 +238,23 @@ class Answers:
     """
 
     def __init__(self, log: Log, topics: Topics = DEFAULT_TOPICS) -> None:
-        self.log = log
-        self.topic = topics.placements
-        self.offsets = {
-            p: log.end_offset(self.topic, p) for p in range(log.partition_count(self.topic))
-        }
+        self._tail = _Tail(log, topics.placements)
         self.found: dict[str, dict[str, Any]] = {}
         """Request or batch id -> its final answer, of those seen so far."""
+        self._told: set[str] = set()
+        self._on_answer: Callable[[dict[str, Any]], object] | None = None
 
-    def poll(self) -> list[dict[str, Any]]:
-        """The final answers published since the last poll, in log order per partition."""
-        new = []
-        for partition, offset in self.offsets.items():
-            while records := self.log.read(self.topic, partition, offset, 1000):
-                offset = records[-1].offset + 1
-                for record in records:
-                    answer = json.loads(record.value)
-                    if answer.get("status") != "queued":
-                        answer.pop("source", None)
-                        self.found[answer["request_id"]] = answer
-                        new.append(answer)
-            self.offsets[partition] = offset
-        return new
+    def poll(self) -> list[str]:
+        """Read the answers published since the last poll; the ids answered."""
+        answered = []
+        for value in self._tail.values():
+            answer = json.loads(value)
+            if answer.get("status") == "queued":
+                continue
+            answer.pop("source", None)
+            self.found[answer["request_id"]] = answer
+            answered.append(answer["request_id"])
+        return answered
 
     def wait(
         self,
@@ -230,21 +264,47 @@ class Answers:
         poll_interval_s: float = 0.02,
     ) -> list[str]:
         """Poll until every id in ``ids`` has its answer, or ``timeout_s``
-        has passed; ``on_answer`` is told of each of theirs as it comes.
-        Returns the ids still unanswered (empty when all were)."""
+        has passed; ``on_answer`` is told of each of theirs once, as it
+        comes. Returns the ids still unanswered (empty when all were)."""
         wanted = set(ids)
-        deadline = time.monotonic() + timeout_s
-        for answer in (a for a in self.found.values() if a["request_id"] in wanted):
+
+        def poll() -> list[str]:
+            answered = self.poll()
+            self._tell(wanted, on_answer)
+            return answered
+
+        self._tell(wanted, on_answer)
+        return _wait_for(ids, self.found, poll, timeout_s, poll_interval_s)
+
+    def _tell(self, wanted: set[str], on_answer: Callable[[dict[str, Any]], object] | None) -> None:
+        for rid in sorted(wanted & self.found.keys() - self._told):
+            self._told.add(rid)
             if on_answer is not None:
-                on_answer(answer)
-        pending = wanted - self.found.keys()
-        while pending:
-            for answer in self.poll():
-                if answer["request_id"] in pending:
-                    pending.discard(answer["request_id"])
-                    if on_answer is not None:
-                        on_answer(answer)
-            if not pending or time.monotonic() >= deadline:
-                break
-            time.sleep(poll_interval_s)
-        return sorted(pending)
+                on_answer(self.found[rid])
+
+
+class Decisions:
+    """Follows the outcomes topic for the writers' decisions on events
+    published after it was created, by event id: make it first, then
+    publish, then :meth:`wait`."""
+
+    def __init__(self, log: Log, topics: Topics = DEFAULT_TOPICS) -> None:
+        self._tail = _Tail(log, topics.outcomes)
+        self.found: dict[str, list[Outcome]] = {}
+        """Event id -> the outcomes of its record (a record's outcomes are
+        published together)."""
+
+    def poll(self) -> list[str]:
+        decided: list[str] = []
+        for value in self._tail.values():
+            outcome = Outcome.from_json(value)
+            self.found.setdefault(outcome.event_id, []).append(outcome)
+            decided.append(outcome.event_id)
+        return decided
+
+    def wait(
+        self, event_ids: Sequence[str], timeout_s: float, poll_interval_s: float = 0.02
+    ) -> list[str]:
+        """Poll until every event has its decision, or ``timeout_s`` has
+        passed; the event ids still undecided."""
+        return _wait_for(event_ids, self.found, self.poll, timeout_s, poll_interval_s)

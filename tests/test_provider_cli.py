@@ -1,0 +1,116 @@
+"""``berth provider``: an operator's changes to a provider, published as
+events and, with ``--wait``, answered with the writer's decision (a real
+``berth projector`` process decides them)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+
+from berth.app import App, Settings
+from berth.client import Decisions, Publisher
+from consumers.partition_writer import catch_up_all
+from projections.view.tables import inventories, providers
+from tests.builders import claim
+from tests.conftest import Cli
+
+
+def _decision(out: str) -> dict[str, object]:
+    """The writer's decision: the second line --wait prints."""
+    published, decided = out.splitlines()
+    assert set(json.loads(published)) == {"event_id", "partition", "offset"}
+    result: dict[str, object] = json.loads(decided)
+    return result
+
+
+@pytest.fixture
+def projector(tmp_path: Path) -> Iterator[list[str]]:
+    """A running ``berth projector`` on a fresh data directory; the options
+    that name it."""
+    data = tmp_path / "data"
+    with App(Settings(data_dir=data, partitions=2)):
+        pass  # the log and view exist before the projector looks
+    process = subprocess.Popen(
+        [sys.executable, "-m", "berth.cli", "projector", "--data-dir", str(data)],
+        stderr=subprocess.PIPE,
+    )
+    try:
+        yield ["--data-dir", str(data)]
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=30)
+    assert process.returncode == 0, err.decode()
+
+
+def test_a_provider_set_up_from_the_command_line(tmp_path: Path, cli: Cli) -> None:
+    data = ["--data-dir", str(tmp_path / "data"), "--partitions", "2"]
+    assert cli("provider", "register", "n1", *data, "--name", "rack 1 node 1")[0] == 0
+    inventory = ["VCPU=32,allocation_ratio=4.0", "MEMORY_MB=65536,reserved=512,step_size=256"]
+    assert cli("provider", "inventory", "n1", *inventory, *data)[0] == 0
+    assert cli("provider", "traits", "n1", "HW_GPU", "CUSTOM_FAST", *data)[0] == 0
+    assert cli("provider", "aggregates", "n1", "rack-1", *data)[0] == 0
+    assert cli("provider", "state", "n1", "disabled", *data)[0] == 0
+    with App(Settings(data_dir=tmp_path / "data")) as app:
+        catch_up_all(app.writers())
+        with app.engine.connect() as conn:
+            row = conn.execute(select(providers)).one()
+            inv = {
+                r.resource_class: (r.capacity, r.reserved, r.step_size)
+                for r in conn.execute(select(inventories))
+            }
+    assert (row.provider_id, row.name, row.state) == ("n1", "rack 1 node 1", "disabled")
+    assert sorted(row.traits) == ["CUSTOM_FAST", "HW_GPU"] and row.aggregates == ["rack-1"]
+    assert inv == {"VCPU": (128, 0, 1), "MEMORY_MB": (65024, 512, 256)}
+
+
+def test_wait_prints_the_writers_decision(projector: list[str], cli: Cli) -> None:
+    code, out, _ = cli("provider", "register", "n1", *projector, "--wait")
+    assert code == 0 and _decision(out)["kind"] == "applied"
+    code, out, _ = cli("provider", "inventory", "n1", "VCPU=8", *projector, "--wait")
+    assert code == 0 and _decision(out)["kind"] == "applied"
+    with App(Settings(data_dir=Path(projector[1])), migrate=False) as app:
+        decisions = Decisions(app.log, app.settings.topics)
+        held = claim("r1", "n1", ts=1, VCPU=6)
+        Publisher(app.log, app.settings.topics).publish([held])
+        assert decisions.wait([held.event_id], 30) == []
+    # shrinking below what is held is refused, with the reason
+    code, out, _ = cli("provider", "inventory", "n1", "VCPU=4", *projector, "--wait")
+    decision = _decision(out)
+    assert code == 1 and decision["kind"] == "rejected"
+    assert decision["reasons"] == [
+        {
+            "code": "INVENTORY_IN_USE",
+            "provider_id": "n1",
+            "resource_class": "VCPU",
+            "requested": 6,
+            "available": 4,
+            "detail": "new capacity is below what is held and consumed",
+        }
+    ]
+    code, out, _ = cli("provider", "state", "n1", "evacuating", *projector, "--wait")
+    assert code == 0 and _decision(out)["kind"] == "applied"
+    code, out, _ = cli("provider", "retire", "n9", *projector, "--wait")
+    assert code == 1 and _decision(out)["reasons"] == [
+        {"code": "PROVIDER_NOT_FOUND", "provider_id": "n9"}
+    ]
+
+
+def test_bad_arguments_and_no_writers(tmp_path: Path, cli: Cli) -> None:
+    data = ["--data-dir", str(tmp_path / "data")]
+    code, out, err = cli("provider", "inventory", "n1", "VCPU=8,ratio=2", *data)
+    assert (code, out) == (2, "")
+    assert "VCPU: unknown inventory field 'ratio'" in err
+    code, _, err = cli("provider", "inventory", "n1", "VCPU", *data)
+    assert code == 2 and "an inventory is CLASS=TOTAL[,FIELD=VALUE...]: not 'VCPU'" in err
+    code, _, err = cli("provider", "inventory", "n1", "VCPU=1,reserved=5", *data)
+    assert code == 2 and "reserved (5) exceeds total (1)" in err
+    code, out, err = cli("provider", "register", "n1", *data, "--wait", "--timeout-s", "0.2")
+    assert code == 3 and len(out.splitlines()) == 1
+    assert err == "berth: no decision after 0.2 s (are the writers running?)\n"
