@@ -5,9 +5,6 @@ and no partition gets a second writer or scheduler."""
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -22,6 +19,7 @@ from placement.config import SchedulerConfig
 from tests.builders import provider
 from tests.contracts.log_contract import read_all
 from tests.polling import wait_for
+from tests.processes import serving
 
 
 def _answers(data: Path) -> list[dict[str, object]]:
@@ -38,13 +36,7 @@ def test_requests_published_while_serve_runs_are_placed(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     data = tmp_path / "data"
-    serve = subprocess.Popen(
-        [sys.executable, "-m", "berth.cli", "serve", "--data-dir", str(data), "--partitions", "4"],
-        stderr=subprocess.PIPE,
-    )
-    try:
-        placements = data / "log" / DEFAULT_TOPICS.placements / "meta.json"
-        wait_for(placements.exists, "serve to create its topics", timeout_s=60)
+    with serving(data, partitions=4):
         now = int(time.time() * 1000)
         events = tmp_path / "events.jsonl"
         events.write_text(
@@ -73,10 +65,6 @@ def test_requests_published_while_serve_runs_are_placed(
         assert main(["request", "--data-dir", str(data), str(requests)]) == 0
         capsys.readouterr()
         wait_for(lambda: len(_answers(data)) == 7, "seven answers to the requests", timeout_s=60)
-    finally:
-        serve.send_signal(signal.SIGTERM)
-        _, err = serve.communicate(timeout=30)
-    assert serve.returncode == 0, err.decode()
     answers = {a["request_id"]: a for a in _answers(data)}
     placed = [a for a in answers.values() if a["placed"]]
     # three providers of 4 VCPU hold exactly six instances of 2

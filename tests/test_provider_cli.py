@@ -5,9 +5,6 @@ events and, with ``--wait``, answered with the writer's decision (a real
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,6 +17,7 @@ from consumers.partition_writer import catch_up_all
 from projections.view.tables import inventories, providers
 from tests.builders import claim
 from tests.conftest import Cli
+from tests.processes import berth_running
 
 
 def _decision(out: str) -> dict[str, object]:
@@ -37,16 +35,8 @@ def projector(tmp_path: Path) -> Iterator[list[str]]:
     data = tmp_path / "data"
     with App(Settings(data_dir=data, partitions=2)):
         pass  # the log and view exist before the projector looks
-    process = subprocess.Popen(
-        [sys.executable, "-m", "berth.cli", "projector", "--data-dir", str(data)],
-        stderr=subprocess.PIPE,
-    )
-    try:
+    with berth_running("projector", "--data-dir", str(data)):
         yield ["--data-dir", str(data)]
-    finally:
-        process.send_signal(signal.SIGTERM)
-        _, err = process.communicate(timeout=30)
-    assert process.returncode == 0, err.decode()
 
 
 def test_a_provider_set_up_from_the_command_line(tmp_path: Path, cli: Cli) -> None:

@@ -5,22 +5,18 @@ submits requests and batches and gets each one's answer, against a real
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 from berth.app import App, Settings
 from berth.client import Answers, Publisher
 from consumers.partition_writer import catch_up_all
-from consumers.topics import DEFAULT_TOPICS
 from placement.config import SchedulerConfig
 from schemas.events import Release
 from schemas.requests import BatchRequest, PlacementRequest
 from tests.builders import provider
 from tests.conftest import Cli
-from tests.polling import wait_for
+from tests.processes import serving
 
 NOW_MS = 10**12
 
@@ -40,13 +36,7 @@ def _request(rid: str, vcpu: int) -> dict[str, object]:
 
 def test_request_wait_prints_each_answer_from_a_running_scheduler(tmp_path: Path, cli: Cli) -> None:
     data = tmp_path / "data"
-    serve = subprocess.Popen(
-        [sys.executable, "-m", "berth.cli", "serve", "--data-dir", str(data), "--partitions", "2"],
-        stderr=subprocess.PIPE,
-    )
-    try:
-        placements = data / "log" / DEFAULT_TOPICS.placements / "meta.json"
-        wait_for(placements.exists, "serve to create its topics", timeout_s=60)
+    with serving(data, partitions=2):
         now = int(time.time() * 1000)
         events = tmp_path / "events.jsonl"
         events.write_text(
@@ -72,10 +62,6 @@ def test_request_wait_prints_each_answer_from_a_running_scheduler(tmp_path: Path
         code, out, err = cli(
             "request", "--data-dir", str(data), "--wait", "--timeout-s", "60", str(requests)
         )
-    finally:
-        serve.send_signal(signal.SIGTERM)
-        _, serve_err = serve.communicate(timeout=30)
-    assert serve.returncode == 0, serve_err.decode()
     assert code == 1  # two bad lines, and "huge" was not placed
     printed = [json.loads(line) for line in out.splitlines()]
     submitted, answered = printed[:3], printed[3:]
