@@ -101,7 +101,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     backend_options(serve)
     serve.add_argument("--config", default=None, help="scheduler TOML (default: built in)")
+    serve.add_argument(
+        "--api",
+        default=None,
+        metavar="HOST:PORT",
+        help="also serve the HTTP API (see berth api) from this process",
+    )
     worker_options(serve)
+
+    api = sub.add_parser(
+        "api", help="the HTTP API: publish events and requests, read history, status, headroom"
+    )
+    backend_options(api)
+    api.add_argument(
+        "--listen", default="127.0.0.1:8480", help="HOST:PORT (127.0.0.1:8480; port 0: any free)"
+    )
+    api.add_argument("--config", default=None, help="scheduler TOML whose filters measure headroom")
 
     scheduler = sub.add_parser(
         "scheduler", help="run a scheduler worker (the writers run elsewhere, e.g. on Kafka)"
@@ -521,6 +536,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
         worker = _scheduler_worker(app, args, pump, None)
         queue = QueueProjector(app.log, app.settings.topics, app.engine)
+        if args.api is not None and _start_api(app, args.api, args.config) is None:
+            return 2
         tune_gc()
         logging.info("serving %d partitions", len(writers))
 
@@ -530,6 +547,38 @@ def cmd_serve(args: argparse.Namespace) -> int:
             return bool(queue.step()) or busy
 
         return _run(app, args, step)
+
+
+def _start_api(app: App, listen: str, config_path: str | None) -> tuple[str, int] | None:
+    """Serve the HTTP API on ``app`` from a thread; where it listens, or None
+    (said on stderr) when ``listen`` or the configuration cannot be used."""
+    from berth.api import Api, serve
+    from placement.config import ConfigError, SchedulerConfig
+
+    host, _, port = listen.rpartition(":")
+    if not host or not port.isdigit():
+        print(f"berth: the API listens on HOST:PORT, not {listen!r}", file=sys.stderr)
+        return None
+    try:
+        config = SchedulerConfig.load(config_path) if config_path else SchedulerConfig.default()
+    except ConfigError as error:
+        print(f"berth: {error}", file=sys.stderr)
+        return None
+    server, _ = serve(Api(app, config), host.strip("[]"), int(port))
+    bound_host, bound_port = str(server.server_address[0]), int(server.server_address[1])
+    logging.info("api: serving http://%s:%d/v1/", bound_host, bound_port)
+    return bound_host, bound_port
+
+
+def cmd_api(args: argparse.Namespace) -> int:
+    _stop_on_sigterm()
+    # the API appends and reads; it owns no partition and leaves the schema to migrate
+    with App(_settings(args), migrate=False) as app:
+        if _start_api(app, args.listen, args.config) is None:
+            return 2
+        with contextlib.suppress(KeyboardInterrupt):
+            threading.Event().wait()
+    return 0
 
 
 def cmd_request(args: argparse.Namespace) -> int:
@@ -1093,6 +1142,7 @@ COMMANDS = {
     "metrics": cmd_metrics,
     "headroom": cmd_headroom,
     "provider": cmd_provider,
+    "api": cmd_api,
     "reaper": cmd_reaper,
     "delete-consumer": cmd_delete_consumer,
     "pool": cmd_pool,

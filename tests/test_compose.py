@@ -23,6 +23,7 @@ BERTH_SERVICES = (
     "berth-scheduler",
     "berth-reaper",
     "berth-metrics",
+    "berth-api",
 )
 
 
@@ -147,7 +148,7 @@ def test_startup_order(services: dict[str, Any]) -> None:
         return {dep: spec["condition"] for dep, spec in services[name]["depends_on"].items()}
 
     assert conditions("berth-migrate") == {"postgres": "service_healthy"}
-    for worker in ("berth-projector", "berth-scheduler", "berth-metrics"):
+    for worker in ("berth-projector", "berth-scheduler", "berth-metrics", "berth-api"):
         assert conditions(worker) == {
             "kafka": "service_healthy",
             "postgres": "service_healthy",
@@ -185,14 +186,15 @@ def test_the_projector_s_healthcheck_is_a_berth_command(
     assert args.lag  # it runs every 30 s: no table scans
 
 
-def test_the_exporter_listens_where_it_says_on_the_compose_network(
-    services: dict[str, Any],
+@pytest.mark.parametrize(("name", "command"), [("berth-metrics", "metrics"), ("berth-api", "api")])
+def test_a_server_listens_where_it_says_on_the_compose_network(
+    services: dict[str, Any], name: str, command: str
 ) -> None:
     from berth.cli import build_parser
 
-    service = services["berth-metrics"]
+    service = services[name]
     args = build_parser().parse_args(argv(service))
-    assert args.command == "metrics"
+    assert args.command == command
     host, _, port = args.listen.rpartition(":")
     assert host == "0.0.0.0"  # reachable from the other containers, not only itself
     assert [str(p) for p in service["expose"]] == [port]

@@ -1,0 +1,168 @@
+"""The HTTP API, over real HTTP: in process on SQLite and PostgreSQL, and
+from a ``berth serve --api`` process whose writers and scheduler answer."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from berth.api import Api, serve
+from berth.app import App, Settings
+from berth.client import Publisher
+from consumers.partition_writer import catch_up_all
+from tests.builders import claim, provider
+from tests.conftest import Cli
+from tests.processes import berth_running
+
+
+def call(url: str, path: str, body: Any = None, raw: bytes | None = None) -> tuple[int, Any]:
+    """``(status, JSON reply)`` of a GET, or a POST when a body is given."""
+    data = raw if raw is not None else None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(
+        url + path, data=data, method="GET" if data is None else "POST"
+    )
+    request.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+
+
+def _events(*events: Any) -> list[Any]:
+    return [json.loads(e.model_dump_json()) for e in events]
+
+
+def test_the_api_publishes_and_reads_in_process(tmp_path: Path, view_url: str) -> None:
+    settings = Settings(data_dir=tmp_path / "data", db_url=view_url, partitions=2)
+    with App(settings) as app:
+        server, _ = serve(Api(app), "127.0.0.1", 0)
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        try:
+            topic = settings.topics.events
+            ends = [app.log.end_offset(topic, p) for p in range(2)]
+            status, reply = call(url, "/v1/events", _events(*provider("n1", ts=1, VCPU=8)))
+            assert status == 202 and len(reply["appended"]) == 2
+
+            # refused whole: nothing of it is appended
+            before = [app.log.end_offset(topic, p) for p in range(2)]
+            bad = [*_events(claim("r9", "n1", ts=2, VCPU=1)), {"type": "claim", "event_id": "x"}]
+            status, reply = call(url, "/v1/events", bad)
+            assert status == 400 and "claim" in reply["error"]
+            assert [app.log.end_offset(topic, p) for p in range(2)] == before != ends
+            assert call(url, "/v1/events", raw=b"{not json")[0] == 400
+            assert call(url, "/v1/events", [1, 2])[1] == {
+                "error": "the body is an event object or a list of them"
+            }
+
+            # no writer runs here: a wait ends with the event still undecided
+            held = claim("r1", "n1", ts=3, VCPU=2, lease_ms=600_000)
+            status, reply = call(url, "/v1/events?wait=0", _events(held))
+            assert status == 504 and reply["pending"] == [held.event_id]
+            catch_up_all(app.writers())
+
+            status, reply = call(url, "/v1/history/r1")
+            assert status == 200 and [s["kind"] for s in reply["history"]] == ["accepted"]
+            assert reply["history"][0]["record"]["type"] == "claim"
+            assert call(url, "/v1/history/r1?records=0")[1]["history"][0].get("record") is None
+            assert call(url, "/v1/history/nobody") == (
+                404,
+                {"error": "the view holds nothing about 'nobody'"},
+            )
+            status, reply = call(url, "/v1/status")
+            assert status == 200 and reply["reservations"] == {"held": 1}
+            assert reply["behind"] == 0
+            assert "resources" not in call(url, "/v1/status?lag=1")[1]
+            assert call(url, "/v1/queue") == (200, {})
+            assert call(url, "/v1/headroom?resources=VCPU=2") == (
+                200,
+                {"instances": 3, "providers": {"n1": 3}},
+            )
+            assert call(url, "/v1/headroom?resources=VCPU=2&availability_zone=elsewhere")[1] == {
+                "instances": 0,
+                "providers": {},
+            }
+            assert call(url, "/v1/headroom")[0] == 400
+            assert call(url, "/v1/headroom?resources=VCPU")[0] == 400
+            assert call(url, "/v1/requests", {"request_id": "x"})[0] == 400
+            before = [app.log.end_offset(topic, p) for p in range(2)]
+            status, reply = call(url, "/v1/events?wait=forever", _events(claim("r8", "n1", VCPU=1)))
+            assert (
+                status == 400 and reply["error"] == "?wait= is seconds from 0 to 300, not 'forever'"
+            )
+            assert [app.log.end_offset(topic, p) for p in range(2)] == before
+            assert call(url, "/v1/elsewhere")[0] == 404
+            assert call(url, "/v1/events") == (405, {"error": "/v1/events takes POST"})
+        finally:
+            server.shutdown()
+            server.server_close()
+
+
+def test_an_unreadable_view_is_a_503_not_a_dropped_connection(tmp_path: Path) -> None:
+    with App(Settings(data_dir=tmp_path / "data", partitions=1), migrate=False) as app:
+        server, _ = serve(Api(app), "127.0.0.1", 0)
+        try:
+            status, reply = call(f"http://127.0.0.1:{server.server_address[1]}", "/v1/status")
+        finally:
+            server.shutdown()
+            server.server_close()
+    assert status == 503 and reply["error"].startswith("the view cannot be read")
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as probe:
+        return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def test_serve_with_the_api_answers_requests_and_decides_events(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    serve_argv = ("serve", "--data-dir", str(data), "--partitions", "2")
+    with berth_running(*serve_argv, "--api", f"127.0.0.1:{port}", ready=lambda: _listening(port)):
+        now = int(time.time() * 1000)
+        events = _events(*provider("n1", ts=now, VCPU=4), *provider("n2", ts=now, VCPU=4))
+        status, reply = call(url, "/v1/events?wait=30", events)
+        assert status == 200
+        assert {o["kind"] for outcomes in reply["decisions"].values() for o in outcomes} == {
+            "applied"
+        }
+        requests = [
+            {"request_id": "a", "ts_ms": now, "project_id": "p", "resources": {"VCPU": 3}},
+            {"request_id": "b", "ts_ms": now, "project_id": "p", "resources": {"VCPU": 3}},
+            {"request_id": "c", "ts_ms": now, "project_id": "p", "resources": {"VCPU": 3}},
+        ]
+        status, reply = call(url, "/v1/requests?wait=30", requests)
+        assert status == 200
+        answers = reply["answers"]
+        assert {rid: answers[rid]["placed"] for rid in "abc"} == {"a": True, "b": True, "c": False}
+        assert {answers[rid]["reservations"][0][1] for rid in "ab"} == {"n1", "n2"}
+        (rid, pid) = answers["a"]["reservations"][0]
+        status, reply = call(url, f"/v1/history/{rid}")
+        assert status == 200 and reply["reservations"][0]["items"][0]["provider_id"] == pid
+
+
+def test_berth_api_runs_beside_the_writers(tmp_path: Path, cli: Cli) -> None:
+    data = tmp_path / "data"
+    with App(Settings(data_dir=data, partitions=2)) as app:
+        Publisher(app.log, app.settings.topics).publish([*provider("n1", ts=1, VCPU=8)])
+        catch_up_all(app.writers())
+    port = _free_port()
+    listen = ("--listen", f"127.0.0.1:{port}")
+    with berth_running("api", "--data-dir", str(data), *listen, ready=lambda: _listening(port)):
+        status, reply = call(f"http://127.0.0.1:{port}", "/v1/status")
+    assert status == 200 and reply["providers"] == {"enabled": 1}
+    code, _, err = cli("api", "--data-dir", str(data), "--listen", "8480")
+    assert code == 2 and err == "berth: the API listens on HOST:PORT, not '8480'\n"
