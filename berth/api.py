@@ -226,6 +226,9 @@ def _wait(query: Query) -> float | None:
 class _Handler(BaseHTTPRequestHandler):
     api: Api
     protocol_version = "HTTP/1.1"
+    # headers and body go out in two writes: with Nagle's algorithm the body
+    # waits for the client's delayed ACK, 40 ms a response on Linux
+    disable_nagle_algorithm = True
 
     def do_GET(self) -> None:
         self._dispatch("GET")
