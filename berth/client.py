@@ -217,14 +217,18 @@ def _wait_for(
     poll_interval_s: float,
 ) -> list[str]:
     """Poll until every id is in ``found`` or ``timeout_s`` has passed; the
-    ids still missing. ``poll`` returns the ids it found."""
+    ids still missing. ``poll`` returns the ids it found. The pause between
+    polls starts at a millisecond and doubles up to ``poll_interval_s``: an
+    answer that comes quickly is seen quickly, a slow one costs few polls."""
     pending = set(ids) - found.keys()
     deadline = time.monotonic() + timeout_s
+    pause = min(0.001, poll_interval_s)
     while pending:
         pending.difference_update(poll())
         if not pending or time.monotonic() >= deadline:
             break
-        time.sleep(poll_interval_s)
+        time.sleep(pause)
+        pause = min(pause * 2, poll_interval_s)
     return sorted(pending)
 
 
