@@ -17,11 +17,13 @@ projector``). JSON in and out:
   /v1/queue``, ``GET /v1/headroom?resources=VCPU=4,MEMORY_MB=8192``.
 
 A request that cannot be read gets 400 and an ``error`` saying why;
-nothing of it was appended.
+nothing of it was appended. Started with a token, the API answers only
+requests that carry it as ``Authorization: Bearer <token>`` (401).
 """
 
 from __future__ import annotations
 
+import hmac
 import json
 import logging
 import re
@@ -75,8 +77,13 @@ class _Route:
 class Api:
     """The handlers, on one :class:`App` (its log and view)."""
 
-    def __init__(self, app: App, config: SchedulerConfig | None = None) -> None:
+    def __init__(
+        self, app: App, config: SchedulerConfig | None = None, token: str | None = None
+    ) -> None:
+        """With ``token``, every request must carry ``Authorization: Bearer
+        <token>`` (401 otherwise)."""
         self.app = app
+        self.token = token
         self.topics = app.settings.topics
         self.publisher = Publisher(app.log, self.topics)
         self.placement = (config or SchedulerConfig.default()).engine()
@@ -238,6 +245,12 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _dispatch(self, method: str) -> None:
         url = urlsplit(self.path)
+        if not self._authorized():
+            # the body unread: the connection closes rather than be reused
+            self.close_connection = True
+            reply = {"error": "this API needs Authorization: Bearer <token>"}
+            self._send(HTTPStatus.UNAUTHORIZED, reply, {"WWW-Authenticate": "Bearer"})
+            return
         try:
             body = self._body() if method == "POST" else None
             for route in ROUTES:
@@ -265,6 +278,17 @@ class _Handler(BaseHTTPRequestHandler):
             status, reply = HTTPStatus.INTERNAL_SERVER_ERROR, {"error": repr(error)}
         self._send(status, reply)
 
+    def _authorized(self) -> bool:
+        token = self.api.token
+        if token is None:
+            return True
+        given = self.headers.get("Authorization", "")
+        scheme, _, credentials = given.partition(" ")
+        # compared in constant time: the time taken says nothing of the token
+        return scheme.lower() == "bearer" and hmac.compare_digest(
+            credentials.strip().encode(), token.encode()
+        )
+
     def _body(self) -> Any:
         length = int(self.headers.get("Content-Length") or 0)
         if length > MAX_BODY_BYTES:
@@ -275,11 +299,13 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError as error:
             raise ApiError(HTTPStatus.BAD_REQUEST, f"the body is not JSON: {error}") from None
 
-    def _send(self, status: int, reply: Any) -> None:
+    def _send(self, status: int, reply: Any, headers: Mapping[str, str] | None = None) -> None:
         payload = json.dumps(reply).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(payload)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.end_headers()
         self.wfile.write(payload)
 

@@ -107,6 +107,9 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="HOST:PORT",
         help="also serve the HTTP API (see berth api) from this process",
     )
+    serve.add_argument(
+        "--api-token-file", default=None, help="the API's bearer token, read from this file"
+    )
     worker_options(serve)
 
     api = sub.add_parser(
@@ -117,6 +120,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--listen", default="127.0.0.1:8480", help="HOST:PORT (127.0.0.1:8480; port 0: any free)"
     )
     api.add_argument("--config", default=None, help="scheduler TOML whose filters measure headroom")
+    api.add_argument(
+        "--token-file",
+        default=None,
+        help="answer only requests with Authorization: Bearer <the file's content> "
+        "(or set BERTH_API_TOKEN)",
+    )
 
     scheduler = sub.add_parser(
         "scheduler", help="run a scheduler worker (the writers run elsewhere, e.g. on Kafka)"
@@ -536,7 +545,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
         worker = _scheduler_worker(app, args, pump, None)
         queue = QueueProjector(app.log, app.settings.topics, app.engine)
-        if args.api is not None and _start_api(app, args.api, args.config) is None:
+        if (
+            args.api is not None
+            and _start_api(app, args.api, args.config, args.api_token_file) is None
+        ):
             return 2
         tune_gc()
         logging.info("serving %d partitions", len(writers))
@@ -549,9 +561,26 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return _run(app, args, step)
 
 
-def _start_api(app: App, listen: str, config_path: str | None) -> tuple[str, int] | None:
+def _api_token(token_file: str | None) -> str | None:
+    """The API's bearer token: the file's content, else ``BERTH_API_TOKEN``,
+    else none (ValueError for a file that is empty or cannot be read)."""
+    if token_file is None:
+        return os.environ.get("BERTH_API_TOKEN") or None
+    try:
+        token = Path(token_file).read_text().strip()
+    except OSError as error:
+        raise ValueError(f"the API token file: {error}") from None
+    if not token:
+        raise ValueError(f"the API token file {token_file} is empty")
+    return token
+
+
+def _start_api(
+    app: App, listen: str, config_path: str | None, token_file: str | None = None
+) -> tuple[str, int] | None:
     """Serve the HTTP API on ``app`` from a thread; where it listens, or None
-    (said on stderr) when ``listen`` or the configuration cannot be used."""
+    (said on stderr) when ``listen``, the configuration or the token cannot
+    be used."""
     from berth.api import Api, serve
     from placement.config import ConfigError, SchedulerConfig
 
@@ -561,10 +590,15 @@ def _start_api(app: App, listen: str, config_path: str | None) -> tuple[str, int
         return None
     try:
         config = SchedulerConfig.load(config_path) if config_path else SchedulerConfig.default()
-    except ConfigError as error:
+        token = _api_token(token_file)
+    except (ConfigError, ValueError) as error:
         print(f"berth: {error}", file=sys.stderr)
         return None
-    server, _ = serve(Api(app, config), host.strip("[]"), int(port))
+    if token is None and host.strip("[]") not in ("127.0.0.1", "::1", "localhost"):
+        logging.warning(
+            "api: listening on %s without a token: anyone who reaches it may publish", host
+        )
+    server, _ = serve(Api(app, config, token), host.strip("[]"), int(port))
     bound_host, bound_port = str(server.server_address[0]), int(server.server_address[1])
     logging.info("api: serving http://%s:%d/v1/", bound_host, bound_port)
     return bound_host, bound_port
@@ -574,7 +608,7 @@ def cmd_api(args: argparse.Namespace) -> int:
     _stop_on_sigterm()
     # the API appends and reads; it owns no partition and leaves the schema to migrate
     with App(_settings(args), migrate=False) as app:
-        if _start_api(app, args.listen, args.config) is None:
+        if _start_api(app, args.listen, args.config, args.token_file) is None:
             return 2
         with contextlib.suppress(KeyboardInterrupt):
             threading.Event().wait()

@@ -11,6 +11,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from berth.api import Api, serve
 from berth.app import App, Settings
 from berth.client import Publisher
@@ -20,13 +22,17 @@ from tests.conftest import Cli
 from tests.processes import berth_running
 
 
-def call(url: str, path: str, body: Any = None, raw: bytes | None = None) -> tuple[int, Any]:
+def call(
+    url: str, path: str, body: Any = None, raw: bytes | None = None, token: str | None = None
+) -> tuple[int, Any]:
     """``(status, JSON reply)`` of a GET, or a POST when a body is given."""
     data = raw if raw is not None else None if body is None else json.dumps(body).encode()
     request = urllib.request.Request(
         url + path, data=data, method="GET" if data is None else "POST"
     )
     request.add_header("Content-Type", "application/json")
+    if token is not None:
+        request.add_header("Authorization", f"Bearer {token}")
     try:
         with urllib.request.urlopen(request, timeout=60) as response:
             return response.status, json.loads(response.read())
@@ -166,3 +172,44 @@ def test_berth_api_runs_beside_the_writers(tmp_path: Path, cli: Cli) -> None:
     assert status == 200 and reply["providers"] == {"enabled": 1}
     code, _, err = cli("api", "--data-dir", str(data), "--listen", "8480")
     assert code == 2 and err == "berth: the API listens on HOST:PORT, not '8480'\n"
+
+
+def test_with_a_token_only_requests_that_carry_it_are_answered(tmp_path: Path, cli: Cli) -> None:
+    settings = Settings(data_dir=tmp_path / "data", partitions=1)
+    with App(settings) as app:
+        server, _ = serve(Api(app, token="s3cret"), "127.0.0.1", 0)
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        try:
+            refused = (401, {"error": "this API needs Authorization: Bearer <token>"})
+            assert call(url, "/v1/status") == refused
+            assert call(url, "/v1/status", token="guess") == refused
+            end = app.log.end_offset(settings.topics.events, 0)
+            assert call(url, "/v1/events", _events(*provider("n1", ts=1, VCPU=8))) == refused
+            assert app.log.end_offset(settings.topics.events, 0) == end  # nothing appended
+            assert call(url, "/v1/status", token="s3cret")[0] == 200
+            status, _ = call(url, "/v1/events", _events(*provider("n1", VCPU=8)), token="s3cret")
+            assert status == 202 and app.log.end_offset(settings.topics.events, 0) == end + 2
+        finally:
+            server.shutdown()
+            server.server_close()
+    empty = tmp_path / "token"
+    empty.write_text("\n")
+    data = ["--data-dir", str(tmp_path / "data")]
+    code, _, err = cli("api", *data, "--listen", "127.0.0.1:0", "--token-file", str(empty))
+    assert code == 2 and err == f"berth: the API token file {empty} is empty\n"
+
+
+def test_the_token_comes_from_its_file_else_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from berth.cli import _api_token
+
+    monkeypatch.delenv("BERTH_API_TOKEN", raising=False)
+    assert _api_token(None) is None
+    monkeypatch.setenv("BERTH_API_TOKEN", "from-env")
+    assert _api_token(None) == "from-env"
+    secret = tmp_path / "token"
+    secret.write_text("from-file\n")
+    assert _api_token(str(secret)) == "from-file"
+    with pytest.raises(ValueError, match=r"the API token file: .*No such file"):
+        _api_token(str(tmp_path / "missing"))

@@ -201,6 +201,10 @@ def test_a_server_listens_where_it_says_on_the_compose_network(
     assert "ports" not in service  # nothing published to the host
 
 
+def test_the_api_takes_its_token_from_the_host(services: dict[str, Any]) -> None:
+    assert env(services["berth-api"])["BERTH_API_TOKEN"] == "${BERTH_API_TOKEN:-}"
+
+
 def test_declared_volumes_are_the_used_ones() -> None:
     compose = yaml.safe_load(COMPOSE_FILE.read_text())
     used = set()
