@@ -277,6 +277,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--exclude", action="append", default=[], help="never hand out this id (repeatable)"
     )
 
+    prune = sub.add_parser(
+        "prune", help="delete the view's outcome rows older than a time (the log keeps them)"
+    )
+    backend_options(prune)
+    age = prune.add_mutually_exclusive_group(required=True)
+    age.add_argument("--before-ms", type=int, help="decided at a partition clock before this")
+    age.add_argument("--older-than-days", type=float, help="decided more than D days ago")
+    prune.add_argument("--dry-run", action="store_true", help="count them, delete nothing")
+    prune.add_argument("--json", action="store_true")
+
     provider = sub.add_parser(
         "provider", help="register, inventory, state, traits, aggregates, retire a provider"
     )
@@ -559,6 +569,41 @@ def cmd_serve(args: argparse.Namespace) -> int:
             return bool(queue.step()) or busy
 
         return _run(app, args, step)
+
+
+def cmd_prune(args: argparse.Namespace) -> int:
+    from berth.client import wall_clock_ms
+    from berth.prune import prune_outcomes
+
+    if args.older_than_days is not None and args.older_than_days < 0:
+        print("berth: --older-than-days must not be negative", file=sys.stderr)
+        return 2
+    before_ms = (
+        args.before_ms
+        if args.before_ms is not None
+        else wall_clock_ms() - int(args.older_than_days * 86_400_000)
+    )
+    with App(_settings(args), migrate=False) as app:
+        try:
+            pruned = prune_outcomes(app.write_engine, before_ms, dry_run=args.dry_run)
+        except DBAPIError as error:
+            return _no_view(error)
+    rows = sum(p.rows for p in pruned)
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "before_ms": before_ms,
+                    "dry_run": args.dry_run,
+                    "rows": rows,
+                    "partitions": [dataclasses.asdict(p) for p in pruned],
+                }
+            )
+        )
+    else:
+        verb = "would delete" if args.dry_run else "deleted"
+        print(f"{verb} {rows:,} outcome rows decided before {before_ms}")
+    return 0
 
 
 def _api_token(token_file: str | None) -> str | None:
@@ -1177,6 +1222,7 @@ COMMANDS = {
     "headroom": cmd_headroom,
     "provider": cmd_provider,
     "api": cmd_api,
+    "prune": cmd_prune,
     "reaper": cmd_reaper,
     "delete-consumer": cmd_delete_consumer,
     "pool": cmd_pool,
