@@ -105,7 +105,7 @@ class Api:
         if wait is None:
             return HTTPStatus.ACCEPTED, {"appended": positions}
         ids = [str(e["event_id"]) for e in events]
-        pending = decisions.wait(ids, wait)
+        pending = decisions.wait(ids, wait, partitions={p for p, _ in appended})
         decided = {
             eid: [o.to_dict() for o in decisions.found[eid]]
             for eid in ids
@@ -134,11 +134,12 @@ class Api:
             raise ApiError(HTTPStatus.BAD_REQUEST, "no requests")
         wait = _wait(query)
         answers = Answers(self.app.log, self.topics)  # before the submission, as above
-        positions = [list(at) for at in self.publisher.submit(requests)]
+        submitted = self.publisher.submit(requests)
+        positions = [list(at) for at in submitted]
         if wait is None:
             return HTTPStatus.ACCEPTED, {"submitted": positions}
         ids = [r.batch_id if isinstance(r, BatchRequest) else r.request_id for r in requests]
-        pending = answers.wait(ids, wait)
+        pending = answers.wait(ids, wait, partitions={p for p, _ in submitted})
         reply = {
             "submitted": positions,
             "answers": {rid: answers.found[rid] for rid in ids if rid in answers.found},

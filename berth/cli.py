@@ -673,6 +673,7 @@ def cmd_request(args: argparse.Namespace) -> int:
         answers = Answers(app.log, app.settings.topics) if args.wait else None
         failures = 0
         submitted: list[str] = []
+        partitions: set[int] = set()
         for number, line in enumerate(stream, 1):
             if not line.strip():
                 continue
@@ -694,6 +695,7 @@ def cmd_request(args: argparse.Namespace) -> int:
                 failures += 1
                 continue
             partition, offset = publisher.submit([request])[0]
+            partitions.add(partition)
             print(json.dumps({"line": number, "partition": partition, "offset": offset}))
         if answers is None:
             return 1 if failures else 0
@@ -704,7 +706,7 @@ def cmd_request(args: argparse.Namespace) -> int:
             placed = placed and bool(answer["placed"])
             print(json.dumps(answer), flush=True)
 
-        unanswered = answers.wait(submitted, args.timeout_s, show)
+        unanswered = answers.wait(submitted, args.timeout_s, show, partitions=partitions)
     if unanswered:
         print(
             f"berth: no answer after {args.timeout_s:g} s to {', '.join(unanswered)} "
@@ -1025,7 +1027,7 @@ def cmd_provider(args: argparse.Namespace) -> int:
         print(json.dumps({"event_id": event.event_id, "partition": partition, "offset": offset}))
         if decisions is None:
             return 0
-        if decisions.wait([event.event_id], args.timeout_s):
+        if decisions.wait([event.event_id], args.timeout_s, partitions={partition}):
             print(
                 f"berth: no decision after {args.timeout_s:g} s (are the writers running?)",
                 file=sys.stderr,

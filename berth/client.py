@@ -9,7 +9,7 @@ import functools
 import json
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from consumers.topics import DEFAULT_TOPICS, Topics
@@ -198,10 +198,13 @@ class _Tail:
         self.topic = topic
         self.offsets = {p: log.end_offset(topic, p) for p in range(log.partition_count(topic))}
 
-    def values(self) -> list[bytes]:
-        """The records appended since the last call, in log order per partition."""
+    def values(self, partitions: Collection[int] | None = None) -> list[bytes]:
+        """The records appended since the last call, in log order per
+        partition; of the given ``partitions`` only, if given."""
         new = []
         for partition, offset in self.offsets.items():
+            if partitions is not None and partition not in partitions:
+                continue
             while records := self.log.read(self.topic, partition, offset, 1000):
                 offset = records[-1].offset + 1
                 new += [record.value for record in records]
@@ -248,10 +251,11 @@ class Answers:
         self._told: set[str] = set()
         self._on_answer: Callable[[dict[str, Any]], object] | None = None
 
-    def poll(self) -> list[str]:
-        """Read the answers published since the last poll; the ids answered."""
+    def poll(self, partitions: Collection[int] | None = None) -> list[str]:
+        """Read the answers published since the last poll (to the given
+        ``partitions`` of the placements topic, if given); the ids answered."""
         answered = []
-        for value in self._tail.values():
+        for value in self._tail.values(partitions):
             answer = json.loads(value)
             if answer.get("status") == "queued":
                 continue
@@ -266,14 +270,19 @@ class Answers:
         timeout_s: float,
         on_answer: Callable[[dict[str, Any]], object] | None = None,
         poll_interval_s: float = 0.02,
+        partitions: Collection[int] | None = None,
     ) -> list[str]:
         """Poll until every id in ``ids`` has its answer, or ``timeout_s``
         has passed; ``on_answer`` is told of each of theirs once, as it
-        comes. Returns the ids still unanswered (empty when all were)."""
+        comes. Returns the ids still unanswered (empty when all were).
+
+        A request's answer goes to the placements partition of the request's
+        own number: given the ``partitions`` :meth:`Publisher.submit`
+        returned, only those are read."""
         wanted = set(ids)
 
         def poll() -> list[str]:
-            answered = self.poll()
+            answered = self.poll(partitions)
             self._tell(wanted, on_answer)
             return answered
 
@@ -298,17 +307,36 @@ class Decisions:
         """Event id -> the outcomes of its record (a record's outcomes are
         published together)."""
 
-    def poll(self) -> list[str]:
+    def poll(
+        self, partitions: Collection[int] | None = None, wanted: Collection[str] | None = None
+    ) -> list[str]:
+        """Read the outcomes published since the last poll (to the given
+        ``partitions``, if given), keeping those of the ``wanted`` events
+        (all, if not given); the event ids decided."""
         decided: list[str] = []
-        for value in self._tail.values():
+        for value in self._tail.values(partitions):
             outcome = Outcome.from_json(value)
-            self.found.setdefault(outcome.event_id, []).append(outcome)
-            decided.append(outcome.event_id)
+            if wanted is None or outcome.event_id in wanted:
+                self.found.setdefault(outcome.event_id, []).append(outcome)
+                decided.append(outcome.event_id)
         return decided
 
     def wait(
-        self, event_ids: Sequence[str], timeout_s: float, poll_interval_s: float = 0.02
+        self,
+        event_ids: Sequence[str],
+        timeout_s: float,
+        poll_interval_s: float = 0.02,
+        partitions: Collection[int] | None = None,
     ) -> list[str]:
         """Poll until every event has its decision, or ``timeout_s`` has
-        passed; the event ids still undecided."""
-        return _wait_for(event_ids, self.found, self.poll, timeout_s, poll_interval_s)
+        passed; the event ids still undecided. An event's outcomes go to the
+        outcomes partition of its own number: given the ``partitions``
+        :meth:`Publisher.publish` returned, only those are read."""
+        wanted = frozenset(event_ids)
+        return _wait_for(
+            event_ids,
+            self.found,
+            lambda: self.poll(partitions, wanted),
+            timeout_s,
+            poll_interval_s,
+        )

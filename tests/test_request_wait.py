@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from berth.app import App, Settings
-from berth.client import Answers, Publisher
+from berth.client import Answers, Decisions, Publisher
 from consumers.partition_writer import catch_up_all
 from placement.config import SchedulerConfig
 from schemas.events import Release
@@ -133,3 +133,18 @@ def test_a_queued_batch_is_answered_once_it_is_placed(tmp_path: Path) -> None:
         worker.step()
         assert answers.wait(["wait"], 5, lambda a: seen.append(a["request_id"])) == []
         assert seen == ["fill", "wait"] and answers.found["wait"]["status"] == "committed"
+
+
+def test_a_wait_reads_only_the_partitions_it_is_given(tmp_path: Path) -> None:
+    with App(Settings(data_dir=tmp_path, partitions=2)) as app:
+        publisher = Publisher(app.log, clock_ms=lambda: NOW_MS)
+        decisions = Decisions(app.log, app.settings.topics)
+        registered, inventory = provider("n1", ts=1, VCPU=4)
+        ((partition, _), _) = publisher.publish([registered, inventory])
+        catch_up_all(app.writers())
+        wanted = [registered.event_id]
+        assert decisions.wait(wanted, 0, partitions={1 - partition}) == wanted
+        assert decisions.wait(wanted, 0, partitions={partition}) == []
+        # only the wanted event's outcomes are kept
+        assert list(decisions.found) == wanted
+        assert [o.kind for o in decisions.found[registered.event_id]] == ["applied"]
