@@ -42,6 +42,7 @@ from berth.app import App
 from berth.client import Answers, Decisions, Publisher, PublishError
 from berth.history import read_history
 from berth.status import read_status
+from consumers.batches import parse_shape
 from consumers.queue_projector import read_depth
 from consumers.snapshot_source import LiveSnapshot
 from ledger.log import LogError
@@ -150,7 +151,7 @@ class Api:
 
     def get_history(self, match: re.Match[str], query: Query, _body: Any) -> Reply:
         subject = unquote(match["id"])
-        log = None if _flag(query, "records", default=True) is False else self.app.log
+        log = self.app.log if _flag(query, "records", default=True) else None
         found = read_history(self.app.engine, subject, log, self.topics.events)
         if not found.found:
             raise ApiError(HTTPStatus.NOT_FOUND, f"the view holds nothing about {subject!r}")
@@ -172,12 +173,9 @@ class Api:
         if text is None:
             raise ApiError(HTTPStatus.BAD_REQUEST, "?resources=CLASS=AMOUNT,... is required")
         try:
-            pairs = [pair.split("=", 1) for pair in text.split(",")]
-            resources = {rc.strip(): int(amount) for rc, amount in pairs}
-        except ValueError:
-            raise ApiError(
-                HTTPStatus.BAD_REQUEST, f"resources are CLASS=AMOUNT,...: not {text!r}"
-            ) from None
+            resources = parse_shape(text)
+        except ValueError as error:
+            raise ApiError(HTTPStatus.BAD_REQUEST, str(error)) from None
         request = Request(
             "headroom",
             resources,

@@ -850,6 +850,7 @@ def cmd_metrics(args: argparse.Namespace) -> int:
     from prometheus_client import generate_latest
 
     from berth.metrics import LedgerCollector, registry_for, serve
+    from consumers.batches import parse_shape
     from placement.config import ConfigError, SchedulerConfig
     from placement.model import Request
 
@@ -859,7 +860,7 @@ def cmd_metrics(args: argparse.Namespace) -> int:
         return 2
     try:
         config = SchedulerConfig.load(args.config) if args.config else SchedulerConfig.default()
-        shapes = [Request("headroom", _resources(shape)) for shape in args.headroom]
+        shapes = [Request("headroom", parse_shape(shape)) for shape in args.headroom]
     except (ConfigError, ValueError) as error:
         print(f"berth: {error}", file=sys.stderr)
         return 2
@@ -1038,24 +1039,17 @@ def cmd_provider(args: argparse.Namespace) -> int:
     return 0 if decision.kind == Kind.APPLIED else 1
 
 
-def _resources(text: str) -> dict[str, int]:
-    """``VCPU=4,MEMORY_MB=8192`` as amounts by class (:class:`ValueError` if not)."""
-    pairs = [pair.split("=", 1) for pair in text.split(",")]
-    if not all(len(pair) == 2 for pair in pairs):
-        raise ValueError(f"resources are CLASS=AMOUNT,...: not {text!r}")
-    return {rc.strip(): int(amount) for rc, amount in pairs}
-
-
 def _shape(args: argparse.Namespace, instances: int = 1) -> tuple[SchedulerConfig, Request]:
     """The scheduler configuration and the request that ``shape_options`` describe
     (:class:`ConfigError` or :class:`ValueError` when they cannot be read)."""
+    from consumers.batches import parse_shape
     from placement.config import SchedulerConfig
     from placement.model import Request
 
     config = SchedulerConfig.load(args.config) if args.config else SchedulerConfig.default()
     request = Request(
         args.command,
-        _resources(args.resources),
+        parse_shape(args.resources),
         num_instances=instances,
         availability_zone=args.availability_zone,
         required_traits=frozenset(args.required_trait),

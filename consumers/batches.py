@@ -366,6 +366,18 @@ def shape_key(resources: dict[str, int]) -> str:
     return ",".join(f"{rc}={amount}" for rc, amount in sorted(resources.items()))
 
 
+def parse_shape(text: str) -> dict[str, int]:
+    """``VCPU=4,MEMORY_MB=8192`` as amounts by class, the inverse of
+    :func:`shape_key` (:class:`ValueError` for anything else)."""
+    pairs = [pair.split("=", 1) for pair in text.split(",")]
+    if not all(len(pair) == 2 for pair in pairs):
+        raise ValueError(f"resources are CLASS=AMOUNT,...: not {text!r}")
+    try:
+        return {rc.strip(): int(amount) for rc, amount in pairs}
+    except ValueError:
+        raise ValueError(f"resources are CLASS=AMOUNT,...: not {text!r}") from None
+
+
 def _label(batch: BatchRequest, member: int) -> str:
     return f"member {member} ({batch.members[member].request_id})"
 

@@ -11,7 +11,7 @@ import pytest
 from berth.app import App, Settings
 from berth.cli import main
 from berth.client import Publisher
-from consumers.batches import shape_key
+from consumers.batches import parse_shape, shape_key
 from consumers.partition_writer import catch_up_all
 from consumers.queue_projector import QueueProjector, read_depth
 from consumers.scheduler_worker import SchedulerWorker
@@ -39,6 +39,14 @@ def test_the_fold_counts_queued_instances_per_shape_until_answered() -> None:
 def test_a_shape_is_the_same_whatever_the_order_of_its_classes() -> None:
     assert shape_key({"VCPU": 2, "MEMORY_MB": 4096}) == shape_key({"MEMORY_MB": 4096, "VCPU": 2})
     assert shape_key({"VCPU": 2, "MEMORY_MB": 4096}) == "MEMORY_MB=4096,VCPU=2"
+
+
+def test_a_shape_is_read_back_from_its_text() -> None:
+    assert parse_shape("VCPU=2, MEMORY_MB=4096") == {"VCPU": 2, "MEMORY_MB": 4096}
+    assert parse_shape(shape_key({"VCPU": 2, "DISK_GB": 20})) == {"DISK_GB": 20, "VCPU": 2}
+    for bad in ("VCPU", "VCPU=two", "VCPU=2,", ""):
+        with pytest.raises(ValueError, match="resources are CLASS=AMOUNT"):
+            parse_shape(bad)
 
 
 def _batch(
