@@ -606,6 +606,16 @@ def cmd_prune(args: argparse.Namespace) -> int:
     return 0
 
 
+def _address(listen: str, what: str) -> tuple[str, int] | None:
+    """``HOST:PORT`` (``[::1]:PORT`` for IPv6) as (host, port); None, said
+    on stderr as ``what`` HOST:PORT, when it is not one."""
+    host, _, port = listen.rpartition(":")
+    if not host or not port.isdigit():
+        print(f"berth: {what} HOST:PORT, not {listen!r}", file=sys.stderr)
+        return None
+    return host.strip("[]"), int(port)
+
+
 def _api_token(token_file: str | None) -> str | None:
     """The API's bearer token: the file's content, else ``BERTH_API_TOKEN``,
     else none (ValueError for a file that is empty or cannot be read)."""
@@ -629,21 +639,21 @@ def _start_api(
     from berth.api import Api, serve
     from placement.config import ConfigError, SchedulerConfig
 
-    host, _, port = listen.rpartition(":")
-    if not host or not port.isdigit():
-        print(f"berth: the API listens on HOST:PORT, not {listen!r}", file=sys.stderr)
+    address = _address(listen, "the API listens on")
+    if address is None:
         return None
+    host, port = address
     try:
         config = SchedulerConfig.load(config_path) if config_path else SchedulerConfig.default()
         token = _api_token(token_file)
     except (ConfigError, ValueError) as error:
         print(f"berth: {error}", file=sys.stderr)
         return None
-    if token is None and host.strip("[]") not in ("127.0.0.1", "::1", "localhost"):
+    if token is None and host not in ("127.0.0.1", "::1", "localhost"):
         logging.warning(
             "api: listening on %s without a token: anyone who reaches it may publish", host
         )
-    server, _ = serve(Api(app, config, token), host.strip("[]"), int(port))
+    server, _ = serve(Api(app, config, token), host, port)
     bound_host, bound_port = str(server.server_address[0]), int(server.server_address[1])
     logging.info("api: serving http://%s:%d/v1/", bound_host, bound_port)
     return bound_host, bound_port
@@ -854,9 +864,8 @@ def cmd_metrics(args: argparse.Namespace) -> int:
     from placement.config import ConfigError, SchedulerConfig
     from placement.model import Request
 
-    host, _, port = args.listen.rpartition(":")
-    if not host or not port.isdigit():
-        print(f"berth: --listen wants HOST:PORT, not {args.listen!r}", file=sys.stderr)
+    address = _address(args.listen, "--listen wants")
+    if address is None:
         return 2
     try:
         config = SchedulerConfig.load(args.config) if args.config else SchedulerConfig.default()
@@ -879,7 +888,7 @@ def cmd_metrics(args: argparse.Namespace) -> int:
             sys.stdout.write(generate_latest(registry_for(collector)).decode())
             return 0
         collector.warm()
-        bound_host, bound_port, _ = serve(collector, host.strip("[]"), int(port))
+        bound_host, bound_port, _ = serve(collector, *address)
         logging.info("metrics: serving http://%s:%d/metrics", bound_host, bound_port)
         with contextlib.suppress(KeyboardInterrupt):
             threading.Event().wait()
