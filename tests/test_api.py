@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 import socket
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -19,25 +17,8 @@ from berth.client import Publisher
 from consumers.partition_writer import catch_up_all
 from tests.builders import claim, provider
 from tests.conftest import Cli
+from tests.http_calls import call
 from tests.processes import berth_running
-
-
-def call(
-    url: str, path: str, body: Any = None, raw: bytes | None = None, token: str | None = None
-) -> tuple[int, Any]:
-    """``(status, JSON reply)`` of a GET, or a POST when a body is given."""
-    data = raw if raw is not None else None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(
-        url + path, data=data, method="GET" if data is None else "POST"
-    )
-    request.add_header("Content-Type", "application/json")
-    if token is not None:
-        request.add_header("Authorization", f"Bearer {token}")
-    try:
-        with urllib.request.urlopen(request, timeout=60) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as error:
-        return error.code, json.loads(error.read())
 
 
 def _events(*events: Any) -> list[Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from pathlib import Path
 
@@ -287,3 +288,59 @@ def test_a_balance_round_on_kafka_and_postgres(kafka_bootstrap: str, postgres_ur
         ]
         again = worker.step()
         assert again is not None and again[0].moves == ()  # n1 counts as 3 of 8 now
+
+
+def test_the_http_api_on_kafka_and_postgres(kafka_bootstrap: str, postgres_url: str) -> None:
+    """The API's waits read Kafka, while writers and a scheduler worker run in
+    a thread as berth serve runs them."""
+    import threading
+    import time
+
+    from berth.api import Api, serve
+    from consumers.partition_writer import step_all
+    from placement.config import SchedulerConfig
+    from tests.http_calls import call
+
+    settings = _settings(kafka_bootstrap, postgres_url, partitions=2)
+    with App(settings) as app:
+        writers = app.writers()
+        worker = app.scheduler_worker(SchedulerConfig.default(), lambda: catch_up_all(writers))
+        stop = threading.Event()
+
+        def serve_loop() -> None:
+            while not stop.is_set():
+                busy = step_all(writers)
+                if not (worker.step() or busy):
+                    stop.wait(0.005)
+
+        loop = threading.Thread(target=serve_loop)
+        loop.start()
+        server, _ = serve(Api(app), "127.0.0.1", 0)
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        try:
+            events = [
+                json.loads(e.model_dump_json())
+                for n in range(2)
+                for e in provider(f"n{n}", ts=1, VCPU=4)
+            ]
+            status, reply = call(url, "/v1/events?wait=60", events)
+            assert status == 200
+            assert [o["kind"] for d in reply["decisions"].values() for o in d] == ["applied"] * 4
+            now = int(time.time() * 1000)
+            requests = [
+                {"request_id": f"q{k}", "ts_ms": now, "project_id": "p", "resources": {"VCPU": 3}}
+                for k in range(3)
+            ]
+            status, reply = call(url, "/v1/requests?wait=60", requests)
+            assert status == 200
+            answers = reply["answers"]
+            assert sorted(answers[f"q{k}"]["placed"] for k in range(3)) == [False, True, True]
+            placed = next(a for a in answers.values() if a["placed"])
+            rid = placed["reservations"][0][0]
+            status, reply = call(url, f"/v1/history/{rid}")
+            assert status == 200 and reply["history"][0]["record"]["type"] == "claim"
+        finally:
+            stop.set()
+            loop.join(timeout=30)
+            server.shutdown()
+            server.server_close()
