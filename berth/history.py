@@ -2,7 +2,9 @@
 in log order, each with the record that caused it.
 
 An id may name a reservation, a consumer (all its reservations), a
-transaction (its members), a provider or a pool; whatever it names, its
+transaction (its holds while they are pending, or once aborted: the view
+forgets the transaction of a committed hold, which is then an ordinary
+one), a provider or a pool; whatever it names, its
 history is the outcomes recorded in the view under it or under its
 reservations. With the log at hand, each decision also shows the record it
 answered, read at the offset the outcome names: the audit trail runs from

@@ -12,10 +12,13 @@ import pytest
 from berth.app import App, Settings
 from berth.client import Publisher
 from consumers.partition_writer import catch_up_all
+from ledger.log import Append
 from ledger.partitioner import partition_for
+from schemas.codec import encode_event
 from schemas.events import Tick
 from tests.builders import claim, consume, provider
 from tests.conftest import Cli
+from tests.contracts.view_contract import pool_scenario
 
 
 @pytest.fixture
@@ -158,3 +161,50 @@ def test_an_id_the_view_does_not_know_is_an_error(backend: list[str], cli: Cli) 
     code, out, err = cli("history", *backend, "nobody")
     assert (code, out) == (1, "")
     assert err == "berth: the view holds nothing about 'nobody'\n"
+
+
+def test_a_pool_a_transaction_and_the_identifiers_a_consumer_was_given(
+    tmp_path: Path, cli: Cli
+) -> None:
+    data = tmp_path / "data"
+    events, more = pool_scenario()
+    with App(Settings(data_dir=data, partitions=1)) as app:
+        topic = app.settings.topics.events
+        app.log.append(topic, [Append(0, b"k", encode_event(e)) for e in events + more])
+        catch_up_all(app.writers())
+    backend = ["--data-dir", str(data)]
+
+    def history(subject: str) -> Any:
+        code, out, err = cli("history", *backend, subject, "--json")
+        assert (code, err) == (0, "")
+        return json.loads(out)
+
+    ip = history("ip")
+    assert ip["names"] == ["pool"] and ip["pool"]["kind"] == "ipv4"
+    assert [s["kind"] for s in ip["history"]] == ["applied"]
+
+    # the view knows a transaction by its holds while they are pending or
+    # once aborted; a committed hold is an ordinary one
+    t2 = history("t2")
+    assert t2["names"] == ["transaction"]
+    assert [(r["reservation_id"], r["status"]) for r in t2["reservations"]] == [("y1", "aborted")]
+    assert [(s["subject"], s["kind"]) for s in t2["history"]] == [
+        ("y1", "prepared"),
+        ("y1", "aborted"),
+    ]
+    t1 = history("t1")  # committed: only the decision recorded under its own id
+    assert (t1["names"], t1["reservations"]) == ([], [])
+    assert [(s["subject"], s["kind"]) for s in t1["history"]] == [("t1", "noop")]
+
+    vm1 = history("vm1")
+    assert vm1["names"] == ["consumer"]
+    a1 = [s for s in vm1["history"] if s["subject"] == "a1"]
+    # a1 took 10.0.0.4 and the lowest VNI, and gave them back when released;
+    # its claim, sent again, is a no-op
+    assert [(s["kind"], s.get("identifiers")) for s in a1] == [
+        ("accepted", [["ip", "10.0.0.4"], ["vni", "100"]]),
+        ("released", [["ip", "10.0.0.4"], ["vni", "100"]]),
+        ("noop", None),
+    ]
+    text = cli("history", *backend, "a1")[1]
+    assert "released  a1  ip=10.0.0.4 vni=100  <- release" in text
