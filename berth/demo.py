@@ -453,9 +453,11 @@ def render(summary: dict[str, Any]) -> str:
             f"duplicate identifiers {summary['duplicate_identifiers']} "
             f"({summary['identifiers_held']} addresses and VNIs held at the end)"
         )
+    data = summary["data_dir"]
     lines.append(
-        f"log and view in {summary['data_dir']} "
-        f"(try: berth replay --data-dir {summary['data_dir']} --verify)"
+        f"log and view in {data} (try: berth replay --data-dir {data} --verify; "
+        f"berth status, berth history NODE-OR-RESERVATION, berth metrics --once, "
+        f"each with --data-dir {data})"
     )
     return "\n".join(lines)
 
