@@ -15,6 +15,7 @@ projector``). JSON in and out:
   holds nothing of it); ``?records=0`` for the view alone.
 - ``GET /v1/status`` (``?lag=1`` without the table scans), ``GET
   /v1/queue``, ``GET /v1/headroom?resources=VCPU=4,MEMORY_MB=8192``.
+- ``GET /v1/openapi.json``: all of this as OpenAPI 3.1 (:mod:`berth.openapi`).
 
 A request that cannot be read gets 400 and an ``error`` saying why;
 nothing of it was appended. Started with a token, the API answers only
@@ -29,7 +30,7 @@ import logging
 import re
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -41,6 +42,7 @@ from sqlalchemy.exc import DBAPIError
 from berth.app import App
 from berth.client import Answers, Decisions, Publisher, PublishError
 from berth.history import read_history
+from berth.openapi import openapi
 from berth.status import read_status
 from consumers.batches import parse_shape
 from consumers.queue_projector import read_depth
@@ -71,8 +73,14 @@ class ApiError(Exception):
 @dataclass(frozen=True, slots=True)
 class _Route:
     method: str
-    pattern: re.Pattern[str]
+    template: str
+    """The path, ``{name}`` for a segment the handler reads by that name."""
     handler: Callable[[Api, re.Match[str], Query, Any], Reply]
+    pattern: re.Pattern[str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        segments = re.sub(r"\\\{(\w+)\\\}", r"(?P<\1>[^/]+)", re.escape(self.template))
+        object.__setattr__(self, "pattern", re.compile(segments))
 
 
 class Api:
@@ -187,14 +195,18 @@ class Api:
             snapshot = self._live()
         return HTTPStatus.OK, headroom(self.placement, snapshot, request).to_dict()
 
+    def get_openapi(self, _match: re.Match[str], _query: Query, _body: Any) -> Reply:
+        return HTTPStatus.OK, openapi()
+
 
 ROUTES = (
-    _Route("POST", re.compile(r"/v1/events"), Api.post_events),
-    _Route("POST", re.compile(r"/v1/requests"), Api.post_requests),
-    _Route("GET", re.compile(r"/v1/history/(?P<id>[^/]+)"), Api.get_history),
-    _Route("GET", re.compile(r"/v1/status"), Api.get_status),
-    _Route("GET", re.compile(r"/v1/queue"), Api.get_queue),
-    _Route("GET", re.compile(r"/v1/headroom"), Api.get_headroom),
+    _Route("POST", "/v1/events", Api.post_events),
+    _Route("POST", "/v1/requests", Api.post_requests),
+    _Route("GET", "/v1/history/{id}", Api.get_history),
+    _Route("GET", "/v1/status", Api.get_status),
+    _Route("GET", "/v1/queue", Api.get_queue),
+    _Route("GET", "/v1/headroom", Api.get_headroom),
+    _Route("GET", "/v1/openapi.json", Api.get_openapi),
 )
 
 
