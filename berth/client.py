@@ -13,7 +13,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from consumers.topics import DEFAULT_TOPICS, Topics
-from ledger.log import Append, Log
+from ledger.log import Append, Log, Tail
 from ledger.partitioner import partition_for
 from schemas.codec import encode_event, validate_event
 from schemas.events import Claim, ClaimSet, ClaimSpec, Event, Tick
@@ -190,28 +190,6 @@ class Publisher:
         return self.publish([data])[0]
 
 
-class _Tail:
-    """One topic read on from its end when the tail was made."""
-
-    def __init__(self, log: Log, topic: str) -> None:
-        self.log = log
-        self.topic = topic
-        self.offsets = {p: log.end_offset(topic, p) for p in range(log.partition_count(topic))}
-
-    def values(self, partitions: Collection[int] | None = None) -> list[bytes]:
-        """The records appended since the last call, in log order per
-        partition; of the given ``partitions`` only, if given."""
-        new = []
-        for partition, offset in self.offsets.items():
-            if partitions is not None and partition not in partitions:
-                continue
-            while records := self.log.read(self.topic, partition, offset, 1000):
-                offset = records[-1].offset + 1
-                new += [record.value for record in records]
-            self.offsets[partition] = offset
-        return new
-
-
 def _wait_for(
     ids: Sequence[str],
     found: Mapping[str, object],
@@ -245,18 +223,17 @@ class Answers:
     """
 
     def __init__(self, log: Log, topics: Topics = DEFAULT_TOPICS) -> None:
-        self._tail = _Tail(log, topics.placements)
+        self._tail = Tail(log, topics.placements)
         self.found: dict[str, dict[str, Any]] = {}
         """Request or batch id -> its final answer, of those seen so far."""
         self._told: set[str] = set()
-        self._on_answer: Callable[[dict[str, Any]], object] | None = None
 
     def poll(self, partitions: Collection[int] | None = None) -> list[str]:
         """Read the answers published since the last poll (to the given
         ``partitions`` of the placements topic, if given); the ids answered."""
         answered = []
-        for value in self._tail.values(partitions):
-            answer = json.loads(value)
+        for record in self._tail.records(partitions):
+            answer = json.loads(record.value)
             if answer.get("status") == "queued":
                 continue
             answer.pop("source", None)
@@ -302,7 +279,7 @@ class Decisions:
     publish, then :meth:`wait`."""
 
     def __init__(self, log: Log, topics: Topics = DEFAULT_TOPICS) -> None:
-        self._tail = _Tail(log, topics.outcomes)
+        self._tail = Tail(log, topics.outcomes)
         self.found: dict[str, list[Outcome]] = {}
         """Event id -> the outcomes of its record (a record's outcomes are
         published together)."""
@@ -314,8 +291,8 @@ class Decisions:
         ``partitions``, if given), keeping those of the ``wanted`` events
         (all, if not given); the event ids decided."""
         decided: list[str] = []
-        for value in self._tail.values(partitions):
-            outcome = Outcome.from_json(value)
+        for record in self._tail.records(partitions):
+            outcome = Outcome.from_json(record.value)
             if wanted is None or outcome.event_id in wanted:
                 self.found.setdefault(outcome.event_id, []).append(outcome)
                 decided.append(outcome.event_id)

@@ -28,7 +28,7 @@ from consumers.batches import shape_key
 from consumers.queue_projector import read_depth
 from consumers.snapshot_source import LiveSnapshot
 from consumers.topics import Topics
-from ledger.log import Log
+from ledger.log import Log, Tail
 from placement.config import SchedulerConfig
 from placement.engine import Engine as PlacementEngine
 from placement.headroom import Headroom, headroom
@@ -38,26 +38,6 @@ from schemas.outcomes import Kind
 PROVIDER_STATES = ("enabled", "disabled", "offline", "evacuating")
 RESERVATION_STATUSES = ("held", "pending", "consumed", "released", "expired", "aborted")
 """Exported even at zero, so that a series exists before its first member."""
-
-
-class _Tally:
-    """Counts folded from every partition of one topic, read on from where
-    the last :meth:`catch_up` stopped."""
-
-    def __init__(self, log: Log, topic: str, fold: Callable[[int, bytes], None]) -> None:
-        self.log = log
-        self.topic = topic
-        self.fold = fold
-        self.offsets: dict[int, int] = {}
-
-    def catch_up(self) -> None:
-        for partition in range(self.log.partition_count(self.topic)):
-            offset = self.offsets.get(partition, 0)
-            while records := self.log.read(self.topic, partition, offset, 5_000):
-                for record in records:
-                    self.fold(partition, record.value)
-                offset = records[-1].offset + 1
-            self.offsets[partition] = offset
 
 
 class _Decisions:
@@ -130,9 +110,9 @@ class LedgerCollector(Collector):
         self._lock = threading.Lock()
         self._decisions = _Decisions()
         self._answered = _Answered()
-        self._tallies = [
-            _Tally(log, topics.outcomes, self._decisions.fold),
-            _Tally(log, topics.placements, self._answered.fold),
+        self._folds: list[tuple[Tail, Callable[[int, bytes], None]]] = [
+            (Tail(log, topics.outcomes, from_start=True), self._decisions.fold),
+            (Tail(log, topics.placements, from_start=True), self._answered.fold),
         ]
 
     def warm(self) -> None:
@@ -140,8 +120,7 @@ class LedgerCollector(Collector):
         2.6 us an outcome: 3 s for the outcomes of a 1M-record log)."""
         if self.totals:
             with self._lock:
-                for tally in self._tallies:
-                    tally.catch_up()
+                self._fold()
 
     def collect(self) -> Iterator[Metric]:
         started = time.perf_counter()
@@ -154,8 +133,7 @@ class LedgerCollector(Collector):
                 depth = read_depth(self.engine) if self.totals else {}
                 rooms: list[tuple[str, Headroom]] = []
                 if self.totals:
-                    for tally in self._tallies:
-                        tally.catch_up()
+                    self._fold()
                     if self.shapes:
                         snapshot = self._live()
                         rooms = [
@@ -179,6 +157,12 @@ class LedgerCollector(Collector):
             "how long reading the log and the view took",
             value=time.perf_counter() - started,
         )
+
+    def _fold(self) -> None:
+        """The topics' records since the last fold, into the counters."""
+        for tail, fold in self._folds:
+            for record in tail.records():
+                fold(record.partition, record.value)
 
     def _counted(self) -> Iterator[Metric]:
         decisions = CounterMetricFamily(

@@ -8,7 +8,7 @@ same key in the same partition; backends only store and return records.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Collection, Iterator, Sequence
 from typing import NamedTuple
 
 
@@ -95,3 +95,25 @@ class Log(ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class Tail:
+    """A topic's partitions read on, each from where the last read of it
+    stopped: from their ends when the tail is made, or from the start."""
+
+    def __init__(self, log: Log, topic: str, from_start: bool = False) -> None:
+        self.log = log
+        self.topic = topic
+        count = log.partition_count(topic)
+        self.offsets = [0 if from_start else log.end_offset(topic, p) for p in range(count)]
+
+    def records(self, partitions: Collection[int] | None = None) -> Iterator[Record]:
+        """Every record appended since the last read, in log order per
+        partition; of the given ``partitions`` only, if given. Read them all:
+        the tail moves on a batch at a time, before the batch is handed out."""
+        for partition, offset in enumerate(self.offsets):
+            if partitions is not None and partition not in partitions:
+                continue
+            while records := self.log.read(self.topic, partition, offset, 5_000):
+                offset = self.offsets[partition] = records[-1].offset + 1
+                yield from records

@@ -15,7 +15,7 @@ from contextlib import closing
 
 import pytest
 
-from ledger.log import Append, Log, LogError, Record, UnknownTopic
+from ledger.log import Append, Log, LogError, Record, Tail, UnknownTopic
 from ledger.partitioner import partition_for
 
 
@@ -142,6 +142,21 @@ class LogContract(ABC):
         assert len(log.read(topic, 0, 0, 10)) == 1
         log.append(topic, [Append(0, b"k", b"b"), Append(0, b"k", b"c")])
         assert [r.value for r in log.read(topic, 0, 0, 10)] == [b"a", b"b", b"c"]
+
+    def test_a_tail_reads_each_record_once_from_where_it_was_made(self, log: Log) -> None:
+        topic = self.new_topic(log, 2)
+        log.append(topic, [Append(0, b"k", b"before")])
+        tail, whole = Tail(log, topic), Tail(log, topic, from_start=True)
+        log.append(topic, [Append(0, b"k", b"a"), Append(1, b"k", b"b"), Append(1, b"k", b"c")])
+        assert [(r.partition, r.value) for r in tail.records(partitions={1})] == [
+            (1, b"b"),
+            (1, b"c"),
+        ]
+        assert [r.value for r in tail.records()] == [b"a"]  # partition 1 was read already
+        assert list(tail.records()) == []
+        assert [r.value for r in whole.records()] == [b"before", b"a", b"b", b"c"]
+        log.append(topic, [Append(1, b"k", b"d")])
+        assert [r.value for r in whole.records()] == [r.value for r in tail.records()] == [b"d"]
 
     def test_end_offset_counts_records_per_partition(self, log: Log) -> None:
         topic = self.new_topic(log, 2)
