@@ -18,6 +18,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, Row, select
 
+from consumers.snapshot_source import ACTIVE_STATUSES
 from ledger.log import Log
 from projections.view.tables import inventories, outcomes, pools, providers, reservations
 from schemas.codec import EventDecodeError, decode_event
@@ -150,7 +151,7 @@ def _provider(conn: Connection, provider_id: str) -> dict[str, Any] | None:
     rc = reservations.c
     active = conn.execute(
         select(rc.reservation_id, rc.consumer_id, rc.status, rc["items"])
-        .where(rc.partition == data["partition"], rc.status.in_(_ACTIVE))
+        .where(rc.partition == data["partition"], rc.status.in_(ACTIVE_STATUSES))
         .order_by(rc.reservation_id)
     )
     data["allocations"] = [
@@ -165,9 +166,6 @@ def _provider(conn: Connection, provider_id: str) -> dict[str, Any] | None:
         if item["provider_id"] == provider_id
     ]
     return data
-
-
-_ACTIVE = ("held", "consumed", "pending")
 
 
 _INVENTORY_KEYS = frozenset({"provider_id", "resource_class", "partition"})

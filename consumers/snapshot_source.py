@@ -21,7 +21,7 @@ from placement.model import RESOURCE_ARRAYS, Provider, Snapshot
 from projections.view.loader import committed_offsets
 from projections.view.tables import inventories, providers, reservations
 
-_ACTIVE = ("held", "consumed", "pending")
+ACTIVE_STATUSES = ("held", "consumed", "pending")
 """Statuses of reservations that occupy capacity (a pending hold does, until
 its transaction is decided or its deadline passes)."""
 
@@ -106,7 +106,7 @@ def _active(conn: Connection, *columns: Any) -> Sequence[Row[Any]]:
     """The active reservations' placement columns, and ``columns`` more."""
     c = reservations.c
     query = select(c.consumer_id, c["items"], c.anti_affinity_group, c.tags, *columns)
-    return conn.execute(query.where(c.status.in_(_ACTIVE))).all()
+    return conn.execute(query.where(c.status.in_(ACTIVE_STATUSES))).all()
 
 
 def _read(conn: Connection, placements: bool, active: Sequence[Row[Any]] | None = None) -> Snapshot:
