@@ -43,49 +43,44 @@ def _flag(name: str, description: str) -> dict[str, Any]:
     return {"name": name, "in": "query", "description": description, "schema": {"enum": ["0", "1"]}}
 
 
-def _paths() -> dict[str, Any]:
-    waited = {
-        "400": _ERROR,
-        "401": _ERROR,
-        "503": _ERROR,
-    }
+def _waited_post(
+    summary: str, body: dict[str, Any], done: str, waited: str, what: str
+) -> dict[str, Any]:
+    """A POST that appends its body (202 with ``done``), or with ``?wait=``
+    also returns what became of it (200, or 504 with the rest pending: ``waited``)."""
     return {
-        "/v1/events": {
-            "post": {
-                "summary": "Validate and append events; with wait, the writers' decisions",
-                "parameters": [_WAIT],
-                "requestBody": {
-                    "required": True,
-                    "content": {"application/json": {"schema": _one_or_many("Event")}},
-                },
-                "responses": {
-                    "202": _json(_ref("Appended"), "appended, durably"),
-                    "200": _json(_ref("Decided"), "appended and decided"),
-                    "504": _json(_ref("Decided"), "appended; some still undecided (pending)"),
-                    **waited,
-                },
-            }
-        },
-        "/v1/requests": {
-            "post": {
-                "summary": "Submit placement requests and batches; with wait, their answers",
-                "parameters": [_WAIT],
-                "requestBody": {
-                    "required": True,
-                    "content": {
-                        "application/json": {
-                            "schema": _one_or_many("PlacementRequest", "BatchRequest")
-                        }
-                    },
-                },
-                "responses": {
-                    "202": _json(_ref("Submitted"), "submitted, durably"),
-                    "200": _json(_ref("Answered"), "submitted and answered"),
-                    "504": _json(_ref("Answered"), "submitted; some still unanswered (pending)"),
-                    **waited,
-                },
-            }
-        },
+        "post": {
+            "summary": summary,
+            "parameters": [_WAIT],
+            "requestBody": {"required": True, "content": {"application/json": {"schema": body}}},
+            "responses": {
+                "202": _json(_ref(done), f"{what}, durably"),
+                "200": _json(_ref(waited), f"{what}, and all of it done"),
+                "504": _json(_ref(waited), f"{what}; some of it still pending"),
+                "400": _ERROR,
+                "401": _ERROR,
+                "503": _ERROR,
+            },
+        }
+    }
+
+
+def _paths() -> dict[str, Any]:
+    return {
+        "/v1/events": _waited_post(
+            "Validate and append events; with wait, the writers' decisions",
+            _one_or_many("Event"),
+            "Appended",
+            "Decided",
+            "appended",
+        ),
+        "/v1/requests": _waited_post(
+            "Submit placement requests and batches; with wait, their answers",
+            _one_or_many("PlacementRequest", "BatchRequest"),
+            "Submitted",
+            "Answered",
+            "submitted",
+        ),
         "/v1/history/{id}": {
             "get": {
                 "summary": "Every decision about a reservation, consumer, transaction, "
