@@ -53,7 +53,7 @@ from placement.headroom import headroom
 from placement.model import Request
 from projections.view.engine import driver_message
 from schemas.codec import EventDecodeError
-from schemas.requests import BatchRequest, PlacementRequest
+from schemas.requests import BatchRequest, PlacementRequest, request_from_json, request_key
 
 _log = logging.getLogger(__name__)
 
@@ -132,10 +132,7 @@ class Api:
             if not isinstance(item, dict):
                 raise ApiError(HTTPStatus.BAD_REQUEST, f"request {n}: not a JSON object")
             try:
-                if item.get("type") == "batch":
-                    requests.append(BatchRequest.model_validate_json(json.dumps(item)))
-                else:
-                    requests.append(PlacementRequest.model_validate_json(json.dumps(item)))
+                requests.append(request_from_json(json.dumps(item)))
             except ValidationError as error:
                 problems = error.errors(include_url=False, include_context=False)
                 raise ApiError(HTTPStatus.BAD_REQUEST, f"request {n}: {problems}") from None
@@ -147,7 +144,7 @@ class Api:
         positions = [list(at) for at in submitted]
         if wait is None:
             return HTTPStatus.ACCEPTED, {"submitted": positions}
-        ids = [r.batch_id if isinstance(r, BatchRequest) else r.request_id for r in requests]
+        ids = [request_key(r) for r in requests]
         pending = answers.wait(ids, wait, partitions={p for p, _ in submitted})
         reply = {
             "submitted": positions,

@@ -674,7 +674,7 @@ def cmd_request(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from berth.client import Answers, Publisher
-    from schemas.requests import BatchRequest, PlacementRequest
+    from schemas.requests import request_from_json, request_key
 
     stream = sys.stdin if args.file == "-" else open(args.file, encoding="utf-8")  # noqa: SIM115
     with App(_settings(args)) as app, stream:
@@ -688,14 +688,7 @@ def cmd_request(args: argparse.Namespace) -> int:
             if not line.strip():
                 continue
             try:
-                request: PlacementRequest | BatchRequest
-                data = json.loads(line)
-                if isinstance(data, dict) and data.get("type") == "batch":
-                    request = BatchRequest.model_validate_json(line)
-                    submitted.append(request.batch_id)
-                else:
-                    request = PlacementRequest.model_validate_json(line)
-                    submitted.append(request.request_id)
+                request = request_from_json(line)
             except ValidationError as error:
                 print(f"line {number}: {error.errors(include_url=False)}", file=sys.stderr)
                 failures += 1
@@ -705,6 +698,7 @@ def cmd_request(args: argparse.Namespace) -> int:
                 failures += 1
                 continue
             partition, offset = publisher.submit([request])[0]
+            submitted.append(request_key(request))
             partitions.add(partition)
             print(json.dumps({"line": number, "partition": partition, "offset": offset}))
         if answers is None:

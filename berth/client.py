@@ -18,7 +18,7 @@ from ledger.partitioner import partition_for
 from schemas.codec import encode_event, validate_event
 from schemas.events import Claim, ClaimSet, ClaimSpec, Event, Tick
 from schemas.outcomes import Outcome
-from schemas.requests import BatchRequest, PlacementRequest
+from schemas.requests import BatchRequest, PlacementRequest, request_key
 
 DEFAULT_MAX_SKEW_MS = 5_000
 
@@ -113,13 +113,13 @@ class Publisher:
         """Append placement requests and batches for the scheduler workers, keyed by id."""
         appends = []
         for r in requests:
+            key = request_key(r)
             if isinstance(r, BatchRequest):
-                key = r.batch_id
                 # the type tag is a default, but the worker tells batches by it
                 data = {**r.model_dump(mode="json", exclude_defaults=True), "type": r.type}
                 value = json.dumps(data, separators=(",", ":"))
             else:
-                key, value = r.request_id, r.model_dump_json(exclude_defaults=True)
+                value = r.model_dump_json(exclude_defaults=True)
             appends.append(Append(self.partition_of(key), key.encode(), value.encode()))
         offsets = self.log.append(self.topics.requests, appends)
         return [(a.partition, offset) for a, offset in zip(appends, offsets, strict=True)]

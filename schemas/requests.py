@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Literal, Self
 
 from pydantic import Field, model_validator
@@ -106,3 +107,18 @@ class BatchRequest(Model):
         if self.mode != "at_least":
             return self.instances, self.instances
         return self.min_count or 1, self.max_count or self.instances
+
+
+def request_from_json(text: str | bytes) -> PlacementRequest | BatchRequest:
+    """A placement request or, with ``"type": "batch"``, a batch, from JSON
+    (:class:`ValueError` when it is not JSON, pydantic's ValidationError,
+    also a ValueError, when it is not a valid request)."""
+    data = json.loads(text)
+    batch = isinstance(data, dict) and data.get("type") == "batch"
+    return (BatchRequest if batch else PlacementRequest).model_validate_json(text)
+
+
+def request_key(request: PlacementRequest | BatchRequest) -> str:
+    """Its id: the batch's for a batch. Its key on the requests topic, and
+    the ``request_id`` of its answer."""
+    return request.batch_id if isinstance(request, BatchRequest) else request.request_id
