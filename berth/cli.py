@@ -957,17 +957,16 @@ def cmd_pool(args: argparse.Namespace) -> int:
     return 0
 
 
-_INVENTORY_FIELDS = {
-    "reserved": int,
-    "min_unit": int,
-    "max_unit": int,
-    "step_size": int,
-    "allocation_ratio": float,
-}
-
-
 def _inventory(spec: str) -> tuple[str, dict[str, object]]:
-    """``VCPU=32,allocation_ratio=4.0`` as (class, inventory fields)."""
+    """``VCPU=32,allocation_ratio=4.0`` as (class, inventory fields); the
+    fields and their types are the Inventory model's."""
+    from schemas.events import Inventory
+
+    known = {
+        name: float if field.annotation is float else int
+        for name, field in Inventory.model_fields.items()
+        if name != "total"
+    }
     head, *fields = spec.split(",")
     rc, _, total = head.partition("=")
     if not rc or not total:
@@ -975,10 +974,10 @@ def _inventory(spec: str) -> tuple[str, dict[str, object]]:
     inventory: dict[str, object] = {"total": int(total)}
     for item in fields:
         name, _, value = item.partition("=")
-        if name not in _INVENTORY_FIELDS:
-            known = ", ".join(_INVENTORY_FIELDS)
-            raise ValueError(f"{rc}: unknown inventory field {name!r} (known: {known})")
-        inventory[name] = _INVENTORY_FIELDS[name](value)
+        if name not in known:
+            names = ", ".join(known)
+            raise ValueError(f"{rc}: unknown inventory field {name!r} (known: {names})")
+        inventory[name] = known[name](value)
     return rc.strip(), inventory
 
 
@@ -1062,6 +1061,7 @@ def _shape(args: argparse.Namespace, instances: int = 1) -> tuple[SchedulerConfi
 
 
 def cmd_headroom(args: argparse.Namespace) -> int:
+    from consumers.batches import shape_key
     from consumers.snapshot_source import snapshot_from_view
     from placement.config import ConfigError
     from placement.headroom import headroom
@@ -1076,7 +1076,7 @@ def cmd_headroom(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(room.to_dict()))
         return 0
-    shape = ",".join(f"{rc}={n}" for rc, n in sorted(request.resources.items()))
+    shape = shape_key(dict(request.resources))
     on = len(room.providers)
     where = f"{on:,} provider{'' if on == 1 else 's'}"
     print(f"{room.instances:,} more instances of {shape} fit, on {where}")
