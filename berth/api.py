@@ -104,14 +104,15 @@ class Api:
         if not events or not all(isinstance(e, dict) for e in events):
             raise ApiError(HTTPStatus.BAD_REQUEST, "the body is an event object or a list of them")
         wait = _wait(query)
-        # made before the append: a decision cannot come before it
-        decisions = Decisions(self.app.log, self.topics)
+        # made before the append (a decision cannot come before it), and
+        # only to wait: it reads every partition's end
+        decisions = None if wait is None else Decisions(self.app.log, self.topics)
         try:
             appended = self.publisher.publish(events)
         except (EventDecodeError, PublishError) as error:
             raise ApiError(HTTPStatus.BAD_REQUEST, str(error)) from None
         positions = [list(at) for at in appended]
-        if wait is None:
+        if decisions is None or wait is None:
             return HTTPStatus.ACCEPTED, {"appended": positions}
         ids = [str(e["event_id"]) for e in events]
         pending = decisions.wait(ids, wait, partitions={p for p, _ in appended})
@@ -139,10 +140,10 @@ class Api:
         if not requests:
             raise ApiError(HTTPStatus.BAD_REQUEST, "no requests")
         wait = _wait(query)
-        answers = Answers(self.app.log, self.topics)  # before the submission, as above
+        answers = None if wait is None else Answers(self.app.log, self.topics)  # as above
         submitted = self.publisher.submit(requests)
         positions = [list(at) for at in submitted]
-        if wait is None:
+        if answers is None or wait is None:
             return HTTPStatus.ACCEPTED, {"submitted": positions}
         ids = [request_key(r) for r in requests]
         pending = answers.wait(ids, wait, partitions={p for p, _ in submitted})
