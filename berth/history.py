@@ -99,7 +99,7 @@ def read_history(engine: Engine, subject: str, log: Log | None = None, topic: st
             found.names.append("pool")
             found.pool = _plain(pool)
         subjects = {subject, *(r["reservation_id"] for r in found.reservations)}
-        decided = [_outcome(row) for row in _outcome_rows(conn, subjects)]
+        decided = [Outcome.from_dict(row._asdict()) for row in _outcome_rows(conn, subjects)]
     decided.sort(key=lambda o: (o.clock_ms, o.partition, o.offset, o.seq))
     records = _records(log, topic, decided) if log is not None else {}
     found.steps = [Step(o, records.get((o.partition, o.offset))) for o in decided]
@@ -114,14 +114,6 @@ def _outcome_rows(conn: Connection, subjects: set[str]) -> list[Row[Any]]:
         chunk = ordered[start : start + 500]
         rows.extend(conn.execute(select(outcomes).where(outcomes.c.subject.in_(chunk))))
     return rows
-
-
-def _outcome(row: Row[Any]) -> Outcome:
-    data = dict(row._mapping)
-    for key in ("reasons", "identifiers", "expires_at_ms"):
-        if data[key] is None:
-            del data[key]
-    return Outcome.from_dict(data)
 
 
 def _reservation(row: Row[Any]) -> dict[str, Any]:

@@ -176,9 +176,10 @@ class Outcome(NamedTuple):
             event_id=data["event_id"],
             subject=data["subject"],
             clock_ms=data["clock_ms"],
-            reasons=tuple(Reason.from_dict(r) for r in data.get("reasons", ())),
+            # absent on the topic, NULL in the view's row: none either way
+            reasons=tuple(Reason.from_dict(r) for r in data.get("reasons") or ()),
             expires_at_ms=data.get("expires_at_ms"),
-            identifiers=tuple((pool, value) for pool, value in data.get("identifiers", ())),
+            identifiers=tuple((pool, value) for pool, value in data.get("identifiers") or ()),
         )
 
     @classmethod
