@@ -5,7 +5,11 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
+
+from berth.api import Api, serve
 
 
 def call(
@@ -24,3 +28,14 @@ def call(
             return response.status, json.loads(response.read())
     except urllib.error.HTTPError as error:
         return error.code, json.loads(error.read())
+
+
+@contextmanager
+def serving(api: Api) -> Iterator[str]:
+    """``api`` served on a free port of the loopback for the block; its URL."""
+    server, _ = serve(api, "127.0.0.1", 0)
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()

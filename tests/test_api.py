@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
-from berth.api import Api, serve
+from berth.api import Api
 from berth.app import App, Settings
 from berth.client import Publisher
 from consumers.partition_writer import catch_up_all
 from tests.builders import claim, provider
 from tests.conftest import Cli
-from tests.http_calls import call
+from tests.http_calls import call, serving
 from tests.processes import berth_running
 
 
@@ -27,77 +27,65 @@ def _events(*events: Any) -> list[Any]:
 
 def test_the_api_publishes_and_reads_in_process(tmp_path: Path, view_url: str) -> None:
     settings = Settings(data_dir=tmp_path / "data", db_url=view_url, partitions=2)
-    with App(settings) as app:
-        server, _ = serve(Api(app), "127.0.0.1", 0)
-        url = f"http://127.0.0.1:{server.server_address[1]}"
-        try:
-            topic = settings.topics.events
-            ends = [app.log.end_offset(topic, p) for p in range(2)]
-            status, reply = call(url, "/v1/events", _events(*provider("n1", ts=1, VCPU=8)))
-            assert status == 202 and len(reply["appended"]) == 2
+    with App(settings) as app, serving(Api(app)) as url:
+        topic = settings.topics.events
+        ends = [app.log.end_offset(topic, p) for p in range(2)]
+        status, reply = call(url, "/v1/events", _events(*provider("n1", ts=1, VCPU=8)))
+        assert status == 202 and len(reply["appended"]) == 2
 
-            # refused whole: nothing of it is appended
-            before = [app.log.end_offset(topic, p) for p in range(2)]
-            bad = [*_events(claim("r9", "n1", ts=2, VCPU=1)), {"type": "claim", "event_id": "x"}]
-            status, reply = call(url, "/v1/events", bad)
-            assert status == 400 and "claim" in reply["error"]
-            assert [app.log.end_offset(topic, p) for p in range(2)] == before != ends
-            assert call(url, "/v1/events", raw=b"{not json")[0] == 400
-            assert call(url, "/v1/events", [1, 2])[1] == {
-                "error": "the body is an event object or a list of them"
-            }
+        # refused whole: nothing of it is appended
+        before = [app.log.end_offset(topic, p) for p in range(2)]
+        bad = [*_events(claim("r9", "n1", ts=2, VCPU=1)), {"type": "claim", "event_id": "x"}]
+        status, reply = call(url, "/v1/events", bad)
+        assert status == 400 and "claim" in reply["error"]
+        assert [app.log.end_offset(topic, p) for p in range(2)] == before != ends
+        assert call(url, "/v1/events", raw=b"{not json")[0] == 400
+        assert call(url, "/v1/events", [1, 2])[1] == {
+            "error": "the body is an event object or a list of them"
+        }
 
-            # no writer runs here: a wait ends with the event still undecided
-            held = claim("r1", "n1", ts=3, VCPU=2, lease_ms=600_000)
-            status, reply = call(url, "/v1/events?wait=0", _events(held))
-            assert status == 504 and reply["pending"] == [held.event_id]
-            catch_up_all(app.writers())
+        # no writer runs here: a wait ends with the event still undecided
+        held = claim("r1", "n1", ts=3, VCPU=2, lease_ms=600_000)
+        status, reply = call(url, "/v1/events?wait=0", _events(held))
+        assert status == 504 and reply["pending"] == [held.event_id]
+        catch_up_all(app.writers())
 
-            status, reply = call(url, "/v1/history/r1")
-            assert status == 200 and [s["kind"] for s in reply["history"]] == ["accepted"]
-            assert reply["history"][0]["record"]["type"] == "claim"
-            assert call(url, "/v1/history/r1?records=0")[1]["history"][0].get("record") is None
-            assert call(url, "/v1/history/nobody") == (
-                404,
-                {"error": "the view holds nothing about 'nobody'"},
-            )
-            status, reply = call(url, "/v1/status")
-            assert status == 200 and reply["reservations"] == {"held": 1}
-            assert reply["behind"] == 0
-            assert "resources" not in call(url, "/v1/status?lag=1")[1]
-            assert call(url, "/v1/queue") == (200, {})
-            assert call(url, "/v1/headroom?resources=VCPU=2") == (
-                200,
-                {"instances": 3, "providers": {"n1": 3}},
-            )
-            assert call(url, "/v1/headroom?resources=VCPU=2&availability_zone=elsewhere")[1] == {
-                "instances": 0,
-                "providers": {},
-            }
-            assert call(url, "/v1/headroom")[0] == 400
-            assert call(url, "/v1/headroom?resources=VCPU")[0] == 400
-            assert call(url, "/v1/requests", {"request_id": "x"})[0] == 400
-            before = [app.log.end_offset(topic, p) for p in range(2)]
-            status, reply = call(url, "/v1/events?wait=forever", _events(claim("r8", "n1", VCPU=1)))
-            assert (
-                status == 400 and reply["error"] == "?wait= is seconds from 0 to 300, not 'forever'"
-            )
-            assert [app.log.end_offset(topic, p) for p in range(2)] == before
-            assert call(url, "/v1/elsewhere")[0] == 404
-            assert call(url, "/v1/events") == (405, {"error": "/v1/events takes POST"})
-        finally:
-            server.shutdown()
-            server.server_close()
+        status, reply = call(url, "/v1/history/r1")
+        assert status == 200 and [s["kind"] for s in reply["history"]] == ["accepted"]
+        assert reply["history"][0]["record"]["type"] == "claim"
+        assert call(url, "/v1/history/r1?records=0")[1]["history"][0].get("record") is None
+        assert call(url, "/v1/history/nobody") == (
+            404,
+            {"error": "the view holds nothing about 'nobody'"},
+        )
+        status, reply = call(url, "/v1/status")
+        assert status == 200 and reply["reservations"] == {"held": 1}
+        assert reply["behind"] == 0
+        assert "resources" not in call(url, "/v1/status?lag=1")[1]
+        assert call(url, "/v1/queue") == (200, {})
+        assert call(url, "/v1/headroom?resources=VCPU=2") == (
+            200,
+            {"instances": 3, "providers": {"n1": 3}},
+        )
+        assert call(url, "/v1/headroom?resources=VCPU=2&availability_zone=elsewhere")[1] == {
+            "instances": 0,
+            "providers": {},
+        }
+        assert call(url, "/v1/headroom")[0] == 400
+        assert call(url, "/v1/headroom?resources=VCPU")[0] == 400
+        assert call(url, "/v1/requests", {"request_id": "x"})[0] == 400
+        before = [app.log.end_offset(topic, p) for p in range(2)]
+        status, reply = call(url, "/v1/events?wait=forever", _events(claim("r8", "n1", VCPU=1)))
+        assert status == 400 and reply["error"] == "?wait= is seconds from 0 to 300, not 'forever'"
+        assert [app.log.end_offset(topic, p) for p in range(2)] == before
+        assert call(url, "/v1/elsewhere")[0] == 404
+        assert call(url, "/v1/events") == (405, {"error": "/v1/events takes POST"})
 
 
 def test_an_unreadable_view_is_a_503_not_a_dropped_connection(tmp_path: Path) -> None:
-    with App(Settings(data_dir=tmp_path / "data", partitions=1), migrate=False) as app:
-        server, _ = serve(Api(app), "127.0.0.1", 0)
-        try:
-            status, reply = call(f"http://127.0.0.1:{server.server_address[1]}", "/v1/status")
-        finally:
-            server.shutdown()
-            server.server_close()
+    settings = Settings(data_dir=tmp_path / "data", partitions=1)
+    with App(settings, migrate=False) as app, serving(Api(app)) as url:
+        status, reply = call(url, "/v1/status")
     assert status == 503 and reply["error"].startswith("the view cannot be read")
 
 
@@ -157,22 +145,16 @@ def test_berth_api_runs_beside_the_writers(tmp_path: Path, cli: Cli) -> None:
 
 def test_with_a_token_only_requests_that_carry_it_are_answered(tmp_path: Path, cli: Cli) -> None:
     settings = Settings(data_dir=tmp_path / "data", partitions=1)
-    with App(settings) as app:
-        server, _ = serve(Api(app, token="s3cret"), "127.0.0.1", 0)
-        url = f"http://127.0.0.1:{server.server_address[1]}"
-        try:
-            refused = (401, {"error": "this API needs Authorization: Bearer <token>"})
-            assert call(url, "/v1/status") == refused
-            assert call(url, "/v1/status", token="guess") == refused
-            end = app.log.end_offset(settings.topics.events, 0)
-            assert call(url, "/v1/events", _events(*provider("n1", ts=1, VCPU=8))) == refused
-            assert app.log.end_offset(settings.topics.events, 0) == end  # nothing appended
-            assert call(url, "/v1/status", token="s3cret")[0] == 200
-            status, _ = call(url, "/v1/events", _events(*provider("n1", VCPU=8)), token="s3cret")
-            assert status == 202 and app.log.end_offset(settings.topics.events, 0) == end + 2
-        finally:
-            server.shutdown()
-            server.server_close()
+    with App(settings) as app, serving(Api(app, token="s3cret")) as url:
+        refused = (401, {"error": "this API needs Authorization: Bearer <token>"})
+        assert call(url, "/v1/status") == refused
+        assert call(url, "/v1/status", token="guess") == refused
+        end = app.log.end_offset(settings.topics.events, 0)
+        assert call(url, "/v1/events", _events(*provider("n1", ts=1, VCPU=8))) == refused
+        assert app.log.end_offset(settings.topics.events, 0) == end  # nothing appended
+        assert call(url, "/v1/status", token="s3cret")[0] == 200
+        status, _ = call(url, "/v1/events", _events(*provider("n1", VCPU=8)), token="s3cret")
+        assert status == 202 and app.log.end_offset(settings.topics.events, 0) == end + 2
     empty = tmp_path / "token"
     empty.write_text("\n")
     data = ["--data-dir", str(tmp_path / "data")]

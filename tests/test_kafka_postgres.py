@@ -296,10 +296,10 @@ def test_the_http_api_on_kafka_and_postgres(kafka_bootstrap: str, postgres_url: 
     import threading
     import time
 
-    from berth.api import Api, serve
+    from berth.api import Api
     from consumers.partition_writer import step_all
     from placement.config import SchedulerConfig
-    from tests.http_calls import call
+    from tests.http_calls import call, serving
 
     settings = _settings(kafka_bootstrap, postgres_url, partitions=2)
     with App(settings) as app:
@@ -315,32 +315,36 @@ def test_the_http_api_on_kafka_and_postgres(kafka_bootstrap: str, postgres_url: 
 
         loop = threading.Thread(target=serve_loop)
         loop.start()
-        server, _ = serve(Api(app), "127.0.0.1", 0)
-        url = f"http://127.0.0.1:{server.server_address[1]}"
         try:
-            events = [
-                json.loads(e.model_dump_json())
-                for n in range(2)
-                for e in provider(f"n{n}", ts=1, VCPU=4)
-            ]
-            status, reply = call(url, "/v1/events?wait=60", events)
-            assert status == 200
-            assert [o["kind"] for d in reply["decisions"].values() for o in d] == ["applied"] * 4
-            now = int(time.time() * 1000)
-            requests = [
-                {"request_id": f"q{k}", "ts_ms": now, "project_id": "p", "resources": {"VCPU": 3}}
-                for k in range(3)
-            ]
-            status, reply = call(url, "/v1/requests?wait=60", requests)
-            assert status == 200
-            answers = reply["answers"]
-            assert sorted(answers[f"q{k}"]["placed"] for k in range(3)) == [False, True, True]
-            placed = next(a for a in answers.values() if a["placed"])
-            rid = placed["reservations"][0][0]
-            status, reply = call(url, f"/v1/history/{rid}")
-            assert status == 200 and reply["history"][0]["record"]["type"] == "claim"
+            with serving(Api(app)) as url:
+                events = [
+                    json.loads(e.model_dump_json())
+                    for n in range(2)
+                    for e in provider(f"n{n}", ts=1, VCPU=4)
+                ]
+                status, reply = call(url, "/v1/events?wait=60", events)
+                assert status == 200
+                assert [o["kind"] for d in reply["decisions"].values() for o in d] == [
+                    "applied"
+                ] * 4
+                now = int(time.time() * 1000)
+                requests = [
+                    {
+                        "request_id": f"q{k}",
+                        "ts_ms": now,
+                        "project_id": "p",
+                        "resources": {"VCPU": 3},
+                    }
+                    for k in range(3)
+                ]
+                status, reply = call(url, "/v1/requests?wait=60", requests)
+                assert status == 200
+                answers = reply["answers"]
+                assert sorted(answers[f"q{k}"]["placed"] for k in range(3)) == [False, True, True]
+                placed = next(a for a in answers.values() if a["placed"])
+                rid = placed["reservations"][0][0]
+                status, reply = call(url, f"/v1/history/{rid}")
+                assert status == 200 and reply["history"][0]["record"]["type"] == "claim"
         finally:
             stop.set()
             loop.join(timeout=30)
-            server.shutdown()
-            server.server_close()

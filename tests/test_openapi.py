@@ -10,11 +10,11 @@ from typing import Any, get_args
 
 from openapi_spec_validator import validate
 
-from berth.api import ROUTES, Api, serve
+from berth.api import ROUTES, Api
 from berth.app import App, Settings
 from berth.openapi import openapi
 from schemas.events import Event
-from tests.http_calls import call
+from tests.http_calls import call, serving
 
 
 def _refs(node: Any) -> Iterator[str]:
@@ -57,11 +57,7 @@ def test_the_event_schema_has_every_event_type() -> None:
 
 
 def test_the_api_serves_it(tmp_path: Path) -> None:
-    with App(Settings(data_dir=tmp_path / "data", partitions=1)) as app:
-        server, _ = serve(Api(app), "127.0.0.1", 0)
-        try:
-            status, spec = call(f"http://127.0.0.1:{server.server_address[1]}", "/v1/openapi.json")
-        finally:
-            server.shutdown()
-            server.server_close()
+    settings = Settings(data_dir=tmp_path / "data", partitions=1)
+    with App(settings) as app, serving(Api(app)) as url:
+        status, spec = call(url, "/v1/openapi.json")
     assert status == 200 and spec == openapi()
