@@ -17,19 +17,20 @@ import threading
 from array import array
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
+from ledger import frames
 from ledger.embedded_file import Chunk, Fsync, PartitionFile, pwrite_all
-from ledger.log import Append, Log, LogError, Record, UnknownTopic
+from ledger.log import Append, CorruptLog, Log, LogError, Record, UnknownTopic
 from ledger.owner_lock import lock_owner
 
-__all__ = ["EmbeddedLog"]
+__all__ = ["EmbeddedLog", "FileCheck"]
 
 _log = logging.getLogger(__name__)
 
 _TOPIC_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,248}")
 _META = "meta.json"
-_FORMAT = 1
 _SYNC_THREADS = 8
 
 
@@ -50,6 +51,25 @@ def _make_dirs(path: Path, fsync: Fsync) -> None:
     for directory in reversed(missing):
         directory.mkdir(exist_ok=True)
         _fsync_dir(directory.parent, fsync)
+
+
+@dataclass(frozen=True, slots=True)
+class FileCheck:
+    """What a scan of one partition file found."""
+
+    path: Path
+    format: int
+    records: int
+    """Intact records, up to the damage if any."""
+    intact_bytes: int
+    file_bytes: int
+    damage: str | None
+
+    @property
+    def torn_bytes(self) -> int:
+        """Bytes past the intact records that are no damage: an append that
+        never completed, which the next append cuts."""
+        return 0 if self.damage else self.file_bytes - self.intact_bytes
 
 
 class _Request:
@@ -100,6 +120,7 @@ class EmbeddedLog(Log):
             raise ValueError("a read-only log cannot hold a directory exclusively")
         self._root = Path(data_dir) / "log"
         self._read_only = read_only
+        self._exclusive = exclusive
         self._fsync = fsync
         self._topics: dict[str, list[PartitionFile]] = {}
         self._topics_lock = threading.Lock()
@@ -180,6 +201,8 @@ class EmbeddedLog(Log):
                 with self._cond:
                     self._leading = False
                     self._cond.notify_all()
+        if isinstance(request.error, CorruptLog):
+            raise CorruptLog(request.error.damage) from request.error
         if request.error is not None:
             raise LogError(f"append to {topic!r} failed: {request.error}") from request.error
         return request.offsets
@@ -195,6 +218,39 @@ class EmbeddedLog(Log):
 
     def end_offset(self, topic: str, partition: int) -> int:
         return self._partition(topic, partition).end_offset
+
+    def damage(self, topic: str, partition: int) -> str | None:
+        part = self._partition(topic, partition)
+        part.refresh()
+        return None if part.damage is None else str(part.damage)
+
+    def check(self, topic: str, partition: int) -> FileCheck:
+        """Index the partition file to its end, every record's checks run
+        (on first use, as any use would), and say what was found."""
+        part = self._partition(topic, partition)
+        part.refresh()
+        records, intact = part.extent()
+        size = os.fstat(part.fd).st_size
+        damage = None if part.damage is None else str(part.damage)
+        return FileCheck(part.path, part.format, records, intact, size, damage)
+
+    def cut(self, topic: str, partition: int, offset: int, aside: Path) -> int:
+        """Remove record ``offset`` of the partition and all after it, having
+        copied their bytes to ``aside``; the number of bytes cut. Only on an
+        ``exclusive`` log: no other process may be reading or appending."""
+        if not self._exclusive:
+            raise LogError("cutting a partition needs the log held exclusively")
+        part = self._partition(topic, partition)
+        try:
+            cut = part.cut(offset, aside)
+        except OSError as exc:
+            raise LogError(f"cannot cut {part.path}: {exc}") from exc
+        _fsync_dir(aside.parent, self._fsync)
+        return cut
+
+    def format(self, topic: str) -> int:
+        """The framing of the topic's records (:mod:`ledger.frames`)."""
+        return self._partitions(topic)[0].format
 
     def own(self, topic: str, partitions: Sequence[int]) -> None:
         """An exclusive flock on ``p<N>.owner`` beside each partition file,
@@ -222,22 +278,34 @@ class EmbeddedLog(Log):
     # -- internals --------------------------------------------------------------
 
     def _commit(self, group: list[_Request]) -> None:
-        """Write and fsync every queued request: one write and one fsync per partition."""
-        staged: dict[PartitionFile, list[Chunk]] = {}
-        for request in group:
-            for chunk in request.chunks:
-                staged.setdefault(chunk.partition, []).append(chunk)
+        """Write and fsync every queued request: one write and one fsync per
+        partition. Requests that touch a damaged partition are refused; the
+        others go ahead."""
+        touched = {chunk.partition for request in group for chunk in request.chunks}
         # one order in every process, so that two leaders cannot deadlock
-        order = sorted(staged, key=lambda part: str(part.path))
+        order = sorted(touched, key=lambda part: str(part.path))
         locked: list[PartitionFile] = []
         try:
             if self._broken is not None:
                 raise LogError(f"log unusable after an earlier I/O failure: {self._broken}")
+            damaged: dict[PartitionFile, CorruptLog] = {}
             for part in order:
-                part.lock_for_append()
+                try:
+                    part.lock_for_append()
+                except CorruptLog as exc:
+                    damaged[part] = exc
+                    continue
                 locked.append(part)
-            published = [(part, self._write(part, staged[part])) for part in order]
-            self._sync([part.fd for part in order])
+            group = _refuse_damaged(group, damaged)
+            staged: dict[PartitionFile, list[Chunk]] = {}
+            for request in group:
+                for chunk in request.chunks:
+                    staged.setdefault(chunk.partition, []).append(chunk)
+            self._unlock([part for part in locked if part not in staged])
+            locked = [part for part in locked if part in staged]
+            published = [(part, self._write(part, staged[part])) for part in locked]
+            if locked:
+                self._sync([part.fd for part in locked])
         except BaseException as exc:
             if self._broken is None:
                 self._fail(exc, locked)
@@ -246,8 +314,8 @@ class EmbeddedLog(Log):
                 request.error = exc
                 request.done = True
             return
-        for part, (ends, key_lengths) in published:
-            part.publish(ends, key_lengths)
+        for part, (ends, key_lengths, chain) in published:
+            part.publish(ends, key_lengths, chain)
         self._unlock(locked)
         for request in group:
             request.offsets = [chunk.base + index for chunk, index in request.order]
@@ -274,22 +342,23 @@ class EmbeddedLog(Log):
             pass  # map re-raises the first failure here
 
     @staticmethod
-    def _write(part: PartitionFile, chunks: list[Chunk]) -> tuple[array[int], array[int]]:
+    def _write(part: PartitionFile, chunks: list[Chunk]) -> tuple[array[int], array[int], int]:
         """Write ``chunks`` after the partition's end; return the new records'
-        ends and key lengths, for publication once they are durable."""
+        ends, key lengths and chain, for publication once they are durable."""
         start = part.end_position
         offset = part.appended
+        chain = part.chain
         ends = array("q")
         key_lengths = array("I")
         position = start
         for chunk in chunks:
-            chunk.base = offset
+            chain = chunk.seal(offset, chain)
             offset += len(chunk.ends)
             ends.extend([position + end for end in chunk.ends])
             key_lengths.extend(chunk.key_lengths)
             position = ends[-1]
         pwrite_all(part.fd, b"".join(chunk.data for chunk in chunks), start)
-        return ends, key_lengths
+        return ends, key_lengths, chain
 
     def _fail(self, exc: BaseException, touched: Iterable[PartitionFile]) -> None:
         """After a failed write or fsync the page cache can no longer be trusted
@@ -353,12 +422,19 @@ class EmbeddedLog(Log):
         """The partition files of the topic ``meta`` describes; None if it does
         not exist (yet)."""
         try:
-            count = int(json.loads(meta.read_text())["partitions"])
+            described = json.loads(meta.read_text())
+            count = int(described["partitions"])
+            fmt = int(described.get("format", 1))
         except FileNotFoundError:
             return None
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             raise LogError(f"unreadable topic metadata {meta}: {exc}") from exc
-        return self._open_partitions(meta.parent, count, must_exist=True)
+        if fmt not in frames.FORMATS:
+            raise LogError(
+                f"{meta}: record format {fmt} is not one this Berth reads "
+                f"({', '.join(map(str, frames.FORMATS))}): written by a newer version?"
+            )
+        return self._open_partitions(meta.parent, count, fmt, must_exist=True)
 
     def _create_or_find(self, topic: str, partitions: int) -> list[PartitionFile]:
         """Create ``topic``, or open it if another process created it first:
@@ -374,7 +450,7 @@ class EmbeddedLog(Log):
             os.close(fd)  # closing releases the flock
 
     def _open_partitions(
-        self, directory: Path, count: int, *, must_exist: bool
+        self, directory: Path, count: int, fmt: int, *, must_exist: bool
     ) -> list[PartitionFile]:
         parts: list[PartitionFile] = []
         try:
@@ -382,7 +458,7 @@ class EmbeddedLog(Log):
                 path = directory / f"p{index}.log"
                 if must_exist and not path.exists():
                     raise LogError(f"missing partition file {path}")
-                parts.append(PartitionFile.open(path, index, self._fsync, self._read_only))
+                parts.append(PartitionFile.open(path, index, self._fsync, fmt, self._read_only))
         except BaseException:
             for part in parts:
                 part.close()
@@ -395,7 +471,8 @@ class EmbeddedLog(Log):
         # creation, which open ignores and a new create_topic completes.
         directory = self._root / topic
         directory.mkdir(exist_ok=True)
-        parts = self._open_partitions(directory, partitions, must_exist=False)
+        fmt = frames.CURRENT_FORMAT
+        parts = self._open_partitions(directory, partitions, fmt, must_exist=False)
         try:
             # bytes, not indexed records: a file is only indexed on first use
             if any(os.fstat(part.fd).st_size for part in parts):
@@ -406,7 +483,7 @@ class EmbeddedLog(Log):
             tmp = directory / f"{_META}.tmp"
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
             try:
-                meta = {"format": _FORMAT, "partitions": partitions}
+                meta = {"format": fmt, "partitions": partitions}
                 pwrite_all(fd, json.dumps(meta).encode(), 0)
                 self._fsync(fd)
             finally:
@@ -434,3 +511,23 @@ class EmbeddedLog(Log):
         if self._lock_fd >= 0:
             os.close(self._lock_fd)  # closing releases the flock
             self._lock_fd = -1
+
+
+def _refuse_damaged(
+    group: list[_Request], damaged: dict[PartitionFile, CorruptLog]
+) -> list[_Request]:
+    """The requests that touch no damaged partition; the others are answered
+    with the damage (a request is all or nothing, like its append)."""
+    if not damaged:
+        return group
+    going: list[_Request] = []
+    for request in group:
+        refused = next(
+            (damaged[c.partition] for c in request.chunks if c.partition in damaged), None
+        )
+        if refused is None:
+            going.append(request)
+        else:
+            request.error = refused
+            request.done = True
+    return going

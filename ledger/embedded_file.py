@@ -1,27 +1,23 @@
-"""Record framing and partition files of the embedded log (see :mod:`ledger.embedded`).
-
-A partition file is a sequence of records, each framed as::
-
-    u32 length (key + value) | u32 crc32 | u32 key length | key | value
-
-The CRC covers the key-length field as well as the key and value: a tail of
-zeros (what a file extended but never written leaves after a crash) then fails
-the check instead of passing as an empty record, and a damaged key length cannot
-silently move bytes from the value to the key.
+"""Partition files of the embedded log (see :mod:`ledger.embedded`); their
+records' framing and checks are :mod:`ledger.frames`'.
 
 An offset is a record's index in its file. The byte position and key length of
 every record are kept in memory, built by scanning the file on its first use
-and extended as it grows, so that a read slices records out of one ``pread``
-without parsing headers. A scan stops at the first short or corrupt record.
+(every record's checksums checked) and extended as it grows, so that a read
+slices records out of one ``pread`` without parsing headers. A scan stops at the
+first record that fails its checks; what follows is either a torn tail (an
+append that never completed) or damage, which :mod:`ledger.frames` tells apart.
 
 Several processes may append to one file. An appender holds an exclusive
 ``flock`` from the moment it looks at the file's end until its records are
 written, fsynced and indexed, so appends never interleave and offsets stay
 dense. A process that finds the file longer than its index scans the new tail
 under a shared ``flock``, which it can only hold between appends: it never
-indexes a record that is not yet durable. Bytes after the last intact record
-while no appender holds the lock can only be what an appender that died
-mid-write left behind; the next appender cuts them off before it writes.
+indexes a record that is not yet durable. A torn tail found while no appender
+holds the lock can only be what an appender that died mid-write left behind;
+the next appender cuts it off before it writes. Damage is never cut: the
+partition refuses appends, and reads past the damage, with
+:class:`~ledger.log.CorruptLog` naming the file, the record and its byte.
 """
 
 from __future__ import annotations
@@ -29,27 +25,21 @@ from __future__ import annotations
 import bisect
 import fcntl
 import logging
-import mmap
 import os
-import struct
 import threading
-import zlib
 from array import array
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
-from ledger.log import LogError, Record
+from ledger import frames
+from ledger.frames import Damage
+from ledger.log import CorruptLog, LogError, Record
 
 __all__ = ["Chunk", "Fsync", "PartitionFile", "pwrite_all"]
 
 _log = logging.getLogger(__name__)
 
-_HEADER = struct.Struct("<III")
-_KEY_LEN = struct.Struct("<I")
-# The CRC starts at the key-length field, 8 bytes into the header.
-_CRC_FROM = 8
-_MAX_FIELD = 0xFFFFFFFF
 # Bounds one read's buffer; a read still returns at least one record.
 _MAX_READ_BYTES = 64 << 20
 
@@ -79,47 +69,34 @@ def _pread_all(fd: int, size: int, position: int) -> bytes:
     return data
 
 
-def _scan(fd: int, start: int, size: int) -> tuple[array[int], array[int]]:
-    """The ends of the intact records from file position ``start`` up to
-    ``size``, and their key lengths."""
-    ends = array("q")
-    key_lengths = array("I")
-    if size <= start:
-        return ends, key_lengths
-    # mmap offsets must be multiples of the allocation granularity
-    base = start - start % mmap.ALLOCATIONGRANULARITY
-    with mmap.mmap(fd, size - base, access=mmap.ACCESS_READ, offset=base) as mm:
-        view = memoryview(mm)
-        try:
-            pos = start - base
-            limit = size - base
-            header = _HEADER.size
-            unpack = _HEADER.unpack_from
-            crc32 = zlib.crc32
-            while pos + header <= limit:
-                length, crc, key_len = unpack(mm, pos)
-                end = pos + header + length
-                if key_len > length or end > limit:
-                    break
-                if crc32(view[pos + _CRC_FROM : end]) != crc:
-                    break
-                pos = end
-                ends.append(base + pos)
-                key_lengths.append(key_len)
-        finally:
-            view.release()
-    return ends, key_lengths
+def _copy_range(fd: int, start: int, end: int, target: Path, fsync: Fsync) -> None:
+    """Bytes ``start`` to ``end`` of ``fd`` into a new file ``target``, synced."""
+    out = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+    try:
+        position = start
+        while position < end:
+            chunk = _pread_all(fd, min(end - position, _MAX_READ_BYTES), position)
+            pwrite_all(out, chunk, position - start)
+            position += len(chunk)
+        fsync(out)
+    finally:
+        os.close(out)
 
 
 def _decode(
-    data: bytes, base: int, partition: int, first: int, ends: array[int], key_lengths: array[int]
+    data: bytes,
+    base: int,
+    header: int,
+    partition: int,
+    first: int,
+    ends: array[int],
+    key_lengths: array[int],
 ) -> list[Record]:
     """Records from ``data``, read from file position ``base``, whose ends and
-    key lengths the index gives."""
+    key lengths the index gives; each has a header of ``header`` bytes."""
     out: list[Record] = []
     append = out.append
     make = _make_record
-    header = _HEADER.size
     pos = 0
     offsets = range(first, first + len(ends))
     for offset, end, key_len in zip(offsets, ends, key_lengths, strict=True):
@@ -134,23 +111,30 @@ class PartitionFile:
     """One partition file and the positions of its records.
 
     ``positions[i]`` is where record ``i`` starts and ``positions[-1]`` where the
-    next one will go; ``key_lengths[i]`` is the key length of record ``i``.
-    ``lock`` guards them within the process; the file locks described in the
-    module order this process's appends and scans against other processes'.
+    next one will go; ``key_lengths[i]`` is the key length of record ``i``;
+    ``chain`` is the last record's header crc (format 2), what the next one
+    chains from. ``lock`` guards them within the process; the file locks
+    described in the module order this process's appends and scans against
+    other processes'. ``damage``, once found, stays: bytes that fail their
+    checks do not heal.
 
     The file is scanned on first use, not on open: a process that uses a few
     partitions of a large log (a replay worker, a writer of some partitions)
     does not pay to check every record of the others.
     """
 
-    def __init__(self, path: Path, partition: int, fd: int, fsync: Fsync) -> None:
+    def __init__(self, path: Path, partition: int, fd: int, fsync: Fsync, fmt: int) -> None:
         self.path = path
         self.partition = partition
         self.fd = fd
+        self.format = fmt
+        self.header = frames.header_size(fmt)
         self.lock = threading.Lock()
         self._fsync = fsync
         self._positions = array("q", [0])
         self._key_lengths = array("I")
+        self.chain = frames.chain_seed(partition)
+        self.damage: Damage | None = None
         # The shared flock goes on a second descriptor: flock() on the one this
         # process's appender locks would convert its exclusive lock, not wait.
         self._scan_fd = -1
@@ -158,33 +142,42 @@ class PartitionFile:
 
     @classmethod
     def open(
-        cls, path: Path, partition: int, fsync: Fsync, read_only: bool = False
+        cls, path: Path, partition: int, fsync: Fsync, fmt: int, read_only: bool = False
     ) -> PartitionFile:
         flags = os.O_RDONLY if read_only else os.O_RDWR | os.O_CREAT
         fd = os.open(path, flags | os.O_CLOEXEC, 0o644)
-        return cls(path, partition, fd, fsync)
+        return cls(path, partition, fd, fsync, fmt)
 
     def _grown(self) -> bool:
-        """Whether the file holds bytes past the indexed records; the caller
-        holds ``lock``."""
+        """Whether the file holds bytes past the indexed records that no scan
+        has yet judged damage; the caller holds ``lock``."""
         if self.fd < 0:
             raise LogError(f"{self.path}: log is closed")
-        return os.fstat(self.fd).st_size > self._positions[-1]
+        return self.damage is None and os.fstat(self.fd).st_size > self._positions[-1]
 
     def _extend(self) -> int:
-        """Index the intact records past the known ones, if any; return the
-        file's size. The caller holds ``lock`` and one of the flocks."""
+        """Index the intact records past the known ones, if any, and judge
+        what follows them; return the file's size. The caller holds ``lock``
+        and one of the flocks, so no append is half written meanwhile."""
         size = os.fstat(self.fd).st_size
-        ends, key_lengths = _scan(self.fd, self._positions[-1], size)
-        if ends:
+        if self.damage is not None:
+            return size
+        known = len(self._positions) - 1
+        found = frames.scan(self.fd, self.format, self._positions[-1], size, known, self.chain)
+        if found.ends:
             # appended by another process, which fsynced them unless it died
             # first: make sure before anything is decided on them
             self._fsync(self.fd)
-            self._positions.extend(ends)
-            self._key_lengths.extend(key_lengths)
+            self._positions.extend(found.ends)
+            self._key_lengths.extend(found.key_lengths)
+            self.chain = found.chain
+        if found.damage is not None:
+            offset = len(self._positions) - 1
+            self.damage = Damage(self.path, offset, found.stop, found.damage)
+            _log.error("%s", self.damage)
         return size
 
-    def _refresh(self) -> None:
+    def refresh(self) -> None:
         """Index what other processes have appended since the last look."""
         with self.lock:
             if not self._grown():
@@ -202,18 +195,22 @@ class PartitionFile:
 
     def lock_for_append(self) -> None:
         """Take the exclusive flock and index what other processes appended;
-        cut off what an appender that died mid-write left after them."""
+        cut off what an appender that died mid-write left after them.
+        :class:`CorruptLog`, with the flock released, if the file is damaged."""
         fcntl.flock(self.fd, fcntl.LOCK_EX)
         try:
             with self.lock:
                 size = self._extend()
+                if self.damage is not None:
+                    raise CorruptLog(str(self.damage))
                 end = self._positions[-1]
                 if size > end:
                     _log.warning(
-                        "%s: dropping %d bytes of torn or corrupt tail after record %d",
+                        "%s: cutting %d bytes after record %d, the torn tail of an "
+                        "append that never completed (so was never acknowledged)",
                         self.path,
                         size - end,
-                        len(self._positions) - 1,
+                        len(self._positions) - 2,
                     )
                     os.ftruncate(self.fd, end)
                     self._fsync(self.fd)
@@ -226,7 +223,8 @@ class PartitionFile:
 
     @property
     def end_offset(self) -> int:
-        self._refresh()
+        """Records readable: up to the damage, if any."""
+        self.refresh()
         with self.lock:
             return len(self._positions) - 1
 
@@ -236,26 +234,35 @@ class PartitionFile:
         with self.lock:
             return self._positions[-1]
 
+    def extent(self) -> tuple[int, int]:
+        """Records indexed, and where they end, read together."""
+        with self.lock:
+            return len(self._positions) - 1, self._positions[-1]
+
     @property
     def appended(self) -> int:
         """Records indexed so far; the caller holds the append flock."""
         with self.lock:
             return len(self._positions) - 1
 
-    def publish(self, ends: array[int], key_lengths: array[int]) -> None:
+    def publish(self, ends: array[int], key_lengths: array[int], chain: int) -> None:
         with self.lock:
             self._positions.extend(ends)
             self._key_lengths.extend(key_lengths)
+            self.chain = chain
 
     def read(self, offset: int, max_records: int) -> list[Record]:
-        """Up to ``max_records`` durable records from ``offset``."""
+        """Up to ``max_records`` durable records from ``offset``;
+        :class:`CorruptLog` for a read that starts at the damage or past it."""
         if offset + max_records > len(self._positions) - 1:
-            self._refresh()
+            self.refresh()
         with self.lock:
             if self.fd < 0:
                 raise LogError(f"{self.path}: log is closed")
             positions = self._positions
             count = len(positions) - 1
+            if offset >= count and self.damage is not None:
+                raise CorruptLog(str(self.damage))
             if offset >= count or max_records == 0:
                 return []
             stop = min(count, offset + max_records)
@@ -267,7 +274,41 @@ class PartitionFile:
             key_lengths = self._key_lengths[offset:stop]
             # Under the lock so that close() cannot free the fd number meanwhile.
             data = _pread_all(self.fd, ends[-1] - start, start)
-        return _decode(data, start, self.partition, offset, ends, key_lengths)
+        return _decode(data, start, self.header, self.partition, offset, ends, key_lengths)
+
+    def cut(self, offset: int, aside: Path) -> int:
+        """Remove record ``offset`` and everything after it, damage included,
+        first copying those bytes to ``aside`` (durably); return how many
+        were cut. Only for an operator who asked for it, on a log no other
+        process has open."""
+        self.refresh()
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+        try:
+            with self.lock:
+                if not 0 <= offset <= len(self._positions) - 1:
+                    raise LogError(
+                        f"{self.path}: cannot cut at record {offset}: "
+                        f"{len(self._positions) - 1} records are readable"
+                    )
+                position = self._positions[offset]
+                size = os.fstat(self.fd).st_size
+                _copy_range(self.fd, position, size, aside, self._fsync)
+                os.ftruncate(self.fd, position)
+                self._fsync(self.fd)
+                del self._positions[offset + 1 :]
+                del self._key_lengths[offset:]
+                self.chain = self._chain_before(offset)
+                self.damage = None
+                return size - position
+        finally:
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
+
+    def _chain_before(self, offset: int) -> int:
+        """What record ``offset`` chains from; the caller holds ``lock``."""
+        if offset == 0 or self.format == 1:
+            return frames.chain_seed(self.partition)
+        header_crc_at = self._positions[offset - 1] + self.header - 4
+        return int.from_bytes(_pread_all(self.fd, 4, header_crc_at), "little")
 
     def close(self) -> None:
         with self._scanning, self.lock:
@@ -280,7 +321,9 @@ class PartitionFile:
 
 
 class Chunk:
-    """One request's records for one partition, framed by the calling thread."""
+    """One request's records for one partition, framed by the calling thread;
+    their chain (format 2) is sealed by the appender, which alone knows where
+    they go."""
 
     __slots__ = ("base", "data", "ends", "key_lengths", "partition")
 
@@ -292,14 +335,18 @@ class Chunk:
         self.base = -1
 
     def add(self, key: bytes, value: bytes) -> int:
-        if len(key) + len(value) > _MAX_FIELD:
-            raise LogError("record too large for the embedded log's framing")
-        key_len = _KEY_LEN.pack(len(key))
-        crc = zlib.crc32(value, zlib.crc32(key, zlib.crc32(key_len)))
-        data = self.data
-        data += _HEADER.pack(len(key) + len(value), crc, len(key))
-        data += key
-        data += value
-        self.ends.append(len(data))
+        try:
+            frames.frame(self.data, self.partition.format, key, value)
+        except ValueError as exc:
+            raise LogError(str(exc)) from exc
+        self.ends.append(len(self.data))
         self.key_lengths.append(len(key))
         return len(self.ends) - 1
+
+    def seal(self, offset: int, chain: int) -> int:
+        """Place the records at ``offset``, after a record whose header crc
+        is ``chain``; return the last one's."""
+        self.base = offset
+        if self.partition.format == 1:
+            return chain
+        return frames.seal(self.data, self.ends, offset, chain)

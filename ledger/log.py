@@ -37,6 +37,16 @@ class UnknownTopic(LogError):
     """The topic does not exist."""
 
 
+class CorruptLog(LogError):
+    """A partition holds a damaged record with acknowledged records after it,
+    or a record that fails its checksum: reads past the damage and appends
+    are refused until an operator restores or truncates the partition."""
+
+    def __init__(self, damage: str) -> None:
+        super().__init__(damage)
+        self.damage = damage
+
+
 class OwnedElsewhere(LogError):
     """Another process already acts on a partition this one asked to own."""
 
@@ -85,6 +95,12 @@ class Log(ABC):
         ``topic`` (their single writer, or the scheduler answering them) until
         it closes; :class:`LogError` if another handle already does, where
         the backend can tell."""
+
+    def damage(self, topic: str, partition: int) -> str | None:
+        """What is wrong with the partition's stored records, if the backend
+        can tell (the embedded log checks every record it indexes); None
+        when nothing is known to be."""
+        return None
 
     @abstractmethod
     def close(self) -> None:

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from ledger import frames
 from ledger.embedded import EmbeddedLog
-from ledger.log import Append, Log, LogError, Record
+from ledger.log import Append, CorruptLog, Log, LogError, Record
 from tests.contracts.log_contract import LogContract, read_all
 
 
@@ -62,16 +63,13 @@ def test_reopen_keeps_topics_and_records(tmp_path: Path) -> None:
         assert log.append("orders", [Append(1, b"k", b"more")]) == [10]
 
 
-@pytest.mark.parametrize(
-    "damage",
-    ["cut_in_value", "cut_in_header", "flip_last_byte", "zero_tail", "garbage_tail"],
-)
-def test_torn_tail_is_dropped_on_reopen(tmp_path: Path, damage: str) -> None:
+def _damage_last_record(tmp_path: Path, damage: str) -> Path:
+    """Ten records of topic ``t``, the last one or what follows it damaged."""
     with closing(EmbeddedLog(tmp_path)) as log:
         _fill(log, "t", 1, 10)
     path = tmp_path / "log" / "t" / "p0.log"
     data = path.read_bytes()
-    last_record = len(data) - (12 + len(b"k9") + len(b"value-9"))
+    last_record = len(data) - (frames.header_size(2) + len(b"k9") + len(b"value-9"))
     if damage == "cut_in_value":
         data = data[:-3]
     elif damage == "cut_in_header":
@@ -83,13 +81,35 @@ def test_torn_tail_is_dropped_on_reopen(tmp_path: Path, damage: str) -> None:
     else:
         data = data + os.urandom(100)
     path.write_bytes(data)
-    expected = 10 if damage in ("zero_tail", "garbage_tail") else 9
+    return path
+
+
+@pytest.mark.parametrize("damage", ["cut_in_value", "cut_in_header", "zero_tail"])
+def test_a_torn_tail_is_cut_by_the_next_append(tmp_path: Path, damage: str) -> None:
+    _damage_last_record(tmp_path, damage)
+    expected = 10 if damage == "zero_tail" else 9
     with closing(EmbeddedLog(tmp_path)) as log:
         records = log.read("t", 0, 0, 100)
         assert [r.value for r in records] == [f"value-{i}".encode() for i in range(expected)]
         assert log.append("t", [Append(0, b"k", b"after")]) == [expected]
     with closing(EmbeddedLog(tmp_path)) as log:
         assert log.read("t", 0, expected, 10)[0].value == b"after"
+
+
+@pytest.mark.parametrize("damage", ["flip_last_byte", "garbage_tail"])
+def test_a_damaged_last_record_is_refused_not_cut(tmp_path: Path, damage: str) -> None:
+    path = _damage_last_record(tmp_path, damage)
+    before = path.read_bytes()
+    readable = 9 if damage == "flip_last_byte" else 10
+    with closing(EmbeddedLog(tmp_path)) as log:
+        records = log.read("t", 0, 0, 100)
+        assert [r.value for r in records] == [f"value-{i}".encode() for i in range(readable)]
+        with pytest.raises(CorruptLog, match=f"record {readable} at byte"):
+            log.read("t", 0, readable, 10)
+        with pytest.raises(CorruptLog, match=r"p0\.log"):
+            log.append("t", [Append(0, b"k", b"after")])
+        assert log.damage("t", 0) is not None
+    assert path.read_bytes() == before
 
 
 def test_one_batch_costs_one_fsync_per_touched_partition(tmp_path: Path) -> None:

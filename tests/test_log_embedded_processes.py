@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from ledger import frames
 from ledger.embedded import EmbeddedLog
 from ledger.log import Append, Record
 from tests.contracts.log_contract import read_all
@@ -117,11 +118,18 @@ def test_a_record_is_visible_to_other_handles_only_once_it_is_durable(tmp_path: 
 def test_what_a_dead_appender_left_half_written_is_cut_by_the_next_append(
     tmp_path: Path,
 ) -> None:
+    # what the dead appender was writing: the same second record, framed and
+    # chained exactly as it would have been, of which only half got out
+    with closing(EmbeddedLog(tmp_path / "model")) as model:
+        model.create_topic("t", 1)
+        model.append("t", [Append(0, b"k", b"whole"), Append(0, b"k", b"x" * 64)])
+    framed = (tmp_path / "model" / "log" / "t" / "p0.log").read_bytes()
+    second = framed[len(framed) - (frames.header_size(2) + 65) :]
     with closing(EmbeddedLog(tmp_path)) as writer, closing(EmbeddedLog(tmp_path)) as reader:
         writer.create_topic("t", 1)
         writer.append("t", [Append(0, b"k", b"whole")])
         with open(tmp_path / "log" / "t" / "p0.log", "ab") as file:
-            file.write(b"\x40\x00\x00\x00half a record")  # a header promising 64 bytes
+            file.write(second[:30])
         assert [r.value for r in reader.read("t", 0, 0, 10)] == [b"whole"]
         assert reader.end_offset("t", 0) == 1
         assert reader.append("t", [Append(0, b"k", b"next")]) == [1]
