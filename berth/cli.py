@@ -25,6 +25,7 @@ from berth.app import DEFAULT_DATA_DIR, DEFAULT_PARTITIONS, App, Settings, tune_
 from berth.client import DEFAULT_MAX_SKEW_MS
 from berth.replay import default_jobs
 from consumers.partition_writer import catch_up_all, step_all
+from ledger.log import LogError
 from projections.view.ownership import OwnershipLost
 from schemas.events import DEFAULT_LEASE_MS, MAX_LEASE_MS, PoolKind, ProviderStateName
 from schemas.outcomes import Kind
@@ -363,6 +364,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--rounds", type=int, default=None, help="with --every-s: stop after N rounds"
     )
     balance.add_argument("--json", action="store_true", help="one JSON object per plan")
+
     return parser
 
 
@@ -375,11 +377,18 @@ def _settings(args: argparse.Namespace) -> Settings:
     )
 
 
-def _progress(total: int | None, desc: str, enabled: bool = True) -> tqdm[Never]:
+def _progress(total: int | None, desc: str, enabled: bool = True, unit: str = "rec") -> tqdm[Never]:
     # no monitor thread: the bars are updated often, and a replay forks its
     # workers only from a process with one thread
     tqdm.monitor_interval = 0
-    return tqdm(total=total, desc=desc, unit="rec", disable=not enabled, file=sys.stderr)
+    return tqdm(
+        total=total,
+        desc=desc,
+        unit=unit,
+        unit_scale=unit == "B",
+        disable=not enabled,
+        file=sys.stderr,
+    )
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -427,7 +436,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from berth.replay import replay
+    from berth.replay import ReplayStopped, replay
 
     settings = _settings(args)
     tune_gc()
@@ -452,6 +461,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
         except ValueError as error:
             print(f"berth: {error}", file=sys.stderr)
             return 2
+        except ReplayStopped as stopped:
+            print(f"berth: replay stopped, the view left as it was: {stopped}", file=sys.stderr)
+            return 1
     elapsed = time.perf_counter() - started
     print(
         json.dumps(
@@ -752,7 +764,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
                 continue
             try:
                 placed = publisher.publish([json.loads(line)])
-            except (json.JSONDecodeError, EventDecodeError, PublishError) as error:
+            except (json.JSONDecodeError, EventDecodeError, PublishError, LogError) as error:
                 print(f"line {number}: {error}", file=sys.stderr)
                 failures += 1
                 continue
@@ -801,6 +813,13 @@ def cmd_status(args: argparse.Namespace) -> int:
         except DBAPIError as error:
             return _no_view(error)
     print(json.dumps(status.to_dict()) if args.json else render(status))
+    if status.damaged or status.ahead:
+        print(
+            "berth: the log cannot be trusted as it is: berth log verify says what is "
+            "wrong; docs/recovery.md says how to recover",
+            file=sys.stderr,
+        )
+        return 1
     if args.max_behind is not None and status.behind > args.max_behind:
         print(
             f"berth: a partition's view is {status.behind:,} records behind its log "

@@ -147,6 +147,7 @@ class LedgerCollector(Collector):
         up.add_metric([], 1)
         yield up
         yield from _progress(status)
+        yield _damaged(status)
         if status.totals is not None:
             yield from _totals(status)
             yield from _queue(depth)
@@ -223,6 +224,18 @@ def _progress(status: Status) -> Iterator[Metric]:
         if p.clock_ms is not None:
             clock.add_metric(key, p.clock_ms / 1000)
     yield from (end, applied, behind, clock, dead)
+
+
+def _damaged(status: Status) -> Metric:
+    damaged = GaugeMetricFamily(
+        "berth_log_partition_damaged",
+        "1 for a partition that holds a damaged record: it refuses appends and "
+        "reads past it until restored or truncated (berth log verify names it)",
+        labels=["topic", "partition"],
+    )
+    for d in status.damaged:
+        damaged.add_metric([d.topic, str(d.partition)], 1)
+    return damaged
 
 
 def _totals(status: Status) -> Iterator[Metric]:

@@ -21,8 +21,8 @@ from typing import Any
 from sqlalchemy import Engine, func, select
 
 from berth.app import App, Settings, open_log, tune_gc
-from consumers.partition_writer import PartitionWriter
-from ledger.log import Log
+from consumers.partition_writer import PartitionHalted, PartitionWriter
+from ledger.log import CorruptLog, Log
 from projections.view.engine import make_engine
 from projections.view.tables import partition_offsets
 from projections.view.writer import ViewWriter
@@ -44,6 +44,11 @@ class Divergence:
         )
 
 
+class ReplayStopped(Exception):
+    """A replay met a record it cannot read: it says which and why, and
+    leaves the view in place."""
+
+
 @dataclass(frozen=True, slots=True)
 class ReplayResult:
     records: int
@@ -55,7 +60,7 @@ class ReplayResult:
     view_url: str
 
 
-def _recorded(log: Log, topic: str, partition: int) -> Iterator[Outcome]:
+def recorded_outcomes(log: Log, topic: str, partition: int) -> Iterator[Outcome]:
     """The outcomes topic of one partition, without the republished duplicates a
     writer that crashed before its view commit leaves behind."""
     offset = 0
@@ -146,7 +151,7 @@ def _replay_partitions(
                 publish=False,
                 until=ends[partition] if ends else None,
             )
-            recorded = _recorded(log, target.topics.outcomes, partition)
+            recorded = recorded_outcomes(log, target.topics.outcomes, partition)
             if ends:
                 recorded = _before(recorded, ends[partition])
             checking = verify
@@ -177,6 +182,8 @@ def _replay_partitions(
                 if extra is not None:
                     divergence = Divergence(partition, extra.offset, extra, None)
         view.flush()
+    except (PartitionHalted, CorruptLog) as damaged:
+        raise ReplayStopped(str(damaged)) from damaged
     finally:
         if collecting:
             gc.enable()
@@ -206,6 +213,9 @@ def _worker(
             lambda n: reports.put(("sized", n)),
             until_ms,
         )
+    except ReplayStopped as stopped:
+        reports.put(("stopped", str(stopped)))
+        return
     except BaseException as error:
         reports.put(("error", f"{type(error).__name__}: {error}"))
         raise
@@ -277,6 +287,8 @@ def _in_processes(
                 if core_idle is not None and 0 < running < (os.cpu_count() or 1):
                     core_idle()
                     core_idle = None
+            elif kind == "stopped":
+                raise ReplayStopped(value)
             else:
                 raise RuntimeError(f"replay process failed: {value}")
     finally:

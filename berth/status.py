@@ -4,14 +4,14 @@ the view; nothing here writes."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import Connection, Engine, func, select
 
 from consumers.topics import Topics
-from ledger.log import Log
+from ledger.log import Log, UnknownTopic
 from projections.view.loader import committed_offsets
 from projections.view.tables import (
     dead_letters,
@@ -76,19 +76,40 @@ class Totals:
 
 
 @dataclass(frozen=True, slots=True)
+class DamagedPartition:
+    """A partition of a topic that refuses appends and reads past a damaged
+    record (see ``berth log verify``)."""
+
+    topic: str
+    partition: int
+    damage: str
+
+
+@dataclass(frozen=True, slots=True)
 class Status:
     partitions: list[PartitionStatus]
     totals: Totals | None
+    damaged: list[DamagedPartition] = field(default_factory=list)
+    """Every partition, of every topic, the log knows to be damaged."""
 
     @property
     def behind(self) -> int:
         """The most records any partition's view is behind its log."""
         return max((p.behind for p in self.partitions), default=0)
 
+    @property
+    def ahead(self) -> list[int]:
+        """Partitions whose view has applied more records than their log
+        holds: the log lost records, or the view is another log's. Their
+        writers will not start."""
+        return [p.partition for p in self.partitions if p.behind < 0]
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "partitions": [{**asdict(p), "behind": p.behind} for p in self.partitions],
             "behind": self.behind,
+            "view_ahead_of_log": self.ahead,
+            "damaged": [asdict(d) for d in self.damaged],
             **(self.totals.to_dict() if self.totals is not None else {}),
         }
 
@@ -149,7 +170,22 @@ def read_status(
         )
         for p in range(partitions)
     ]
-    return Status(progress, summed)
+    return Status(progress, summed, damaged_partitions(log, topics))
+
+
+def damaged_partitions(log: Log, topics: Topics) -> list[DamagedPartition]:
+    """What the log knows to be damaged, topic by topic."""
+    found = []
+    for topic in (getattr(topics, name) for name in topics.__slots__):
+        try:
+            count = log.partition_count(topic)
+        except UnknownTopic:
+            continue
+        for partition in range(count):
+            damage = log.damage(topic, partition)
+            if damage is not None:
+                found.append(DamagedPartition(topic, partition, damage))
+    return found
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,6 +233,14 @@ def render(status: Status) -> str:
         f"{p.dead_letters:>12,}  {_clock(p.clock_ms)}"
         for p in status.partitions
     ]
+    for p in status.partitions:
+        if p.behind < 0:
+            lines.append(
+                f"VIEW AHEAD OF LOG partition {p.partition}: the view has applied "
+                f"{p.applied:,} records, the log holds {p.log_end:,}; its writer will not start"
+            )
+    for damaged in status.damaged:
+        lines.append(f"DAMAGED {damaged.topic} partition {damaged.partition}: {damaged.damage}")
     totals = status.totals
     if totals is None:
         return "\n".join(lines)

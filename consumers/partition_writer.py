@@ -4,6 +4,11 @@ It decides nothing itself: :func:`projections.projector.apply` does. Outcomes
 are published before the view commits, so a crash in between republishes them
 on restart (at-least-once on the outcomes topic, identified by partition,
 offset and seq) while the view applies every record exactly once.
+
+A writer stops, and says why, rather than decide on a log it cannot trust: a
+view that has applied more records than the log holds (the log lost records,
+or the view belongs to another log), or a partition damaged where it would
+read next. Writers of other partitions go on.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import logging
 from collections.abc import Iterable
 
 from consumers.topics import DEFAULT_TOPICS, Topics
-from ledger.log import Append, Log
+from ledger.log import Append, CorruptLog, Log, LogError
 from projections.batch import Batch, decide
 from projections.state import PartitionState
 from projections.view.loader import load_state
@@ -36,8 +41,13 @@ def dead_letter_value(partition: int, offset: int, reason: str, value: bytes) ->
     ).encode()
 
 
+class PartitionHalted(LogError):
+    """A writer that will not decide its partition until an operator acts."""
+
+
 class PartitionWriter:
-    """Owns one partition of the events topic."""
+    """Owns one partition of the events topic. ``halted`` says why it
+    stopped, if it has: each ``step`` then raises :class:`PartitionHalted`."""
 
     def __init__(
         self,
@@ -64,16 +74,41 @@ class PartitionWriter:
         # records below next_offset are in the view; the state matches it
         self.state.touched.clear()
         self.state.reshaped.clear()
+        self.halted: str | None = self._ahead_of_log()
+        if self.halted is not None:
+            log.error("partition %d will not start: %s", partition, self.halted)
+
+    def _ahead_of_log(self) -> str | None:
+        """Why the view cannot be continued from this log, if it cannot."""
+        topic = self.topics.events
+        end = self.log.end_offset(topic, self.partition)
+        if self.next_offset <= end:
+            return None
+        damage = self.log.damage(topic, self.partition)
+        if damage is not None:
+            return f"the view has applied {self.next_offset} records, past the damage: {damage}"
+        return (
+            f"partition {self.partition} of {topic!r}: the view has applied "
+            f"{self.next_offset} records but the log holds {end}. The log lost records "
+            "(restore the data directory from a backup) or the view belongs to another "
+            "log (check --db and the log's address); nothing is decided until one is fixed"
+        )
 
     def step(self) -> Batch | None:
         """Apply and commit the next batch of records; None at the end of the log."""
+        if self.halted is not None:
+            raise PartitionHalted(self.halted)
         topic = self.topics.events
         wanted = self.batch_size
         if self.until is not None:
             wanted = min(wanted, self.until - self.next_offset)
             if wanted <= 0:
                 return None
-        records = self.log.read(topic, self.partition, self.next_offset, wanted)
+        try:
+            records = self.log.read(topic, self.partition, self.next_offset, wanted)
+        except CorruptLog as damaged:
+            self.halted = damaged.damage
+            raise PartitionHalted(self.halted) from damaged
         if not records:
             return None
         state: PartitionState = self.state
@@ -120,13 +155,26 @@ class PartitionWriter:
 
 def step_all(writers: Iterable[PartitionWriter]) -> bool:
     """One batch from every writer that has records waiting; whether any had.
-    Every writer gets its turn each round, so no partition waits on another."""
+    Every writer gets its turn each round, so no partition waits on another,
+    nor on one that has halted (said once, in the log)."""
     busy = False
     for writer in writers:
-        busy = writer.step() is not None or busy
+        if writer.halted is None:
+            try:
+                busy = writer.step() is not None or busy
+            except PartitionHalted as halted:
+                log.error("partition %d stopped: %s", writer.partition, halted)
     return busy
 
 
 def catch_up_all(writers: Iterable[PartitionWriter]) -> int:
-    """Every writer up to its partition's current end; how many records that took."""
-    return sum(writer.catch_up() for writer in writers)
+    """Every writer that has not halted up to its partition's current end;
+    how many records that took."""
+    total = 0
+    for writer in writers:
+        if writer.halted is None:
+            try:
+                total += writer.catch_up()
+            except PartitionHalted as halted:
+                log.error("partition %d stopped: %s", writer.partition, halted)
+    return total

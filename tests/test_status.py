@@ -83,7 +83,12 @@ def test_status_shows_what_the_writers_have_not_applied_yet(
 
     code, out, _ = cli("status", *backend, "--lag", "--json")
     assert code == 0
-    assert json.loads(out) == {"partitions": after["partitions"], "behind": 0}
+    assert json.loads(out) == {
+        "partitions": after["partitions"],
+        "behind": 0,
+        "view_ahead_of_log": [],
+        "damaged": [],
+    }
     code, out, _ = cli("status", *backend, "--lag")
     assert len(out.splitlines()) == 3 and "VCPU" not in out  # the header, two partitions
 
