@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from consumers.partition_writer import PartitionWriter
-from consumers.topics import DEFAULT_TOPICS, Topics
 from ledger.log import Log, UnknownTopic
+from ledger.topics import DEFAULT_TOPICS, Topics
 from projections.view.engine import make_engine, sqlite_url
 from projections.view.migrate import upgrade
 from projections.view.ownership import ViewOwnership

@@ -1,193 +1,33 @@
-"""The publishing edge: validate, check the producer clock, route, append.
-
-Everything refused here never reaches the log: the error says what to fix.
+"""The client's side of the log: publish events and requests (the
+publishing edge, :mod:`ledger.publisher`, re-exported here for the CLI, the
+API and callers of Berth), then wait for the answers and decisions on them.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import time
-import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
-from consumers.topics import DEFAULT_TOPICS, Topics
-from ledger.log import Append, Log, Tail
-from ledger.partitioner import partition_for
-from schemas.codec import encode_event, validate_event
-from schemas.events import Claim, ClaimSet, ClaimSpec, Event, Tick
+from ledger.log import Log, Tail
+from ledger.publisher import (
+    DEFAULT_MAX_SKEW_MS,
+    Publisher,
+    PublishError,
+    wall_clock_ms,
+)
+from ledger.topics import DEFAULT_TOPICS, Topics
 from schemas.outcomes import Outcome
-from schemas.requests import BatchRequest, PlacementRequest, request_key
 
-DEFAULT_MAX_SKEW_MS = 5_000
-
-
-class PublishError(ValueError):
-    """An event refused at the edge; nothing was appended."""
-
-
-def wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-@functools.cache
-def partition_keys(partitions: int) -> tuple[str, ...]:
-    """One partition key per partition that hashes to it (``partition-0``,
-    ``partition-1``, ... searched in order, so every edge picks the same ones).
-
-    An event the edge appends to every partition on purpose (a consumer's
-    release) still lives in its key's partition, as every other event does.
-    """
-    keys: dict[int, str] = {}
-    n = 0
-    while len(keys) < partitions:
-        key = f"partition-{n}"
-        keys.setdefault(partition_for(key.encode(), partitions), key)
-        n += 1
-    return tuple(keys[p] for p in range(partitions))
-
-
-class Publisher:
-    """Appends events to the events topic, each in its key's partition."""
-
-    def __init__(
-        self,
-        log: Log,
-        topics: Topics = DEFAULT_TOPICS,
-        clock_ms: Callable[[], int] = wall_clock_ms,
-        max_skew_ms: int = DEFAULT_MAX_SKEW_MS,
-    ) -> None:
-        self.log = log
-        self.topics = topics
-        self.clock_ms = clock_ms
-        self.max_skew_ms = max_skew_ms
-        self.partitions = log.partition_count(topics.events)
-
-    def partition_of(self, key: str) -> int:
-        return partition_for(key.encode(), self.partitions)
-
-    def route(self, event: Event) -> int:
-        """The partition an event belongs in. Whatever a claim, or any member of
-        a claim set, names (providers, identifier pools) must live there too: the
-        partition's writer decides alone, so it can only give out what it owns."""
-        partition = self.partition_of(event.partition_key)
-        if isinstance(event, Claim):
-            self._refuse_elsewhere(event, f"claim {event.reservation_id}", event, partition)
-        elif isinstance(event, ClaimSet):
-            for member in event.claims:
-                what = f"claim_set {event.event_id}: claim {member.reservation_id}"
-                self._refuse_elsewhere(member, what, event, partition)
-        return partition
-
-    def _refuse_elsewhere(self, spec: ClaimSpec, what: str, event: Event, partition: int) -> None:
-        named = [("provider", item.provider_id) for item in spec.items]
-        named += [("pool", item.pool_id) for item in spec.identifiers]
-        for noun, name in named:
-            home = self.partition_of(name)
-            if home != partition:
-                raise PublishError(
-                    f"{what}: {noun} {name} is in partition {home}, partition_key "
-                    f"{event.partition_key!r} in {partition}; a claim spanning partitions "
-                    "is a transaction (one claim_set per partition)"
-                )
-
-    def publish(self, events: Sequence[Event | Mapping[str, Any]]) -> list[tuple[int, int]]:
-        """Validate and append ``events`` durably; their (partition, offset)s, in order."""
-        now = self.clock_ms()
-        appends = []
-        for raw in events:
-            event = raw if not isinstance(raw, Mapping) else validate_event(dict(raw))
-            if event.ts_ms > now + self.max_skew_ms:
-                raise PublishError(
-                    f"event {event.event_id}: ts_ms {event.ts_ms} is "
-                    f"{event.ts_ms - now} ms ahead of this edge's clock "
-                    f"(at most {self.max_skew_ms} allowed); fix the producer's clock"
-                )
-            partition = self.route(event)
-            appends.append(Append(partition, event.partition_key.encode(), encode_event(event)))
-        offsets = self.log.append(self.topics.events, appends)
-        return [(a.partition, offset) for a, offset in zip(appends, offsets, strict=True)]
-
-    def submit(self, requests: Sequence[PlacementRequest | BatchRequest]) -> list[tuple[int, int]]:
-        """Append placement requests and batches for the scheduler workers, keyed by id."""
-        appends = []
-        for r in requests:
-            key = request_key(r)
-            if isinstance(r, BatchRequest):
-                # the type tag is a default, but the worker tells batches by it
-                data = {**r.model_dump(mode="json", exclude_defaults=True), "type": r.type}
-                value = json.dumps(data, separators=(",", ":"))
-            else:
-                value = r.model_dump_json(exclude_defaults=True)
-            appends.append(Append(self.partition_of(key), key.encode(), value.encode()))
-        offsets = self.log.append(self.topics.requests, appends)
-        return [(a.partition, offset) for a, offset in zip(appends, offsets, strict=True)]
-
-    def tick(self, partitions: Sequence[int] | None = None) -> None:
-        """Append a tick with the edge's clock to each partition (all by default),
-        so quiet partitions expire their overdue holds."""
-        now = self.clock_ms()
-        targets = range(self.partitions) if partitions is None else partitions
-        keys = partition_keys(self.partitions)
-        appends = []
-        for partition in targets:
-            key = keys[partition]
-            tick = Tick(event_id=f"tick-{uuid.uuid4()}", ts_ms=now, partition_key=key)
-            appends.append(Append(partition, key.encode(), encode_event(tick)))
-        self.log.append(self.topics.events, appends)
-
-    def release_consumer(self, consumer_id: str) -> list[tuple[int, int]]:
-        """Release everything ``consumer_id`` holds, in every partition, in one
-        append (deleting an instance): a release_consumer per partition, each
-        keyed so that it hashes to its partition. Where the consumer holds
-        nothing the writer records a no-op. Returns the (partition, offset)s."""
-        now = self.clock_ms()
-        request = f"release-consumer-{uuid.uuid4()}"
-        appends = []
-        for partition, key in enumerate(partition_keys(self.partitions)):
-            event = validate_event(
-                {
-                    "type": "release_consumer",
-                    "event_id": f"{request}-{partition}",
-                    "ts_ms": now,
-                    "partition_key": key,
-                    "consumer_id": consumer_id,
-                    # one id for the whole deletion, to find its records again
-                    "correlation_id": request,
-                }
-            )
-            appends.append(Append(partition, key.encode(), encode_event(event)))
-        offsets = self.log.append(self.topics.events, appends)
-        return [(a.partition, offset) for a, offset in zip(appends, offsets, strict=True)]
-
-    def define_pool(
-        self,
-        pool_id: str,
-        kind: str,
-        *,
-        cidr: str | None = None,
-        first: int | None = None,
-        last: int | None = None,
-        members: Sequence[str] = (),
-        excluded: Sequence[str] = (),
-    ) -> tuple[int, int]:
-        """Define (or redefine, while none of it is taken) a pool of identifiers
-        in its key's partition; :class:`EventDecodeError` says what is wrong
-        with a definition. Returns its (partition, offset)."""
-        data: dict[str, Any] = {
-            "type": "pool_defined",
-            "event_id": f"pool-{uuid.uuid4()}",
-            "ts_ms": self.clock_ms(),
-            "partition_key": pool_id,
-            "pool_id": pool_id,
-            "kind": kind,
-            "members": list(members),
-            "excluded": list(excluded),
-        }
-        optional = {"cidr": cidr, "first": first, "last": last}
-        data.update({name: value for name, value in optional.items() if value is not None})
-        return self.publish([data])[0]
+__all__ = [
+    "DEFAULT_MAX_SKEW_MS",
+    "Answers",
+    "Decisions",
+    "PublishError",
+    "Publisher",
+    "wall_clock_ms",
+]
 
 
 def _wait_for(

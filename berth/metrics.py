@@ -27,8 +27,8 @@ from berth.status import Status, read_status
 from consumers.batches import shape_key
 from consumers.queue_projector import read_depth
 from consumers.snapshot_source import LiveSnapshot
-from consumers.topics import Topics
 from ledger.log import Log, Tail
+from ledger.topics import Topics
 from placement.config import SchedulerConfig
 from placement.engine import Engine as PlacementEngine
 from placement.headroom import Headroom, headroom

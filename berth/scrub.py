@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from berth.app import Settings
-from consumers.topics import Topics
 from ledger import frames
 from ledger.embedded import EmbeddedLog, FileCheck
 from ledger.log import CorruptLog, LogError
+from ledger.topics import Topics
 from projections.batch import decide
 from projections.state import PartitionState
 from projections.view.engine import make_engine

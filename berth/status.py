@@ -10,8 +10,8 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, func, select
 
-from consumers.topics import Topics
 from ledger.log import Log, UnknownTopic
+from ledger.topics import Topics
 from projections.view.loader import committed_offsets
 from projections.view.tables import (
     dead_letters,

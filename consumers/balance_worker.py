@@ -28,11 +28,11 @@ from dataclasses import dataclass
 
 from sqlalchemy import Engine
 
-from berth.client import Publisher
 from consumers.periodic import run_every
 from consumers.snapshot_source import balance_inputs
 from ledger.log import Append
 from ledger.partitioner import partition_for
+from ledger.publisher import Publisher
 from placement.balance import Move, Plan
 from placement.config import SchedulerConfig
 from projections.view.loader import committed_offsets

@@ -29,11 +29,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from berth.client import Publisher
 from consumers.scheduler import OutcomeFollower
-from consumers.topics import Topics
 from ledger.log import Append, Log
 from ledger.partitioner import partition_for
+from ledger.publisher import Publisher
+from ledger.topics import Topics
 from schemas.events import ClaimSet, ClaimSpec, Release, TransactionDecision, TransactionRef
 from schemas.outcomes import Kind, Outcome, Reason
 

@@ -18,8 +18,8 @@ import json
 import logging
 from collections.abc import Iterable
 
-from consumers.topics import DEFAULT_TOPICS, Topics
 from ledger.log import Append, CorruptLog, Log, LogError
+from ledger.topics import DEFAULT_TOPICS, Topics
 from projections.batch import Batch, decide
 from projections.state import PartitionState
 from projections.view.loader import load_state

@@ -8,8 +8,8 @@ import json
 
 from sqlalchemy import Connection, Engine, delete, insert, select, update
 
-from consumers.topics import Topics
 from ledger.log import Log
+from ledger.topics import Topics
 from projections.queue_depth import QueueDepth, Waiting
 from projections.view.tables import queue_depth, queue_offsets, queued_batches
 

@@ -22,8 +22,8 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from berth.client import Publisher
 from consumers.periodic import run_every
+from ledger.publisher import Publisher
 
 
 class Reaper:

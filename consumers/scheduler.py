@@ -18,8 +18,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from berth.client import Publisher
 from ledger.log import Log
+from ledger.publisher import Publisher
 from placement.engine import Engine, demand_row
 from placement.model import Hints, IntArray, Request, Snapshot, TagRules
 from schemas.events import Claim, ClaimItem, Release

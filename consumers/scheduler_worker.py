@@ -17,8 +17,8 @@ from pydantic import ValidationError
 
 from consumers.batches import BatchResult, BatchScheduler
 from consumers.scheduler import Scheduled, Scheduler
-from consumers.topics import Topics
 from ledger.log import Append, Log
+from ledger.topics import Topics
 from schemas.requests import BatchRequest, PlacementRequest
 
 log = logging.getLogger(__name__)

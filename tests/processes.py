@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
-from consumers.topics import DEFAULT_TOPICS
+from ledger.topics import DEFAULT_TOPICS
 from tests.polling import wait_for
 
 

@@ -18,9 +18,9 @@ from berth.client import Publisher
 from consumers.balance_worker import BalanceWorker
 from consumers.partition_writer import PartitionWriter, catch_up_all
 from consumers.snapshot_source import balance_inputs
-from consumers.topics import DEFAULT_TOPICS
 from ledger.embedded import EmbeddedLog
 from ledger.log import Append
+from ledger.topics import DEFAULT_TOPICS
 from placement.config import SchedulerConfig
 from projections.view.engine import make_engine
 from projections.view.migrate import upgrade

@@ -12,9 +12,9 @@ import pytest
 
 from berth.app import App, Settings
 from berth.cli import main
-from consumers.topics import DEFAULT_TOPICS
 from ledger.embedded import EmbeddedLog
 from ledger.log import LogError
+from ledger.topics import DEFAULT_TOPICS
 from placement.config import SchedulerConfig
 from tests.builders import provider
 from tests.contracts.log_contract import read_all

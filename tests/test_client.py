@@ -11,10 +11,10 @@ import pytest
 from berth.app import App, Settings
 from berth.client import Publisher, PublishError
 from consumers.partition_writer import PartitionWriter
-from consumers.topics import DEFAULT_TOPICS
 from ledger.embedded import EmbeddedLog
 from ledger.log import Append, Log
 from ledger.partitioner import partition_for
+from ledger.topics import DEFAULT_TOPICS
 from schemas.codec import EventDecodeError, decode_event
 from schemas.events import (
     Claim,

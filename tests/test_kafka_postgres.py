@@ -17,8 +17,8 @@ from berth.metrics import LedgerCollector, registry_for
 from berth.replay import replay
 from berth.status import read_status
 from consumers.partition_writer import catch_up_all
-from consumers.topics import Topics
 from ledger.log import OwnedElsewhere
+from ledger.topics import Topics
 from projections.view.tables import inventories, reservations
 from schemas.outcomes import Kind, Outcome
 from tests.builders import claim, consume, provider, release

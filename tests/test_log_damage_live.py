@@ -16,8 +16,8 @@ from berth.client import Publisher
 from berth.metrics import LedgerCollector, registry_for
 from berth.status import read_status
 from consumers.partition_writer import PartitionHalted, catch_up_all, step_all
-from consumers.topics import Topics
 from ledger.log import CorruptLog
+from ledger.topics import Topics
 from schemas.outcomes import Kind
 from tests.builders import claim, provider, set_state
 from tests.conftest import Cli

@@ -8,9 +8,9 @@ from sqlalchemy import Engine
 
 from consumers.partition_writer import PartitionWriter, catch_up_all
 from consumers.snapshot_source import snapshot_from_view
-from consumers.topics import DEFAULT_TOPICS
 from ledger.embedded import EmbeddedLog
 from ledger.log import Append
+from ledger.topics import DEFAULT_TOPICS
 from placement.model import RESOURCE_ARRAYS
 from projections.view.engine import make_engine
 from projections.view.migrate import upgrade

@@ -9,9 +9,9 @@ import pytest
 from sqlalchemy import Engine, Table, func, select
 
 from consumers.partition_writer import PartitionWriter
-from consumers.topics import DEFAULT_TOPICS
 from ledger.embedded import EmbeddedLog
 from ledger.log import Append, Log
+from ledger.topics import DEFAULT_TOPICS
 from projections.batch import Batch
 from projections.holds import named
 from projections.pools import PoolState
