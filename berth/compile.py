@@ -28,6 +28,11 @@ MODULES = (
     "projections.projector",
     "projections.providers",
     "projections.state",
+    "projections.view.outcome_rows",
+    "projections.view.plan",
+    "projections.view.rebuild",
+    "projections.view.reservation_rows",
+    "projections.view.usage_rows",
     "projections.view.writer",
 )
 """What a writer and a replay run per record; every module must be in

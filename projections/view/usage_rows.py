@@ -1,0 +1,197 @@
+"""The view's rows of what claims draw from: providers and their
+inventories (rewritten when reshaped, their usage updated otherwise), and
+identifier pools (rewritten when defined, their counts updated otherwise)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from sqlalchemy import bindparam, delete, update
+
+from projections.batch import Batch
+from projections.state import PartitionState, ProviderState
+from projections.view.plan import Plan, chunks
+from projections.view.tables import inventories, pools, providers
+from schemas.events import PoolDefined
+from schemas.outcomes import Kind
+
+_UPDATE_USAGE = (
+    "UPDATE inventories SET held = ?, consumed = ?, free = ? "
+    "WHERE provider_id = ? AND resource_class = ?"
+)
+_UPDATE_ACTIVE = (
+    "UPDATE providers SET active_reservations = ?, updated_offset = ? WHERE provider_id = ?"
+)
+
+
+def write_providers(
+    plan: Plan, state: PartitionState, offset: int, held: dict[str, int] | None
+) -> None:
+    """Rewrite the providers that changed shape; update usage of the others,
+    or note in ``held`` that it changed in the batch ending at ``offset``."""
+    reshaped = sorted(state.reshaped)
+    used = state.touched - state.reshaped
+    state.reshaped.clear()
+    state.touched.clear()
+    if reshaped:
+        _rewrite_providers(plan, state, reshaped, offset)
+    if held is None:
+        write_usage(plan, state, [(pid, offset) for pid in sorted(used)])
+        return
+    for pid in reshaped:
+        held.pop(pid, None)  # rewritten as it is now
+    for pid in used:
+        held[pid] = offset
+
+
+def write_usage(plan: Plan, state: PartitionState, changed: list[tuple[str, int]]) -> None:
+    """Update the usage of providers, each with the offset of the batch that
+    changed it last."""
+    usage: list[tuple[Any, ...]] = []
+    active: list[tuple[Any, ...]] = []
+    for pid, offset in changed:
+        provider = state.providers.get(pid)
+        if provider is None:
+            continue
+        layout = provider.layout
+        held, consumed = provider.held, provider.consumed
+        for i, rc in enumerate(layout.classes):
+            free = layout.limits[i].capacity - held[i] - consumed[i]
+            usage.append((held[i], consumed[i], free, pid, rc))
+        active.append((provider.active, offset, pid))
+    plan.bulk(_UPDATE_USAGE, usage)
+    plan.bulk(_UPDATE_ACTIVE, active)
+
+
+_INSERT_PROVIDER = (
+    'INSERT INTO providers (provider_id, "partition", name, state, traits, aggregates, '
+    "active_reservations, updated_offset) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_INSERT_INVENTORY = (
+    'INSERT INTO inventories (provider_id, resource_class, "partition", total, reserved, '
+    "min_unit, max_unit, step_size, allocation_ratio, capacity, held, consumed, free) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+# SQLAlchemy's JSON type writes json.dumps' default form: rows written here
+# read back the same as rows it wrote
+_json_column = json.dumps
+
+
+def _rewrite_providers(plan: Plan, state: PartitionState, reshaped: list[str], offset: int) -> None:
+    for chunk in chunks(reshaped, 500):
+        plan.execute(delete(inventories).where(inventories.c.provider_id.in_(chunk)))
+        plan.execute(delete(providers).where(providers.c.provider_id.in_(chunk)))
+    present = [state.providers[pid] for pid in reshaped if pid in state.providers]
+    partition = state.partition
+    plan.bulk(_INSERT_PROVIDER, [_provider_row(p, partition, offset) for p in present])
+    plan.bulk(
+        _INSERT_INVENTORY,
+        [row for p in present for row in _inventory_rows(p, partition)],
+    )
+
+
+def _provider_row(provider: ProviderState, partition: int, offset: int) -> tuple[Any, ...]:
+    return (
+        provider.provider_id,
+        partition,
+        provider.name,
+        provider.state,
+        _json_column(sorted(provider.traits)),
+        _json_column(sorted(provider.aggregates)),
+        provider.active,
+        offset,
+    )
+
+
+def _inventory_rows(provider: ProviderState, partition: int) -> list[tuple[Any, ...]]:
+    layout = provider.layout
+    held, consumed = provider.held, provider.consumed
+    pid = provider.provider_id
+    rows = []
+    for i, rc in enumerate(layout.classes):
+        limits = layout.limits[i]
+        rows.append(
+            (
+                pid,
+                rc,
+                partition,
+                limits.total,
+                limits.reserved,
+                limits.min_unit,
+                limits.max_unit,
+                limits.step_size,
+                limits.allocation_ratio,
+                limits.capacity,
+                held[i],
+                consumed[i],
+                limits.capacity - held[i] - consumed[i],
+            )
+        )
+    return rows
+
+
+def _definition(event: PoolDefined) -> dict[str, Any]:
+    """What :meth:`PoolSpace.of` needs to rebuild the pool."""
+    return {
+        "kind": event.kind,
+        "cidr": event.cidr,
+        "first": event.first,
+        "last": event.last,
+        "members": list(event.members),
+        "excluded": sorted(event.excluded),
+    }
+
+
+def write_pools(plan: Plan, state: PartitionState, batch: Batch) -> None:
+    """Rewrite the pools (re)defined in this batch; update the counts of the others."""
+    if not state.pools_touched:
+        return
+    touched = sorted(state.pools_touched)
+    state.pools_touched.clear()
+    defined: dict[str, PoolDefined] = {}
+    for applied in batch.applied:
+        event = applied.event
+        if type(event) is PoolDefined and applied.outcomes[-1].kind == Kind.APPLIED:
+            defined[event.pool_id] = event  # the last definition of the batch stands
+    if defined:
+        ids = sorted(defined)
+        for chunk in chunks(ids, 500):
+            plan.execute(delete(pools).where(pools.c.pool_id.in_(chunk)))
+        plan.execute(
+            pools.insert(),
+            [
+                {
+                    "pool_id": pid,
+                    "partition": state.partition,
+                    "kind": defined[pid].kind,
+                    "definition": _definition(defined[pid]),
+                    "size": state.pools[pid].space.size,
+                    "taken": state.pools[pid].taken,
+                    "free": state.pools[pid].free.count,
+                    "updated_offset": batch.end,
+                }
+                for pid in ids
+            ],
+        )
+    counts = [
+        {
+            "b_pool_id": pid,
+            "taken": pool.taken,
+            "free": pool.free.count,
+            "updated_offset": batch.end,
+        }
+        for pid in touched
+        if pid not in defined and (pool := state.pools.get(pid)) is not None
+    ]
+    if counts:
+        plan.execute(
+            update(pools)
+            .where(pools.c.pool_id == bindparam("b_pool_id"))
+            .values(
+                taken=bindparam("taken"),
+                free=bindparam("free"),
+                updated_offset=bindparam("updated_offset"),
+            ),
+            counts,
+        )
