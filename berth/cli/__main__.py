@@ -1,0 +1,7 @@
+"""``python -m berth.cli``: the ``berth`` command."""
+
+import sys
+
+from berth.cli import main
+
+sys.exit(main())

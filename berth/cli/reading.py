@@ -1,0 +1,339 @@
+"""The read side: ``berth status``, ``queue``, ``dead-letters``,
+``history``, ``explain``, ``headroom`` and ``metrics``."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import json
+import logging
+import sys
+import threading
+from typing import TYPE_CHECKING
+
+from sqlalchemy.exc import DBAPIError
+
+from berth.app import App
+from berth.cli.common import (
+    Commands,
+    backend_options,
+    no_view,
+    parse_address,
+    settings_from,
+    stop_on_sigterm,
+)
+
+if TYPE_CHECKING:
+    from placement.config import SchedulerConfig
+    from placement.model import Request
+
+
+def add_commands(commands: Commands) -> None:
+    commands.group("read side")
+    status = commands.add(
+        "status",
+        "each partition's log end, what the view applied and its clock; "
+        "capacity and usage; dead letters",
+        cmd_status,
+    )
+    backend_options(status)
+    status.add_argument("--json", action="store_true", help="print one JSON object")
+    status.add_argument(
+        "--lag",
+        action="store_true",
+        help="each partition's progress only, without scanning the view's tables "
+        "(for a frequent health check)",
+    )
+    status.add_argument(
+        "--max-behind",
+        type=int,
+        default=None,
+        help="exit 1 if a partition's view is more than N records behind its log",
+    )
+
+    queue = commands.add(
+        "queue", "queue depth by resource shape: instances and batches waiting", cmd_queue
+    )
+    backend_options(queue)
+    queue.add_argument("--json", action="store_true", help="print one JSON object")
+
+    dead = commands.add(
+        "dead-letters",
+        "the records that did not decode, with the reason for each",
+        cmd_dead_letters,
+    )
+    backend_options(dead)
+    dead.add_argument("--partition", type=int, default=None, help="one partition (all)")
+    dead.add_argument("--limit", type=int, default=20, help="the last N (default 20)")
+    dead.add_argument("--json", action="store_true", help="print one JSON object per line")
+
+    history = commands.add(
+        "history",
+        "every decision about a reservation, consumer, transaction, provider or pool, "
+        "with the record each answered",
+        cmd_history,
+    )
+    backend_options(history)
+    history.add_argument("subject", help="a reservation, consumer, transaction, provider or pool")
+    history.add_argument(
+        "--no-records",
+        action="store_true",
+        help="the view alone: do not read each decision's record from the log",
+    )
+    history.add_argument("--json", action="store_true", help="print it as one JSON object")
+
+    explain = commands.add("explain", "rank providers for a request and say why not", cmd_explain)
+    shape_options(explain)
+    explain.add_argument("--instances", type=int, default=1)
+
+    headroom = commands.add(
+        "headroom", "how many more instances of a shape fit, and where", cmd_headroom
+    )
+    shape_options(headroom)
+
+    metrics = commands.add(
+        "metrics", "serve the log's and the view's state as Prometheus metrics", cmd_metrics
+    )
+    backend_options(metrics)
+    metrics.add_argument(
+        "--listen",
+        default="127.0.0.1:9480",
+        help="HOST:PORT to serve /metrics on (127.0.0.1:9480; port 0 picks a free one)",
+    )
+    metrics.add_argument(
+        "--lag",
+        action="store_true",
+        help="each partition's progress only, without scanning the view's tables",
+    )
+    metrics.add_argument(
+        "--once", action="store_true", help="print the metrics once to stdout and exit"
+    )
+    metrics.add_argument(
+        "--headroom",
+        action="append",
+        default=[],
+        metavar="SHAPE",
+        help="also measure how many more instances of SHAPE (e.g. VCPU=4,MEMORY_MB=8192) "
+        "fit; may be given several times",
+    )
+    metrics.add_argument(
+        "--config", default=None, help="scheduler TOML whose filters measure the headroom"
+    )
+
+
+def shape_options(p: argparse.ArgumentParser) -> None:
+    """A request's shape, for explain and headroom."""
+    backend_options(p)
+    p.add_argument("--resources", required=True, help="e.g. VCPU=4,MEMORY_MB=8192")
+    p.add_argument("--availability-zone", default=None)
+    p.add_argument("--required-trait", action="append", default=[])
+    p.add_argument("--forbidden-trait", action="append", default=[])
+    p.add_argument("--config", default=None, help="scheduler TOML (default: built in)")
+    p.add_argument("--json", action="store_true")
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from berth.status import read_status, render
+
+    with App(settings_from(args), migrate=False) as app:
+        try:
+            status = read_status(
+                app.log,
+                app.engine,
+                app.settings.topics,
+                app.settings.partitions,
+                totals=not args.lag,
+            )
+        except DBAPIError as error:
+            return no_view(error)
+    print(json.dumps(status.to_dict()) if args.json else render(status))
+    if status.damaged or status.ahead:
+        print(
+            "berth: the log cannot be trusted as it is: berth log verify says what is "
+            "wrong; docs/recovery.md says how to recover",
+            file=sys.stderr,
+        )
+        return 1
+    if args.max_behind is not None and status.behind > args.max_behind:
+        print(
+            f"berth: a partition's view is {status.behind:,} records behind its log "
+            f"(more than {args.max_behind:,})",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
+
+
+def cmd_queue(args: argparse.Namespace) -> int:
+    from consumers.queue_projector import QueueProjector, read_depth
+
+    with App(settings_from(args)) as app:
+        QueueProjector(app.log, app.settings.topics, app.engine).catch_up()
+        depth = read_depth(app.engine)
+    if args.json:
+        print(json.dumps(depth, sort_keys=True))
+    elif not depth:
+        print("no batch is waiting")
+    else:
+        for shape, counts in depth.items():
+            print(f"{counts['instances']:>8} instances in {counts['batches']:>5} batches  {shape}")
+    return 0
+
+
+def cmd_dead_letters(args: argparse.Namespace) -> int:
+    from berth.status import read_dead_letters
+
+    with App(settings_from(args), migrate=False) as app:
+        try:
+            rows = read_dead_letters(app.engine, args.limit, args.partition)
+        except DBAPIError as error:
+            return no_view(error)
+    for row in rows:
+        if args.json:
+            print(json.dumps(dataclasses.asdict(row)))
+        else:
+            value = row.value if len(row.value) <= 200 else row.value[:200] + "..."
+            print(f"partition {row.partition} offset {row.offset}: {row.reason}\n  {value}")
+    if not rows and not args.json:
+        print("no dead letters")
+    return 0
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    from berth.history import read_history, render
+
+    with App(settings_from(args), migrate=False) as app:
+        try:
+            found = read_history(
+                app.engine,
+                args.subject,
+                None if args.no_records else app.log,
+                app.settings.topics.events,
+            )
+        except DBAPIError as error:
+            return no_view(error)
+    if not found.found:
+        print(f"berth: the view holds nothing about {args.subject!r}", file=sys.stderr)
+        return 1
+    print(json.dumps(found.to_dict()) if args.json else render(found))
+    return 0
+
+
+def _shape(args: argparse.Namespace, instances: int = 1) -> tuple[SchedulerConfig, Request]:
+    """The scheduler configuration and the request that ``shape_options`` describe
+    (:class:`ConfigError` or :class:`ValueError` when they cannot be read)."""
+    from consumers.batches import parse_shape
+    from placement.config import SchedulerConfig
+    from placement.model import Request
+
+    config = SchedulerConfig.load(args.config) if args.config else SchedulerConfig.default()
+    request = Request(
+        args.command,
+        parse_shape(args.resources),
+        num_instances=instances,
+        availability_zone=args.availability_zone,
+        required_traits=frozenset(args.required_trait),
+        forbidden_traits=frozenset(args.forbidden_trait),
+    )
+    return config, request
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    from consumers.snapshot_source import snapshot_from_view
+    from placement.config import ConfigError
+
+    try:
+        config, request = _shape(args, args.instances)
+    except (ConfigError, ValueError) as error:
+        print(f"berth: {error}", file=sys.stderr)
+        return 2
+    with App(settings_from(args)) as app:
+        placement = config.engine().place(snapshot_from_view(app.engine), request, explain=True)
+    trace = placement.trace
+    story = trace.lines() if trace else []
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "placed": placement.placed,
+                    "providers": list(placement.providers),
+                    "reason": placement.reason,
+                    "counts": dict(trace.counts) if trace else {},
+                    "eliminations": [
+                        {"provider_id": e.provider_id, "filter": e.filter, "reason": e.reason}
+                        for e in (trace.eliminations if trace else ())
+                    ],
+                }
+            )
+        )
+    else:
+        verdict = ", ".join(placement.providers) if placement.placed else placement.reason
+        print("\n".join([f"choice: {verdict}", *story]))
+    return 0 if placement.placed else 1
+
+
+def cmd_headroom(args: argparse.Namespace) -> int:
+    from consumers.batches import shape_key
+    from consumers.snapshot_source import snapshot_from_view
+    from placement.config import ConfigError
+    from placement.headroom import headroom
+
+    try:
+        config, request = _shape(args)
+    except (ConfigError, ValueError) as error:
+        print(f"berth: {error}", file=sys.stderr)
+        return 2
+    with App(settings_from(args)) as app:
+        room = headroom(config.engine(), snapshot_from_view(app.engine), request)
+    if args.json:
+        print(json.dumps(room.to_dict()))
+        return 0
+    shape = shape_key(dict(request.resources))
+    on = len(room.providers)
+    where = f"{on:,} provider{'' if on == 1 else 's'}"
+    print(f"{room.instances:,} more instances of {shape} fit, on {where}")
+    for pid, n in sorted(room.providers.items(), key=lambda item: (-item[1], item[0]))[:10]:
+        print(f"  {pid}: {n:,}")
+    if len(room.providers) > 10:
+        print(f"  ... and {len(room.providers) - 10:,} more providers (--json lists them all)")
+    return 0
+
+
+def cmd_metrics(args: argparse.Namespace) -> int:
+    from prometheus_client import generate_latest
+
+    from berth.metrics import LedgerCollector, registry_for, serve
+    from consumers.batches import parse_shape
+    from placement.config import ConfigError, SchedulerConfig
+    from placement.model import Request
+
+    address = parse_address(args.listen, "--listen wants")
+    if address is None:
+        return 2
+    try:
+        config = SchedulerConfig.load(args.config) if args.config else SchedulerConfig.default()
+        shapes = [Request("headroom", parse_shape(shape)) for shape in args.headroom]
+    except (ConfigError, ValueError) as error:
+        print(f"berth: {error}", file=sys.stderr)
+        return 2
+    stop_on_sigterm()
+    with App(settings_from(args), migrate=False) as app:
+        collector = LedgerCollector(
+            app.log,
+            app.engine,
+            app.settings.topics,
+            app.settings.partitions,
+            not args.lag,
+            shapes,
+            config.engine(),
+        )
+        if args.once:
+            sys.stdout.write(generate_latest(registry_for(collector)).decode())
+            return 0
+        collector.warm()
+        bound_host, bound_port, _ = serve(collector, *address)
+        logging.info("metrics: serving http://%s:%d/metrics", bound_host, bound_port)
+        with contextlib.suppress(KeyboardInterrupt):
+            threading.Event().wait()
+    return 0

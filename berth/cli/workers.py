@@ -1,0 +1,368 @@
+"""``berth serve`` and the workers it combines, each of which may also run
+alone: ``projector`` (the partition writers), ``scheduler``, ``api``,
+``reaper`` and ``balance``."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from berth.app import App, tune_gc
+from berth.cli.common import (
+    Commands,
+    backend_options,
+    parse_address,
+    settings_from,
+    stop_on_sigterm,
+    worker_options,
+)
+from consumers.partition_writer import catch_up_all, step_all
+from projections.view.ownership import OwnershipLost
+from schemas.events import DEFAULT_LEASE_MS, MAX_LEASE_MS
+
+if TYPE_CHECKING:
+    from consumers.balance_worker import MoveClaim
+    from consumers.scheduler_worker import SchedulerWorker
+    from placement.balance import Plan
+
+
+def add_commands(commands: Commands) -> None:
+    commands.group("serve and workers")
+    serve = commands.add(
+        "serve", "run the partition writers and a scheduler worker in one process", cmd_serve
+    )
+    backend_options(serve)
+    serve.add_argument("--config", default=None, help="scheduler TOML (default: built in)")
+    serve.add_argument(
+        "--api",
+        default=None,
+        metavar="HOST:PORT",
+        help="also serve the HTTP API (see berth api) from this process",
+    )
+    serve.add_argument(
+        "--api-token-file", default=None, help="the API's bearer token, read from this file"
+    )
+    worker_options(serve)
+
+    projector = commands.add("projector", "run partition writers until interrupted", cmd_projector)
+    backend_options(projector)
+    projector.add_argument("--owned", default="", help="comma-separated partitions (all)")
+    worker_options(projector)
+
+    scheduler = commands.add(
+        "scheduler",
+        "run a scheduler worker (the writers run elsewhere, e.g. on Kafka)",
+        cmd_scheduler,
+    )
+    backend_options(scheduler)
+    scheduler.add_argument("--config", default=None, help="scheduler TOML (default: built in)")
+    scheduler.add_argument("--owned", default="", help="comma-separated request partitions")
+    worker_options(scheduler)
+
+    api = commands.add(
+        "api",
+        "the HTTP API: publish events and requests, read history, status, headroom",
+        cmd_api,
+    )
+    backend_options(api)
+    api.add_argument(
+        "--listen", default="127.0.0.1:8480", help="HOST:PORT (127.0.0.1:8480; port 0: any free)"
+    )
+    api.add_argument("--config", default=None, help="scheduler TOML whose filters measure headroom")
+    api.add_argument(
+        "--token-file",
+        default=None,
+        help="answer only requests with Authorization: Bearer <the file's content> "
+        "(or set BERTH_API_TOKEN)",
+    )
+
+    reaper = commands.add(
+        "reaper", "tick every partition on a schedule so abandoned holds expire", cmd_reaper
+    )
+    backend_options(reaper)
+    reaper.add_argument(
+        "--interval", type=float, default=1.0, help="seconds between rounds of ticks (1)"
+    )
+    reaper.add_argument(
+        "--rounds", type=int, default=None, help="stop after N rounds (default: when interrupted)"
+    )
+
+    balance = commands.add(
+        "balance", "propose instance moves by the balance policy (oVirt-style)", cmd_balance
+    )
+    backend_options(balance)
+    balance.add_argument("--config", default=None, help="scheduler TOML with a [balance] table")
+    balance.add_argument("--max-moves", type=int, default=None, help="instead of max_moves")
+    balance.add_argument(
+        "--claim",
+        action="store_true",
+        help="also claim each move's destination (a new reservation per move)",
+    )
+    balance.add_argument(
+        "--lease-ms", type=int, default=DEFAULT_LEASE_MS, help="lease of the destination claims"
+    )
+    balance.add_argument(
+        "--every-s",
+        type=float,
+        default=None,
+        help="plan again every S seconds until interrupted (default: once)",
+    )
+    balance.add_argument(
+        "--rounds", type=int, default=None, help="with --every-s: stop after N rounds"
+    )
+    balance.add_argument("--json", action="store_true", help="one JSON object per plan")
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from consumers.queue_projector import QueueProjector
+
+    stop_on_sigterm()
+    settings = settings_from(args)
+    with App(settings) as app:
+        writers = app.writers()
+
+        def pump() -> None:
+            catch_up_all(writers)
+
+        worker = _scheduler_worker(app, args, pump, None)
+        queue = QueueProjector(app.log, app.settings.topics, app.engine)
+        if (
+            args.api is not None
+            and _start_api(app, args.api, args.config, args.api_token_file) is None
+        ):
+            return 2
+        tune_gc()
+        logging.info("serving %d partitions", len(writers))
+
+        def step() -> bool:
+            busy = step_all(writers)
+            busy = bool(worker.step()) or busy
+            return bool(queue.step()) or busy
+
+        return _run(app, args, step)
+
+
+def cmd_projector(args: argparse.Namespace) -> int:
+    stop_on_sigterm()
+    settings = settings_from(args)
+    owned = [int(p) for p in args.owned.split(",")] if args.owned else None
+    with App(settings) as app:
+        writers = app.writers(owned)
+        tune_gc()
+        logging.info("projector: %d partitions owned", len(writers))
+        return _run(app, args, lambda: step_all(writers))
+
+
+def cmd_scheduler(args: argparse.Namespace) -> int:
+    from consumers.queue_projector import QueueProjector
+
+    stop_on_sigterm()
+    owned = [int(p) for p in args.owned.split(",")] if args.owned else None
+    with App(settings_from(args)) as app:
+        worker = _scheduler_worker(app, args, lambda: None, owned)
+        queue = QueueProjector(app.log, app.settings.topics, app.engine)
+        tune_gc()
+        logging.info("scheduler: answering %d request partitions", len(worker.partitions))
+
+        def step() -> bool:
+            answered = bool(worker.step())
+            return bool(queue.step()) or answered
+
+        return _run(app, args, step)
+
+
+def _scheduler_worker(
+    app: App, args: argparse.Namespace, pump: Callable[[], object], owned: list[int] | None
+) -> SchedulerWorker:
+    from placement.config import SchedulerConfig
+
+    config = SchedulerConfig.load(args.config) if args.config else SchedulerConfig.default()
+    return app.scheduler_worker(config, pump, partitions=owned)
+
+
+def _run(app: App, args: argparse.Namespace, step: Callable[[], bool]) -> int:
+    """A worker's loop: ``step`` until interrupted, waiting a little while it
+    finds nothing to do, and every ``--ownership-check-s`` making sure the
+    process still owns its partitions (exit 1 when it does not)."""
+    check_every = args.ownership_check_s
+    next_check = time.monotonic() + check_every
+    try:
+        while True:
+            if not step():
+                time.sleep(args.idle_wait_s)
+            if time.monotonic() >= next_check:
+                app.confirm_ownership()
+                next_check = time.monotonic() + check_every
+    except KeyboardInterrupt:
+        return 0
+    except OwnershipLost as error:
+        print(f"berth: {error}", file=sys.stderr)
+        return 1
+
+
+def cmd_api(args: argparse.Namespace) -> int:
+    stop_on_sigterm()
+    # the API appends and reads; it owns no partition and leaves the schema to migrate
+    with App(settings_from(args), migrate=False) as app:
+        if _start_api(app, args.listen, args.config, args.token_file) is None:
+            return 2
+        with contextlib.suppress(KeyboardInterrupt):
+            threading.Event().wait()
+    return 0
+
+
+def _start_api(
+    app: App, listen: str, config_path: str | None, token_file: str | None = None
+) -> tuple[str, int] | None:
+    """Serve the HTTP API on ``app`` from a thread; where it listens, or None
+    (said on stderr) when ``listen``, the configuration or the token cannot
+    be used."""
+    from berth.api import Api, serve
+    from placement.config import ConfigError, SchedulerConfig
+
+    address = parse_address(listen, "the API listens on")
+    if address is None:
+        return None
+    host, port = address
+    try:
+        config = SchedulerConfig.load(config_path) if config_path else SchedulerConfig.default()
+        token = _api_token(token_file)
+    except (ConfigError, ValueError) as error:
+        print(f"berth: {error}", file=sys.stderr)
+        return None
+    if token is None and host not in ("127.0.0.1", "::1", "localhost"):
+        logging.warning(
+            "api: listening on %s without a token: anyone who reaches it may publish", host
+        )
+    server, _ = serve(Api(app, config, token), host, port)
+    bound_host, bound_port = str(server.server_address[0]), int(server.server_address[1])
+    logging.info("api: serving http://%s:%d/v1/", bound_host, bound_port)
+    return bound_host, bound_port
+
+
+def _api_token(token_file: str | None) -> str | None:
+    """The API's bearer token: the file's content, else ``BERTH_API_TOKEN``,
+    else none (ValueError for a file that is empty or cannot be read)."""
+    if token_file is None:
+        return os.environ.get("BERTH_API_TOKEN") or None
+    try:
+        token = Path(token_file).read_text().strip()
+    except OSError as error:
+        raise ValueError(f"the API token file: {error}") from None
+    if not token:
+        raise ValueError(f"the API token file {token_file} is empty")
+    return token
+
+
+def cmd_reaper(args: argparse.Namespace) -> int:
+    from berth.client import Publisher
+    from consumers.reaper import Reaper
+
+    if args.interval <= 0:
+        print("berth: --interval must be positive", file=sys.stderr)
+        return 2
+    settings = settings_from(args)
+    # the reaper only appends: it has no use for the view, so leave its schema alone
+    stop_on_sigterm()
+    with App(settings, migrate=False) as app:
+        reaper = Reaper(Publisher(app.log, app.settings.topics), args.interval)
+        logging.info(
+            "reaper: ticking %d partitions every %g s", len(reaper.partitions), args.interval
+        )
+        with contextlib.suppress(KeyboardInterrupt):
+            reaper.run(threading.Event(), rounds=args.rounds)
+    return 0
+
+
+def cmd_balance(args: argparse.Namespace) -> int:
+    from berth.client import Publisher
+    from consumers.balance_worker import BalanceWorker
+    from placement.config import ConfigError, SchedulerConfig
+
+    try:
+        config = SchedulerConfig.load(args.config) if args.config else SchedulerConfig.default()
+        if args.max_moves is not None:
+            if args.max_moves < 0:
+                raise ConfigError(f"--max-moves must be 0 or more, not {args.max_moves}")
+            config.max_moves = args.max_moves
+        if not 1 <= args.lease_ms <= MAX_LEASE_MS:
+            raise ConfigError(f"--lease-ms must be from 1 to {MAX_LEASE_MS}, not {args.lease_ms}")
+        if args.every_s is not None and args.every_s <= 0:
+            raise ConfigError(f"--every-s must be positive, not {args.every_s}")
+        if args.rounds is not None and args.every_s is None:
+            raise ConfigError("--rounds counts the rounds of --every-s, which is not given")
+    except ConfigError as error:
+        print(f"berth: {error}", file=sys.stderr)
+        return 2
+
+    def report(plan: Plan, claims: list[MoveClaim]) -> None:
+        print(_render_plan(plan, claims, args.json), flush=True)
+
+    stop_on_sigterm()
+    with App(settings_from(args)) as app:
+        worker = BalanceWorker(
+            app.engine,
+            Publisher(app.log, app.settings.topics),
+            config,
+            claim=args.claim,
+            lease_ms=args.lease_ms,
+            report=report,
+        )
+        if args.every_s is None:
+            _warn_if_behind(app)
+            worker.step()
+        else:
+            with contextlib.suppress(KeyboardInterrupt):
+                worker.run(args.every_s, threading.Event(), rounds=args.rounds)
+    return 0
+
+
+def _warn_if_behind(app: App) -> None:
+    """A plan on a view behind its log may not see moves claimed moments ago
+    (their holds are not applied yet) and propose them again."""
+    from berth.status import read_status
+
+    settings = app.settings
+    status = read_status(app.log, app.engine, settings.topics, settings.partitions, totals=False)
+    behind = sum(p.behind for p in status.partitions)
+    if behind:
+        print(
+            f"berth: warning: the view is {behind} record{'' if behind == 1 else 's'} behind "
+            "the log, so moves claimed since may not show and be proposed again "
+            "(are the writers running?)",
+            file=sys.stderr,
+        )
+
+
+def _render_plan(plan: Plan, claims: list[MoveClaim], as_json: bool) -> str:
+    if as_json:
+        out = plan.to_dict()
+        for move, claim in zip(out["moves"], claims, strict=False):
+            move["claim"] = {
+                "reservation_id": claim.reservation_id,
+                "partition": claim.partition,
+                "offset": claim.offset,
+            }
+        return json.dumps(out)
+    lines = []
+    for number, move in enumerate(plan.moves):
+        amounts = ",".join(f"{rc}={n}" for rc, n in sorted(move.instance.resources.items()))
+        line = (
+            f"move {move.instance.reservation_id} ({move.instance.consumer_id}, {amounts}): "
+            f"{move.source} -> {move.destination}; {move.why}"
+        )
+        if number < len(claims):
+            line += f"; claimed as {claims[number].reservation_id}"
+        lines.append(line)
+    count = len(plan.moves)
+    lines.append(f"{count} move{'' if count == 1 else 's'}; {plan.stopped}")
+    return "\n".join(lines)
