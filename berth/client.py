@@ -35,21 +35,20 @@ def _wait_for(
     found: Mapping[str, object],
     poll: Callable[[], list[str]],
     timeout_s: float,
-    poll_interval_s: float,
+    arrival: Callable[[float], object],
 ) -> list[str]:
     """Poll until every id is in ``found`` or ``timeout_s`` has passed; the
-    ids still missing. ``poll`` returns the ids it found. The pause between
-    polls starts at a millisecond and doubles up to ``poll_interval_s``: an
-    answer that comes quickly is seen quickly, a slow one costs few polls."""
+    ids still missing. ``poll`` returns the ids it found; between polls,
+    ``arrival`` blocks until the next records arrive (or the time it is
+    given passes), so an answer is read as soon as it is durable."""
     pending = set(ids) - found.keys()
     deadline = time.monotonic() + timeout_s
-    pause = min(0.001, poll_interval_s)
     while pending:
         pending.difference_update(poll())
-        if not pending or time.monotonic() >= deadline:
+        left = deadline - time.monotonic()
+        if not pending or left <= 0:
             break
-        time.sleep(pause)
-        pause = min(pause * 2, poll_interval_s)
+        arrival(left)
     return sorted(pending)
 
 
@@ -86,10 +85,9 @@ class Answers:
         ids: Sequence[str],
         timeout_s: float,
         on_answer: Callable[[dict[str, Any]], object] | None = None,
-        poll_interval_s: float = 0.02,
         partitions: Collection[int] | None = None,
     ) -> list[str]:
-        """Poll until every id in ``ids`` has its answer, or ``timeout_s``
+        """Wait until every id in ``ids`` has its answer, or ``timeout_s``
         has passed; ``on_answer`` is told of each of theirs once, as it
         comes. Returns the ids still unanswered (empty when all were).
 
@@ -104,7 +102,7 @@ class Answers:
             return answered
 
         self._tell(wanted, on_answer)
-        return _wait_for(ids, self.found, poll, timeout_s, poll_interval_s)
+        return _wait_for(ids, self.found, poll, timeout_s, self._tail.arrival(partitions))
 
     def _tell(self, wanted: set[str], on_answer: Callable[[dict[str, Any]], object] | None) -> None:
         for rid in sorted(wanted & self.found.keys() - self._told):
@@ -142,10 +140,9 @@ class Decisions:
         self,
         event_ids: Sequence[str],
         timeout_s: float,
-        poll_interval_s: float = 0.02,
         partitions: Collection[int] | None = None,
     ) -> list[str]:
-        """Poll until every event has its decision, or ``timeout_s`` has
+        """Wait until every event has its decision, or ``timeout_s`` has
         passed; the event ids still undecided. An event's outcomes go to the
         outcomes partition of its own number: given the ``partitions``
         :meth:`Publisher.publish` returned, only those are read."""
@@ -155,5 +152,5 @@ class Decisions:
             self.found,
             lambda: self.poll(partitions, wanted),
             timeout_s,
-            poll_interval_s,
+            self._tail.arrival(partitions),
         )

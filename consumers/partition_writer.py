@@ -18,7 +18,7 @@ import json
 import logging
 from collections.abc import Iterable
 
-from ledger.log import Append, CorruptLog, Log, LogError
+from ledger.log import Append, CorruptLog, Log, LogError, Watches
 from ledger.topics import DEFAULT_TOPICS, Topics
 from projections.batch import Batch, decide
 from projections.state import PartitionState
@@ -93,6 +93,12 @@ class PartitionWriter:
             "(restore the data directory from a backup) or the view belongs to another "
             "log (check --db and the log's address); nothing is decided until one is fixed"
         )
+
+    def watches(self) -> Watches:
+        """The next record this writer waits for (none once it has halted)."""
+        if self.halted is not None:
+            return {}
+        return {self.topics.events: {self.partition: self.next_offset}}
 
     def step(self) -> Batch | None:
         """Apply and commit the next batch of records; None at the end of the log."""

@@ -8,7 +8,7 @@ import json
 
 from sqlalchemy import Connection, Engine, delete, insert, select, update
 
-from ledger.log import Log
+from ledger.log import Log, Watches
 from ledger.topics import Topics
 from projections.queue_depth import QueueDepth, Waiting
 from projections.view.tables import queue_depth, queue_offsets, queued_batches
@@ -34,6 +34,10 @@ class QueueProjector:
                 self.fold.waiting[row.batch_id] = Waiting(
                     row.priority, dict(row.waiting), row.queued_partition, row.queued_offset
                 )
+
+    def watches(self) -> Watches:
+        """The next answer of each partition it folds."""
+        return {self.topic: dict(enumerate(self.offsets))}
 
     def step(self, limit: int = 5000) -> int:
         """Fold the next answers of every partition; how many."""

@@ -74,16 +74,19 @@ class OutcomeFollower:
         what: str,
     ) -> None:
         """Poll (letting in-process writers ``pump`` first) until ``done``;
-        :class:`DecisionTimeout` naming ``what`` after ``timeout_s``."""
+        :class:`DecisionTimeout` naming ``what`` after ``timeout_s``. Between
+        polls it waits for the next outcome to arrive, ``interval_s`` at
+        most (a pump may have work that no outcome announces)."""
         deadline = time.monotonic() + timeout_s
         while True:
             pump()
             self.poll()
             if done():
                 return
-            if time.monotonic() > deadline:
+            left = deadline - time.monotonic()
+            if left <= 0:
                 raise DecisionTimeout(f"{what} undecided")
-            time.sleep(interval_s)
+            self.log.wait({self.topic: dict(enumerate(self.offsets))}, min(interval_s, left))
 
     def follow(self, subjects: Sequence[str]) -> None:
         for subject in subjects:

@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from consumers.batches import BatchResult, BatchScheduler
 from consumers.scheduler import Scheduled, Scheduler
-from ledger.log import Append, Log
+from ledger.log import Append, Log, Watches
 from ledger.topics import Topics
 from schemas.requests import BatchRequest, PlacementRequest
 
@@ -114,6 +114,10 @@ class SchedulerWorker:
         if result.status == "queued":
             self.queued_at[batch.batch_id] = (partition, offset)
         return result
+
+    def watches(self) -> Watches:
+        """The next request of each partition this worker answers."""
+        return {self.topics.requests: {p: self.next_offsets[p] for p in self.partitions}}
 
     def step(self) -> int:
         """Answer the next batch of requests of every partition; how many."""

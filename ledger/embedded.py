@@ -14,6 +14,7 @@ import logging
 import os
 import re
 import threading
+import time
 from array import array
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -21,8 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ledger import frames
+from ledger.doorbell import Doorbells
 from ledger.embedded_file import Chunk, Fsync, PartitionFile, pwrite_all
-from ledger.log import Append, CorruptLog, Log, LogError, Record, UnknownTopic
+from ledger.log import Append, CorruptLog, Log, LogError, Record, UnknownTopic, Watches
 from ledger.owner_lock import lock_owner
 
 __all__ = ["EmbeddedLog", "FileCheck"]
@@ -132,6 +134,7 @@ class EmbeddedLog(Log):
         self._lock_fd = -1
         self._owned: dict[tuple[str, int], int] = {}
         self._syncers: ThreadPoolExecutor | None = None
+        self._bells = Doorbells()
         try:
             if not read_only:
                 _make_dirs(self._root, fsync)
@@ -218,6 +221,27 @@ class EmbeddedLog(Log):
 
     def end_offset(self, topic: str, partition: int) -> int:
         return self._partition(topic, partition).end_offset
+
+    def wait(self, watches: Watches, timeout_s: float) -> bool:
+        """Woken by the partition files' doorbell (:mod:`ledger.doorbell`):
+        an append by any process rings it. A damaged partition counts as
+        arrived at its damage, so that its reader reads and is told."""
+        parts = [
+            (self._partition(topic, p), offset)
+            for topic, offsets in watches.items()
+            for p, offset in offsets.items()
+        ]
+        bell = self._bells.mine()
+        bell.watch([part.path for part, _ in parts])
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if any(part.end_offset > offset or part.damage for part, offset in parts):
+                bell.rang()
+                return True
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            bell.wait(left)
 
     def damage(self, topic: str, partition: int) -> str | None:
         part = self._partition(topic, partition)
@@ -498,6 +522,7 @@ class EmbeddedLog(Log):
         return parts
 
     def _close_files(self) -> None:
+        self._bells.close()
         for fd in self._owned.values():
             os.close(fd)  # closing releases the flock
         self._owned.clear()

@@ -16,7 +16,7 @@ from typing import Any
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import KafkaError, TopicAlreadyExistsError, UnknownTopicOrPartitionError
 
-from ledger.log import Append, Log, LogError, Record, UnknownTopic
+from ledger.log import Append, Log, LogError, Record, UnknownTopic, Watches
 
 __all__ = ["KafkaLog"]
 
@@ -75,11 +75,15 @@ class KafkaLog(Log):
         self._position = -1
         self._read_lock = threading.Lock()
         self._admin_lock = threading.Lock()
+        self._wait_lock = threading.Lock()
+        self._waiter: Any = None
+        self._common: dict[str, Any] = {}
         common: dict[str, Any] = {
             "bootstrap_servers": bootstrap_servers,
             "request_timeout_ms": int(request_timeout * 1000),
             "bootstrap_timeout_ms": int(request_timeout * 1000),
         }
+        self._common = common
         self._admin: Any = None
         self._producer: Any = None
         self._consumer: Any = None
@@ -188,13 +192,46 @@ class KafkaLog(Log):
         app holds them through its view (:mod:`projections.view.ownership`)."""
         self.partition_count(topic)  # an unknown topic is still an error
 
+    def wait(self, watches: Watches, timeout_s: float) -> bool:
+        """A long-poll fetch from the watched offsets on a consumer of its
+        own: the broker answers as soon as a record is there (or after
+        ``fetch.max.wait.ms``, and the consumer asks again until the
+        timeout). What it fetches is dropped; ``read`` reads it."""
+        wanted = {
+            TopicPartition(topic, p): offset
+            for topic, offsets in watches.items()
+            for p, offset in offsets.items()
+        }
+        if not wanted:
+            return False
+        with self._wait_lock, _translated("wait for records"):
+            if self._waiter is None:
+                self._waiter = KafkaConsumer(
+                    client_id="berth-waiter",
+                    group_id=None,
+                    enable_auto_commit=False,
+                    allow_auto_create_topics=False,
+                    auto_offset_reset="none",
+                    **self._common,
+                )
+            self._waiter.assign(list(wanted))
+            for tp, offset in wanted.items():
+                self._waiter.seek(tp, offset)
+            deadline = time.monotonic() + timeout_s
+            while (left := deadline - time.monotonic()) > 0:
+                if self._waiter.poll(timeout_ms=max(1, int(left * 1000)), max_records=1):
+                    return True
+            return False
+
     def close(self) -> None:
         producer, consumer, admin = self._producer, self._consumer, self._admin
-        self._producer = self._consumer = self._admin = None
+        waiter = self._waiter
+        self._producer = self._consumer = self._admin = self._waiter = None
         errors: list[BaseException] = []
         for client, kwargs in (
             (producer, {"timeout": self._request_timeout}),
             (consumer, {"autocommit": False, "timeout_ms": int(self._request_timeout * 1000)}),
+            (waiter, {"autocommit": False, "timeout_ms": int(self._request_timeout * 1000)}),
             (admin, {}),
         ):
             if client is None:

@@ -7,9 +7,25 @@ same key in the same partition; backends only store and return records.
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import NamedTuple
+
+Watches = Mapping[str, Mapping[int, int]]
+"""What a reader waits for: topic -> partition -> the offset of the next
+record it wants."""
+
+
+def merged(*watches: Watches) -> dict[str, dict[int, int]]:
+    """Several readers' watches as one, for one wait on all of them."""
+    out: dict[str, dict[int, int]] = {}
+    for each in watches:
+        for topic, offsets in each.items():
+            mine = out.setdefault(topic, {})
+            for partition, offset in offsets.items():
+                mine[partition] = min(offset, mine.get(partition, offset))
+    return out
 
 
 class Record(NamedTuple):
@@ -96,6 +112,29 @@ class Log(ABC):
         it closes; :class:`LogError` if another handle already does, where
         the backend can tell."""
 
+    def wait(self, watches: Watches, timeout_s: float) -> bool:
+        """Block until a record is durable at or past the given offset of any
+        watched partition, or ``timeout_s`` has passed; whether one is.
+        Backends wake as soon as one is (a doorbell, a long-poll fetch); this
+        default checks the end offsets in naps that double from 1 ms."""
+        deadline = time.monotonic() + timeout_s
+        nap = 0.001
+        while not self.arrived(watches):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            time.sleep(min(nap, left))
+            nap = min(nap * 2, 0.05)
+        return True
+
+    def arrived(self, watches: Watches) -> bool:
+        """Whether any watched partition holds a record at or past its offset."""
+        return any(
+            self.end_offset(topic, partition) > offset
+            for topic, offsets in watches.items()
+            for partition, offset in offsets.items()
+        )
+
     def damage(self, topic: str, partition: int) -> str | None:
         """What is wrong with the partition's stored records, if the backend
         can tell (the embedded log checks every record it indexes); None
@@ -116,6 +155,21 @@ class Log(ABC):
 class Tail:
     """A topic's partitions read on, each from where the last read of it
     stopped: from their ends when the tail is made, or from the start."""
+
+    def arrival(self, partitions: Collection[int] | None = None) -> Callable[[float], bool]:
+        """A wait, up to the time it is given, for this tail's next records
+        (of the given ``partitions`` only, if given)."""
+        return lambda timeout_s: self.log.wait(self.watches(partitions), timeout_s)
+
+    def watches(self, partitions: Collection[int] | None = None) -> Watches:
+        """What :meth:`Log.wait` waits on for this tail's next records."""
+        return {
+            self.topic: {
+                p: offset
+                for p, offset in enumerate(self.offsets)
+                if partitions is None or p in partitions
+            }
+        }
 
     def __init__(self, log: Log, topic: str, from_start: bool = False) -> None:
         self.log = log

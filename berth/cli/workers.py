@@ -26,6 +26,7 @@ from berth.cli.common import (
     worker_options,
 )
 from consumers.partition_writer import catch_up_all, step_all
+from ledger.log import Watches, merged
 from projections.view.ownership import OwnershipLost
 from schemas.events import DEFAULT_LEASE_MS, MAX_LEASE_MS
 
@@ -148,7 +149,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
             busy = bool(worker.step()) or busy
             return bool(queue.step()) or busy
 
-        return _run(app, args, step)
+        def watches() -> Watches:
+            return merged(*(w.watches() for w in writers), worker.watches(), queue.watches())
+
+        return _run(app, args, step, watches)
 
 
 def cmd_projector(args: argparse.Namespace) -> int:
@@ -159,7 +163,9 @@ def cmd_projector(args: argparse.Namespace) -> int:
         writers = app.writers(owned)
         tune_gc()
         logging.info("projector: %d partitions owned", len(writers))
-        return _run(app, args, lambda: step_all(writers))
+        return _run(
+            app, args, lambda: step_all(writers), lambda: merged(*(w.watches() for w in writers))
+        )
 
 
 def cmd_scheduler(args: argparse.Namespace) -> int:
@@ -177,7 +183,7 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
             answered = bool(worker.step())
             return bool(queue.step()) or answered
 
-        return _run(app, args, step)
+        return _run(app, args, step, lambda: merged(worker.watches(), queue.watches()))
 
 
 def _scheduler_worker(
@@ -189,16 +195,21 @@ def _scheduler_worker(
     return app.scheduler_worker(config, pump, partitions=owned)
 
 
-def _run(app: App, args: argparse.Namespace, step: Callable[[], bool]) -> int:
-    """A worker's loop: ``step`` until interrupted, waiting a little while it
-    finds nothing to do, and every ``--ownership-check-s`` making sure the
-    process still owns its partitions (exit 1 when it does not)."""
+def _run(
+    app: App, args: argparse.Namespace, step: Callable[[], bool], watches: Callable[[], Watches]
+) -> int:
+    """A worker's loop: ``step`` until interrupted. When a step finds nothing
+    to do it waits for the next record of what it reads (``watches``) to
+    arrive, ``--idle-wait-s`` at most (a step also has work no record
+    announces: a queued batch's timeout); and every ``--ownership-check-s``
+    it makes sure the process still owns its partitions (exit 1 when it
+    does not)."""
     check_every = args.ownership_check_s
     next_check = time.monotonic() + check_every
     try:
         while True:
             if not step():
-                time.sleep(args.idle_wait_s)
+                app.log.wait(watches(), args.idle_wait_s)
             if time.monotonic() >= next_check:
                 app.confirm_ownership()
                 next_check = time.monotonic() + check_every
