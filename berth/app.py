@@ -24,7 +24,6 @@ if TYPE_CHECKING:  # the scheduler's parts load only in processes that schedule
     from berth.client import Publisher
     from consumers.scheduler_worker import SchedulerWorker
     from placement.config import SchedulerConfig
-    from placement.model import Snapshot
 
 DEFAULT_DATA_DIR = "berth-data"
 DEFAULT_PARTITIONS = 8
@@ -174,7 +173,7 @@ class App:
         from consumers.coordinator import Coordinator
         from consumers.scheduler import OutcomeFollower, Scheduler
         from consumers.scheduler_worker import SchedulerWorker
-        from consumers.snapshot_source import snapshot_from_view
+        from consumers.snapshot_source import LiveSnapshot
 
         topics = self.settings.topics
         answered = list(range(self.settings.partitions)) if partitions is None else partitions
@@ -183,9 +182,10 @@ class App:
         follower = OutcomeFollower(self.log, topics.outcomes)
         engine = config.engine()
 
-        def snapshot() -> Snapshot:
-            return snapshot_from_view(self.engine)
-
+        # re-reads only what changed since the last wave (placements too),
+        # and says which offsets it reflects, so each wave counts the
+        # claims proposed since
+        snapshot = LiveSnapshot(self.engine, placements=True)
         scheduler = Scheduler(
             publisher, engine, snapshot, follower, pump=pump, max_attempts=config.max_attempts
         )

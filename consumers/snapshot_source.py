@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -19,7 +19,12 @@ from sqlalchemy import Connection, Engine, Row, func, or_, select
 from placement.balancers.base import Instance
 from placement.model import RESOURCE_ARRAYS, Provider, Snapshot
 from projections.view.loader import committed_offsets
-from projections.view.tables import inventories, providers, reservations
+from projections.view.tables import inventories, outcomes, providers, reservations
+
+_INCREMENTAL_LIMIT = 20_000
+"""Reservations decided on since the last call above which a live snapshot
+reads everything again instead."""
+_CHUNK = 500  # ids a statement, within every database's limit on parameters
 
 ACTIVE_STATUSES = ("held", "consumed", "pending")
 """Statuses of reservations that occupy capacity (a pending hold does, until
@@ -109,11 +114,83 @@ def _active(conn: Connection, *columns: Any) -> Sequence[Row[Any]]:
     return conn.execute(query.where(c.status.in_(ACTIVE_STATUSES))).all()
 
 
+@dataclass(frozen=True, slots=True)
+class _Placed:
+    """What an active reservation contributes to the providers it is on."""
+
+    consumer_id: str
+    providers: tuple[str, ...]
+    group: str | None
+    tags: tuple[str, ...]
+
+    @classmethod
+    def of(cls, row: Any) -> _Placed:
+        return cls(
+            row.consumer_id,
+            tuple(item["provider_id"] for item in row.items),
+            row.anti_affinity_group,
+            tuple(row.tags),
+        )
+
+
+class _Placements:
+    """What is placed where: the active reservations, by provider."""
+
+    def __init__(self) -> None:
+        self.active: dict[str, _Placed] = {}
+        self.on: dict[str, set[str]] = defaultdict(set)
+        """Provider -> ids of the active reservations on it."""
+
+    def put(self, reservation_id: str, placed: _Placed | None) -> set[str]:
+        """Record a reservation's current placement (None: no longer active);
+        the providers whose placements that changed."""
+        touched: set[str] = set()
+        old = self.active.pop(reservation_id, None)
+        if old is not None:
+            for pid in old.providers:
+                self.on[pid].discard(reservation_id)
+            touched.update(old.providers)
+        if placed is not None:
+            self.active[reservation_id] = placed
+            for pid in placed.providers:
+                self.on[pid].add(reservation_id)
+            touched.update(placed.providers)
+        return touched
+
+    def of(self, pid: str) -> tuple[set[str], Counter[str], Counter[str]]:
+        """A provider's instances, server-group members and tags."""
+        instances: set[str] = set()
+        groups: Counter[str] = Counter()
+        tags: Counter[str] = Counter()
+        for rid in self.on.get(pid, ()):
+            placed = self.active[rid]
+            instances.add(placed.consumer_id)
+            if placed.group:
+                groups[placed.group] += 1
+            tags.update(placed.tags)
+        return instances, groups, tags
+
+
+def _placements(active: Sequence[Row[Any]]) -> _Placements:
+    placements = _Placements()
+    for row in active:
+        placements.put(row.reservation_id, _Placed.of(row))
+    return placements
+
+
+def _record(row: Any, placements: _Placements | None) -> Provider:
+    if placements is None:
+        return _provider(row, {}, {}, {})
+    instances, groups, tags = placements.of(row.provider_id)
+    pid = row.provider_id
+    return _provider(row, {pid: instances}, {pid: groups}, {pid: tags})
+
+
 def _read(conn: Connection, placements: bool, active: Sequence[Row[Any]] | None = None) -> Snapshot:
     """The snapshot; with ``placements``, what is placed where, from
     ``active`` (see :func:`_active`) if the caller read it already."""
     provider_rows = conn.execute(select(providers).order_by(providers.c.provider_id)).all()
-    inventory_rows = conn.execute(select(inventories)).all()
+    usage = _usage(conn)
     if active is None:
         active = _active(conn) if placements else ()
     instances: dict[str, set[str]] = defaultdict(set)
@@ -128,8 +205,13 @@ def _read(conn: Connection, placements: bool, active: Sequence[Row[Any]] | None 
                 groups[pid][group] += 1
             for tag in row.tags:
                 tags[pid][tag] += 1
+    records = [_provider(row, instances, groups, tags) for row in provider_rows]
+    return Snapshot.build(records, usage)
+
+
+def _usage(conn: Connection) -> dict[str, dict[str, dict[str, Any]]]:
     by_provider: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)
-    for row in inventory_rows:
+    for row in conn.execute(select(inventories)).all():
         by_provider[row.provider_id][row.resource_class] = {
             "total": row.total,
             "reserved": row.reserved,
@@ -139,23 +221,27 @@ def _read(conn: Connection, placements: bool, active: Sequence[Row[Any]] | None 
             "max_unit": row.max_unit,
             "step_size": row.step_size,
         }
-    records = [_provider(row, instances, groups, tags) for row in provider_rows]
-    return Snapshot.build(records, by_provider)
+    return by_provider
 
 
 class LiveSnapshot:
-    """A snapshot of the view kept current by re-reading only the providers
-    that changed since the last call (their ``updated_offset`` is past the
-    partition offset seen then). Placement details (instances, groups, tags)
+    """A snapshot of the view kept current by re-reading only what changed
+    since the last call: the providers whose ``updated_offset`` is past the
+    partition offset seen then, and, with ``placements``, the reservations
+    the view decided on since (the subjects of its outcome rows from those
+    offsets on, read by primary key), so what is placed where (instances,
+    server groups, tags) stays current too. Without ``placements`` those
     are not kept: for schedulers whose requests use no such hints.
 
     ``offsets()`` says how far into each partition of the log the latest
     snapshot reflects, so a scheduler can add what it proposed since then."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, placements: bool = False) -> None:
         self.engine = engine
         self.snapshot: Snapshot | None = None
         self.seen: dict[int, int] = {}
+        self.keeps_placements = placements
+        self.placements: _Placements | None = None
 
     def offsets(self) -> Mapping[int, int]:
         """Partition -> the view's next offset when the latest snapshot was read."""
@@ -170,23 +256,34 @@ class LiveSnapshot:
             if self.snapshot is None:
                 return self._full(conn, offsets)
             moved = [p for p, o in offsets.items() if o != self.seen.get(p)]
-            changed = (
-                list(
-                    conn.execute(
-                        select(providers).where(
-                            or_(
-                                *(
-                                    (providers.c.partition == p)
-                                    & (providers.c.updated_offset > self.seen.get(p, -1))
-                                    for p in moved
-                                )
+            if not moved:
+                self.seen = offsets
+                return self.snapshot
+            changed = list(
+                conn.execute(
+                    select(providers).where(
+                        or_(
+                            *(
+                                (providers.c.partition == p)
+                                & (providers.c.updated_offset > self.seen.get(p, -1))
+                                for p in moved
                             )
                         )
                     )
                 )
-                if moved
-                else []
             )
+            if self.placements is not None:
+                placed = self._placed_since(conn, moved, offsets)
+                if placed is None:
+                    return self._full(conn, offsets)
+                touched: set[str] = set()
+                for rid, where in placed.items():
+                    touched |= self.placements.put(rid, where)
+                touched -= {row.provider_id for row in changed}
+                if touched:
+                    changed += conn.execute(
+                        select(providers).where(providers.c.provider_id.in_(sorted(touched)))
+                    ).all()
             if not changed:
                 self.seen = offsets
                 return self.snapshot
@@ -199,7 +296,7 @@ class LiveSnapshot:
             usage = conn.execute(
                 select(inventories).where(inventories.c.provider_id.in_(ids))
             ).all()
-        updated = self._update(snapshot, changed, usage)
+        updated = self._update(snapshot, changed, usage, self.placements)
         if updated is None:
             self.snapshot = None
             return self()  # a new resource class: rebuild
@@ -207,11 +304,57 @@ class LiveSnapshot:
         self.seen = offsets
         return updated
 
+    def _placed_since(
+        self, conn: Connection, moved: list[int], offsets: Mapping[int, int]
+    ) -> dict[str, _Placed | None] | None:
+        """Reservation id -> where it is placed now (None: no longer active),
+        for every reservation decided on since the last call; None when that
+        is more than re-reading everything would cost."""
+        o = outcomes.c
+        subjects = (
+            conn.execute(
+                select(o.subject)
+                .distinct()
+                .where(
+                    or_(
+                        *(
+                            (o.partition == p)
+                            & (o["offset"] >= self.seen.get(p, 0))
+                            & (o["offset"] < offsets[p])
+                            for p in moved
+                        )
+                    )
+                )
+            )
+            .scalars()
+            .all()
+        )
+        if len(subjects) > _INCREMENTAL_LIMIT:
+            return None
+        c = reservations.c
+        columns = (
+            c.reservation_id,
+            c.status,
+            c.consumer_id,
+            c["items"],
+            c.anti_affinity_group,
+            c.tags,
+        )
+        placed: dict[str, _Placed | None] = {}
+        for start in range(0, len(subjects), _CHUNK):
+            chunk = subjects[start : start + _CHUNK]
+            for row in conn.execute(select(*columns).where(c.reservation_id.in_(chunk))):
+                placed[row.reservation_id] = (
+                    _Placed.of(row) if row.status in ACTIVE_STATUSES else None
+                )
+        return placed
+
     @staticmethod
     def _update(
         snapshot: Snapshot,
         changed: Sequence[Row[Any, Any, Any, Any]],
         usage: Sequence[Row[Any, Any, Any, Any]],
+        placements: _Placements | None,
     ) -> Snapshot | None:
         """``snapshot`` with the changed providers' rows replaced, or None if a
         resource class it lacks appeared. Arrays and records that did not change
@@ -246,19 +389,21 @@ class LiveSnapshot:
             if not np.array_equal(current[rows], block):
                 arrays[name] = current.copy()
                 arrays[name][rows] = block
-        records: list[Provider] | None = None  # copied at the first record that changed
+        records: dict[int, Provider] = {}
         for row, i in zip(changed, rows.tolist(), strict=True):
-            record = _provider(row, {}, {}, {})
+            record = _record(row, placements)
             if record != snapshot.providers[i]:
-                if records is None:
-                    records = list(snapshot.providers)
                 records[i] = record
-        if records is not None:
-            return replace(snapshot, providers=tuple(records), **arrays)
+        if records:
+            return snapshot.with_records(records, **arrays)
         return snapshot.with_arrays(**arrays)  # the derived columns depend on the records only
 
     def _full(self, conn: Connection, offsets: dict[int, int]) -> Snapshot:
-        self.snapshot = _read(conn, placements=False)
+        if self.keeps_placements:
+            self.placements = _placements(_active(conn, reservations.c.reservation_id))
+        rows = conn.execute(select(providers).order_by(providers.c.provider_id)).all()
+        records = [_record(row, self.placements) for row in rows]
+        self.snapshot = Snapshot.build(records, _usage(conn))
         self.seen = offsets
         return self.snapshot
 

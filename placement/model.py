@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -190,6 +190,23 @@ class Snapshot:
             if _identity(record) != _identity(providers[row]):
                 raise ValueError(f"row {row}: {record.provider_id} changed more than placements")
             providers[row] = record
+        object.__setattr__(twin, "providers", tuple(providers))
+        return twin
+
+    def with_records(
+        self, records: Mapping[int, Provider], **arrays: IntArray | FloatArray
+    ) -> Snapshot:
+        """Other records at some rows (the same providers), and other arrays:
+        the derived columns are computed again only if a record changed what
+        they read (state, I/O, build failures, hypervisor version); a change
+        of placements, traits or aggregates shares them."""
+        providers = list(self.providers)
+        for row, record in records.items():
+            providers[row] = record
+        if any(_identity(r) != _identity(self.providers[row]) for row, r in records.items()):
+            changes: dict[str, Any] = {"providers": tuple(providers), **arrays}
+            return replace(self, **changes)
+        twin = self.with_arrays(**arrays)
         object.__setattr__(twin, "providers", tuple(providers))
         return twin
 

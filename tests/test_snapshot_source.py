@@ -16,6 +16,7 @@ from projections.view.engine import make_engine
 from projections.view.migrate import upgrade
 from projections.view.writer import ViewWriter
 from schemas.codec import encode_event
+from schemas.events import Event
 from tests.builders import claim, consume, provider, release, set_state, traits
 
 
@@ -101,3 +102,75 @@ def test_a_live_snapshot_matches_a_full_read_as_the_view_changes(tmp_path: Path)
         settle()
         same()
         assert live() is live()  # nothing changed: the same snapshot
+
+
+def test_a_live_snapshot_keeps_what_is_placed_where_as_a_full_read_does(tmp_path: Path) -> None:
+    """Seeded random claims (with consumers, server groups, tags, several
+    items), consumes, releases, expiries and consumer deletions: after each
+    round the live snapshot, placements included, equals a full read."""
+    import random
+
+    from berth.app import App, Settings
+    from berth.client import Publisher
+    from consumers.snapshot_source import LiveSnapshot
+    from ledger.partitioner import partition_for
+    from tests.builders import claim_items, tick
+
+    rng = random.Random(25)
+    nodes = [f"n{n}" for n in range(8)]
+    with App(Settings(data_dir=tmp_path / "app", partitions=3)) as app:
+        edge = Publisher(app.log, clock_ms=lambda: 10**12)
+        writers = app.writers()
+        edge.publish([e for n in nodes for e in provider(n, ts=1, VCPU=64, DISK_GB=1000)])
+        catch_up_all(writers)
+        live = LiveSnapshot(app.engine, placements=True)
+        live()
+        held: dict[str, str] = {}  # reservation -> a provider of it
+        now = 10
+        for round_ in range(40):
+            events: list[Event] = []
+            for _ in range(rng.randint(1, 6)):
+                now += rng.randint(1, 300)
+                k = len(held) + round_ * 100
+                roll = rng.random()
+                if roll < 0.55 or not held:
+                    first = rng.choice(nodes)
+                    same_partition = [
+                        n
+                        for n in nodes
+                        if partition_for(n.encode(), 3) == partition_for(first.encode(), 3)
+                    ]
+                    items = {
+                        n: {"VCPU": 1}
+                        for n in rng.sample(
+                            same_partition, min(len(same_partition), rng.randint(1, 2))
+                        )
+                    }
+                    rid = f"r{round_}-{k}-{rng.random():.6f}"
+                    events.append(
+                        claim_items(
+                            rid,
+                            items,
+                            ts=now,
+                            lease_ms=rng.choice((200, 5000)),
+                            group=rng.choice((None, "g1", "g2")),
+                            tags=rng.sample(["web", "db", "gpu"], rng.randint(0, 2)),
+                            consumer=f"vm{rng.randint(0, 12)}",
+                        )
+                    )
+                    held[rid] = next(iter(items))
+                else:
+                    rid = rng.choice(sorted(held))
+                    pid = held.pop(rid)
+                    maker = rng.choice((consume, release))
+                    events.append(maker(rid, ts=now).model_copy(update={"partition_key": pid}))
+            if rng.random() < 0.3:
+                events.append(tick(now).model_copy(update={"partition_key": rng.choice(nodes)}))
+            edge.publish(events)
+            catch_up_all(writers)
+            full = snapshot_from_view(app.engine, placements=True)
+            now_live = live()
+            assert now_live.providers == full.providers, f"round {round_}"
+            for name in RESOURCE_ARRAYS:
+                assert (getattr(now_live, name) == getattr(full, name)).all(), name
+        assert any(p.groups for p in full.providers) and any(p.tags for p in full.providers)
