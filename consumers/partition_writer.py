@@ -18,10 +18,11 @@ import json
 import logging
 from collections.abc import Iterable
 
-from ledger.log import Append, CorruptLog, Log, LogError, Watches
+from ledger.log import Append, CorruptLog, Log, LogError, Record, Watches
 from ledger.topics import DEFAULT_TOPICS, Topics
 from projections.batch import Batch, decide
 from projections.state import PartitionState
+from projections.view.generations import take_partition
 from projections.view.loader import load_state
 from projections.view.writer import ViewWriter
 
@@ -59,6 +60,7 @@ class PartitionWriter:
         batch_size: int = 2000,
         publish: bool = True,
         until: int | None = None,
+        owner: str | None = None,
     ) -> None:
         self.log = log_
         self.view = view
@@ -69,6 +71,14 @@ class PartitionWriter:
         self.publish = publish
         self.until = until
         """The offset to stop before (a replay as of a time); None for the log's end."""
+        self.generation: int | None = None
+        """The partition's generation this writer took it over at, when it
+        was given an ``owner`` (a consumer group's worker): its commits are
+        refused once another writer takes the partition (Fenced)."""
+        if owner is not None:
+            # taken before the state is loaded: a commit of the writer it
+            # replaces is then either in the state or refused
+            self.generation = take_partition(view.engine, partition, owner)
         with view.engine.connect() as conn:
             self.state, self.next_offset = load_state(conn, partition, partitions)
         # records below next_offset are in the view; the state matches it
@@ -117,11 +127,18 @@ class PartitionWriter:
             raise PartitionHalted(self.halted) from damaged
         if not records:
             return None
+        return self.write(records)
+
+    def write(self, records: list[Record]) -> Batch:
+        """Decide, publish and commit ``records``, which must start at
+        :attr:`next_offset` and follow each other (a consumer fetched them)."""
+        if self.halted is not None:
+            raise PartitionHalted(self.halted)
         state: PartitionState = self.state
         batch = decide(state, records)
         if self.publish:
             self._publish(batch)
-        self.view.commit(state, batch)
+        self.view.commit(state, batch, self.generation)
         self.next_offset = batch.end
         return batch
 

@@ -222,3 +222,16 @@ queue_offsets = Table(
     # the next placements record to fold into queued_batches and queue_depth
     Column("next_offset", BigInteger, nullable=False),
 )
+
+partition_owners = Table(
+    "partition_owners",
+    metadata,
+    Column("partition", Integer, primary_key=True),
+    # raised by every writer that takes the partition over (a consumer group
+    # gave it the partition); a commit from an older generation is refused,
+    # so a writer paused past its group session cannot commit after the
+    # writer that replaced it has
+    Column("generation", BigInteger, nullable=False),
+    # who holds it: host:pid of the process, for the operator
+    Column("owner", String(255), nullable=False),
+)

@@ -26,6 +26,12 @@ class StaleBatch(Exception):
     writer owns the partition, or records were skipped. A broken invariant."""
 
 
+class Fenced(Exception):
+    """Another writer has taken the partition over since this one did (its
+    generation is newer, see :mod:`projections.view.generations`): this
+    writer no longer owns it and must stop writing it."""
+
+
 class ViewWriter:
     """Commits batches of one or more partitions to the read model.
 
@@ -45,10 +51,12 @@ class ViewWriter:
         self.held_back = None if holds_back is None else HeldBack(holds_back)
         self.waiting: list[_Planned | Plan] = []
 
-    def commit(self, state: PartitionState, batch: Batch) -> bool:
+    def commit(self, state: PartitionState, batch: Batch, generation: int | None = None) -> bool:
         """Write ``batch`` and its end offset atomically. False if the view
-        already holds it (a redelivery); :class:`StaleBatch` on a gap. A
-        rebuild's batch may wait for the lock (see the class)."""
+        already holds it (a redelivery); :class:`StaleBatch` on a gap;
+        :class:`Fenced` if a ``generation`` is given and the partition's
+        owner is no longer of that generation. A rebuild's batch may wait
+        for the lock (see the class)."""
         # rows are made before the transaction: with several writer processes
         # on one SQLite file, the write lock is then held only while writing
         plan = Plan()
@@ -60,7 +68,7 @@ class ViewWriter:
             held.write_reservations(plan)
         write_pools(plan, state, batch)
         write_dead_letters(plan, batch)
-        planned = _Planned(plan, batch, state)
+        planned = _Planned(plan, batch, state, generation)
         if held is None:
             with self.engine.begin() as conn:
                 return planned.run(conn)
@@ -111,17 +119,22 @@ the index build (about two seconds, some three batches of a process)."""
 class _Planned:
     """A batch's writes, made ready, and the offset they take its partition to."""
 
-    __slots__ = ("clock_ms", "end", "partition", "partitions", "plan", "start")
+    __slots__ = ("clock_ms", "end", "generation", "partition", "partitions", "plan", "start")
 
-    def __init__(self, plan: Plan, batch: Batch, state: PartitionState) -> None:
+    def __init__(
+        self, plan: Plan, batch: Batch, state: PartitionState, generation: int | None = None
+    ) -> None:
         self.plan = plan
         self.partition, self.start, self.end = batch.partition, batch.start, batch.end
         self.partitions, self.clock_ms = state.partitions, state.clock_ms
+        self.generation = generation
 
     def run(self, conn: Connection) -> bool:
         """Run the plan and move the offset, in ``conn``'s transaction. False
         if the view already holds the batch."""
         current = _lock_offset(conn, self.partition)
+        if self.generation is not None:
+            _check_generation(conn, self.partition, self.generation)
         if current is not None and current >= self.end:
             return False  # the plan consumed the state's change sets all the same
         if (current or 0) != self.start:
@@ -161,3 +174,28 @@ def _lock_offset(conn: Connection, partition: int) -> int | None:
     finally:
         cursor.close()
     return None if row is None else int(row[0])
+
+
+# a share lock: a takeover's update of the row waits for this commit, and a
+# commit that comes after the takeover reads the new generation
+_SELECT_GENERATION = 'SELECT generation FROM partition_owners WHERE "partition" = ?'
+
+
+def _check_generation(conn: Connection, partition: int, generation: int) -> None:
+    sql = _SELECT_GENERATION
+    if conn.dialect.paramstyle != "qmark":
+        sql = sql.replace("?", "%s")
+    if conn.dialect.name == "postgresql":
+        sql += " FOR SHARE"
+    cursor = conn.connection.cursor()
+    try:
+        cursor.execute(sql, (partition,))
+        row = cursor.fetchone()
+    finally:
+        cursor.close()
+    current = None if row is None else int(row[0])
+    if current != generation:
+        raise Fenced(
+            f"partition {partition}: taken over (generation {current}) since this "
+            f"writer took it (generation {generation})"
+        )

@@ -1,0 +1,81 @@
+"""Fencing by generation: a writer that took a partition over refuses every
+later commit of the writer it replaced, in the commit's own transaction."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+
+from berth.app import App, Settings
+from berth.client import Publisher
+from consumers.partition_writer import PartitionWriter
+from projections.view.generations import owners, take_partition
+from projections.view.loader import committed_offsets
+from projections.view.writer import Fenced
+from tests.builders import claim, provider
+from tests.polling import wait_for
+
+
+def _writer(app: App, owner: str) -> PartitionWriter:
+    return PartitionWriter(app.log, app.view, 0, 1, app.settings.topics, owner=owner)
+
+
+def _publish(app: App, *ids: str) -> None:
+    Publisher(app.log, app.settings.topics).publish(
+        [claim(rid, "n1", ts=10, VCPU=1) for rid in ids]
+    )
+
+
+def test_a_replaced_writer_cannot_commit(tmp_path: Path, view_url: str) -> None:
+    with App(Settings(data_dir=tmp_path, db_url=view_url, partitions=1)) as app:
+        Publisher(app.log, app.settings.topics).publish(provider("n1", ts=1, VCPU=4))
+        old = _writer(app, "old:1")
+        old.catch_up()
+        _publish(app, "r1", "r2")
+        new = _writer(app, "new:2")
+        assert (old.generation, new.generation) == (1, 2)
+        with pytest.raises(Fenced, match="generation 2"):
+            old.step()
+        with app.engine.connect() as conn:
+            assert committed_offsets(conn) == {0: 2}  # the provider's records only
+        assert new.catch_up() == 2
+        with app.engine.connect() as conn:
+            assert committed_offsets(conn) == {0: 4}
+            assert owners(conn)[0].owner == "new:2"
+
+
+def test_a_takeover_waits_for_a_commit_in_flight(postgres_url: str, tmp_path: Path) -> None:
+    """On PostgreSQL a commit reads its generation with a share lock: a
+    takeover's update waits until the commit is done, so the new owner's
+    state has it (or, had the takeover come first, the commit is refused)."""
+    with App(Settings(data_dir=tmp_path, db_url=postgres_url, partitions=1)) as app:
+        take_partition(app.write_engine, 0, "old:1")
+        taken = threading.Event()
+        with app.write_engine.connect() as commit:
+            commit.execute(
+                text('SELECT generation FROM partition_owners WHERE "partition" = 0 FOR SHARE')
+            )
+
+            def take_over() -> None:
+                take_partition(app.write_engine, 0, "new:2")
+                taken.set()
+
+            takeover = threading.Thread(target=take_over)
+            takeover.start()
+            wait_for(lambda: _waiting_on_a_lock(app) > 0, "the takeover to wait for the row")
+            assert not taken.is_set()
+            commit.commit()
+        takeover.join(timeout=10)
+        assert taken.is_set()
+
+
+def _waiting_on_a_lock(app: App) -> int:
+    with app.engine.connect() as conn:
+        query = text(
+            "SELECT count(*) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        )
+        return int(conn.execute(query).scalar_one())
