@@ -11,6 +11,7 @@ from sqlalchemy import text
 
 from berth.app import App, Settings
 from berth.client import Publisher
+from consumers.group_writers import GroupWriters
 from consumers.partition_writer import PartitionWriter
 from projections.view.generations import owners, take_partition
 from projections.view.loader import committed_offsets
@@ -79,3 +80,22 @@ def _waiting_on_a_lock(app: App) -> int:
             "WHERE datname = current_database() AND wait_event_type = 'Lock'"
         )
         return int(conn.execute(query).scalar_one())
+
+
+def test_group_writers_drop_a_partition_taken_elsewhere(tmp_path: Path, view_url: str) -> None:
+    """The worker's side: the commit is refused, the writer dropped, the
+    refusal counted, and the other partitions go on."""
+    with App(Settings(data_dir=tmp_path, db_url=view_url, partitions=1)) as app:
+        Publisher(app.log, app.settings.topics).publish(provider("n1", ts=1, VCPU=4))
+        here = GroupWriters(app.view, lambda p: _writer(app, "here:1"))
+        assert here.assign([0]) == [0]
+        assert not here.catch_up()
+        assert here.assign([0]) == [], "a writer kept through a rebalance is kept"
+        _publish(app, "r1")
+        _writer(app, "there:2")  # another worker takes partition 0 over
+        records = app.log.read(app.settings.topics.events, 0, 2, 10)
+        here.behind.clear()
+        assert here.write(records) == 0
+        assert here.fenced == 1
+        assert here.writers == {}
+        assert here.assign([0]) == [0], "given back, it is taken over afresh"

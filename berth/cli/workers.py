@@ -1,6 +1,7 @@
 """``berth serve`` and the workers it combines, each of which may also run
 alone: ``projector`` (the partition writers), ``scheduler``, ``api``,
-``reaper`` and ``balance``."""
+``reaper`` and ``balance``; and ``worker``, which runs the writers and the
+scheduler on Kafka in a consumer group (:mod:`berth.worker`)."""
 
 from __future__ import annotations
 
@@ -58,6 +59,20 @@ def add_commands(commands: Commands) -> None:
     backend_options(projector)
     projector.add_argument("--owned", default="", help="comma-separated partitions (all)")
     worker_options(projector)
+
+    worker = commands.add(
+        "worker",
+        "writers and scheduler in a Kafka consumer group (faust): scale by replicas",
+        cmd_worker,
+    )
+    backend_options(worker)
+    worker.add_argument("--group", default="", help="consumer group (berth-<events topic>)")
+    worker.add_argument(
+        "--session-timeout-s",
+        type=float,
+        default=10.0,
+        help="how long the group waits for a silent worker before moving its partitions",
+    )
 
     scheduler = commands.add(
         "scheduler",
@@ -153,6 +168,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
             return merged(*(w.watches() for w in writers), worker.watches(), queue.watches())
 
         return _run(app, args, step, watches)
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from berth.worker import WorkerOptions, run_worker
+
+    options = WorkerOptions(group=args.group, session_timeout_s=args.session_timeout_s)
+    return run_worker(settings_from(args), options)
 
 
 def cmd_projector(args: argparse.Namespace) -> int:

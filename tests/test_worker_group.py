@@ -1,0 +1,183 @@
+"""``berth worker`` on Kafka (tansu) and PostgreSQL: the consumer group
+assigns the partitions, a killed worker's partitions are taken over by the
+others, a paused one is fenced, and nothing acknowledged is lost or decided
+twice. Real processes, SIGKILL and SIGSTOP; a private broker per test, so
+that each group starts from nothing."""
+
+from __future__ import annotations
+
+import json
+import random
+import signal
+from collections.abc import Iterator
+from functools import partial
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from berth.app import App, Settings
+from berth.replay import replay
+from tests.group_workers import (
+    SESSION_TIMEOUT_S,
+    Group,
+    Traffic,
+    applied_offset,
+    check_integrity,
+    holders,
+    owner_pid,
+    publish_providers,
+    wait_for_assignment,
+    wait_until_applied,
+    wall,
+    worker_group,
+)
+from tests.kafka_broker import running_tansu
+from tests.polling import wait_for
+from tests.postgres import ADMIN_URL, scratch_database
+
+PARTITIONS = 3
+TAKEOVER_BOUND_S = SESSION_TIMEOUT_S + 3 * SESSION_TIMEOUT_S
+"""The session timeout, then a rebalance: every member rejoins, which tansu
+makes wait about half the session timeout, with margin for a loaded CI."""
+
+
+@pytest.fixture
+def deployment(tmp_path: Path) -> Iterator[tuple[App, Group]]:
+    with running_tansu() as bootstrap, scratch_database() as url:
+        settings = Settings(log_url=f"kafka://{bootstrap}", db_url=url, partitions=PARTITIONS)
+        with App(settings) as app, worker_group(settings, tmp_path) as group:
+            yield app, group
+
+
+def _verify_replay(app: App) -> None:
+    with scratch_database() as fresh:
+        settings = Settings(log_url=app.settings.log_url, db_url=fresh, partitions=PARTITIONS)
+        result = replay(settings, verify=True)
+    assert result.divergence is None
+    assert result.verified == result.outcomes > 0
+
+
+def test_the_group_spreads_the_partitions_and_workers_stop_cleanly(
+    deployment: tuple[App, Group],
+) -> None:
+    app, group = deployment
+    publish_providers(app, vcpus=10)
+    pids = [group.start() for _ in range(PARTITIONS)]
+    wait_for_assignment(app.engine, pids, PARTITIONS, timeout_s=60)
+    traffic = Traffic(app, total=120)
+    traffic.start()
+    acknowledged = traffic.stop()
+    wait_until_applied(app, timeout_s=30)
+    check_integrity(app, acknowledged)
+    assert set(group.stop().values()) == {0}, "SIGTERM stops a worker with status 0"
+
+
+def test_a_killed_workers_partitions_are_taken_over(deployment: tuple[App, Group]) -> None:
+    app, group = deployment
+    publish_providers(app, vcpus=150)  # 900 of the 1200 claims fit
+    pids = [group.start() for _ in range(PARTITIONS)]
+    wait_for_assignment(app.engine, pids, PARTITIONS, timeout_s=60)
+    traffic = Traffic(app, total=1200)
+    traffic.start()
+    wait_for(lambda: len(traffic.acknowledged) >= 300, "traffic under way", timeout_s=30)
+    victim = pids[1]
+    lost = [p for p, o in holders(app.engine).items() if owner_pid(o) == victim]
+    before = {p: applied_offset(app, p) for p in lost}
+    killed = wall()
+    group.signal(victim, signal.SIGKILL)
+
+    def decided_again() -> bool:
+        held = holders(app.engine)
+        return all(
+            owner_pid(held[p]) != victim and applied_offset(app, p) > before[p] for p in lost
+        )
+
+    wait_for(decided_again, "the dead worker's partitions decided by others", TAKEOVER_BOUND_S)
+    takeover_s = wall() - killed
+    acknowledged = traffic.stop()
+    wait_until_applied(app, timeout_s=60)
+    check_integrity(app, acknowledged)
+    _verify_replay(app)
+    print(json.dumps({"takeover_s": round(takeover_s, 2), "session_timeout_s": SESSION_TIMEOUT_S}))
+
+
+def test_a_paused_worker_is_fenced_and_rejoins(deployment: tuple[App, Group]) -> None:
+    app, group = deployment
+    publish_providers(app, vcpus=150)
+    pids = [group.start() for _ in range(2)]
+    wait_for_assignment(app.engine, pids, PARTITIONS, timeout_s=60)
+    traffic = Traffic(app, total=1200)
+    traffic.start()
+    wait_for(lambda: len(traffic.acknowledged) >= 200, "traffic under way", timeout_s=30)
+    paused = pids[0]
+    lost = {p: o.generation for p, o in holders(app.engine).items() if owner_pid(o) == paused}
+    group.signal(paused, signal.SIGSTOP)
+    # past its session: the other takes its partitions over (a new generation)
+    wait_for(
+        lambda: all(holders(app.engine)[p].generation > g for p, g in lost.items()),
+        "the paused worker's partitions taken over",
+        TAKEOVER_BOUND_S,
+    )
+    group.signal(paused, signal.SIGCONT)
+    # it learns it was replaced (its commits refused, or its partitions
+    # revoked at its next heartbeat) and joins again: the group gives it
+    # partitions back, each taken over afresh
+    wait_for_assignment(app.engine, pids, PARTITIONS, timeout_s=60)
+    acknowledged = traffic.stop()
+    wait_until_applied(app, timeout_s=60)
+    check_integrity(app, acknowledged)
+    _verify_replay(app)
+    assert paused in group.alive()
+
+
+def _moved_on(app: App, generations: dict[int, int]) -> bool:
+    return any(o.generation > generations.get(p, 0) for p, o in holders(app.engine).items())
+
+
+def test_seeded_kills_pauses_and_restarts(deployment: tuple[App, Group]) -> None:
+    """A few rounds of a random worker killed or paused past its session
+    while claims flow, a killed one replaced by a fresh process."""
+    app, group = deployment
+    chance = random.Random(26)
+    publish_providers(app, vcpus=200)
+    wait_for_assignment(app.engine, [group.start() for _ in range(3)], PARTITIONS, timeout_s=60)
+    traffic = Traffic(app, total=1800)
+    traffic.start()
+    for _ in range(3):
+        victim = chance.choice(group.alive())
+        generations = {p: o.generation for p, o in holders(app.engine).items()}
+        kill = chance.random() < 0.5
+        group.signal(victim, signal.SIGKILL if kill else signal.SIGSTOP)
+        if kill:
+            group.start()
+        # the group has moved on: some partition changed hands
+        wait_for(
+            partial(_moved_on, app, generations), "a rebalance after the fault", TAKEOVER_BOUND_S
+        )
+        if not kill:
+            group.signal(victim, signal.SIGCONT)
+        wait_for_assignment(app.engine, group.alive(), PARTITIONS, timeout_s=60)
+    acknowledged = traffic.stop()
+    wait_until_applied(app, timeout_s=60)
+    check_integrity(app, acknowledged)
+    _verify_replay(app)
+
+
+def test_a_worker_whose_view_fails_stops_with_status_1(tmp_path: Path) -> None:
+    """As the projector does: a supervisor restarts it, and it resumes from
+    the view; it does not go on deciding without one."""
+    with running_tansu() as bootstrap, scratch_database() as url:
+        settings = Settings(log_url=f"kafka://{bootstrap}", db_url=url, partitions=1)
+        with App(settings) as app, worker_group(settings, tmp_path) as group:
+            publish_providers(app, vcpus=10)
+            pid = group.start()
+            wait_for_assignment(app.engine, [pid], 1, timeout_s=60)
+            wait_until_applied(app, timeout_s=30)
+            app.engine.dispose()
+            app.write_engine.dispose()
+            with psycopg.connect(ADMIN_URL, autocommit=True) as admin:
+                admin.execute(f'DROP DATABASE "{url.rsplit("/", 1)[1]}" WITH (FORCE)')
+            Traffic(app, total=20).run()
+            assert group.processes[pid].wait(timeout=60) == 1
+            assert "stopping" in group.log_of(pid)
