@@ -160,6 +160,7 @@ class App:
         pump: Callable[[], object],
         publisher: Publisher | None = None,
         partitions: list[int] | None = None,
+        own: bool = True,
     ) -> SchedulerWorker:
         """A scheduler worker answering the request partitions given (all by
         default): single requests through a :class:`Scheduler`, batches and
@@ -167,7 +168,8 @@ class App:
         coordinator, both ranking on the view with ``config``'s engine.
         ``pump`` lets writers in this process catch up while it waits. Like
         the writers, it owns its request partitions: two schedulers answering
-        one request would place it twice."""
+        one request would place it twice. ``own`` false leaves that to a
+        consumer group, which gave this process ``partitions``."""
         from berth.client import Publisher
         from consumers.batches import BatchScheduler
         from consumers.coordinator import Coordinator
@@ -177,7 +179,8 @@ class App:
 
         topics = self.settings.topics
         answered = list(range(self.settings.partitions)) if partitions is None else partitions
-        self._own(topics.requests, answered)
+        if own:
+            self._own(topics.requests, answered)
         publisher = publisher or Publisher(self.log, topics)
         follower = OutcomeFollower(self.log, topics.outcomes)
         engine = config.engine()

@@ -1,33 +1,47 @@
-"""``berth worker``: the partition writers on Kafka as a faust-streaming app.
+"""``berth worker``: Berth's long-running roles on Kafka as a faust-streaming app.
 
-Any number of workers join one consumer group on the events topic; Kafka
-assigns each its partitions and moves a dead worker's partitions to the
-others once its session times out. The agent hands the records the group
-delivers to :class:`consumers.group_writers.GroupWriters`, which decides
-them with the pure core and commits them to the view in one thread, so that
-the event loop stays free to heartbeat. Offsets the group commits to Kafka
-are only a hint: each writer resumes where the view says it stopped, and a
-writer the group replaced is refused by the view (fencing by generation).
+Any number of workers join one consumer group on the events and requests
+topics; Kafka assigns each its partitions and moves a dead worker's
+partitions to the others once its session times out. The events agent
+hands the records the group delivers to
+:class:`consumers.group_writers.GroupWriters`, which decides them with the
+pure core and commits them to the view in one thread, so that the event
+loop stays free to heartbeat. Offsets the group commits to Kafka are only a
+hint: each writer resumes where the view says it stopped, and a writer the
+group replaced is refused by the view (fencing by generation).
+
+The requests agent wakes the scheduler of the request partitions held here
+(in a second thread: it waits for the writers' decisions), which resumes
+from its answers, recovers unfinished transactions when it starts, and
+where it holds request partition 0 also folds the queue depth. With
+``tick_every_s`` the worker also ticks the event partitions it writes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
 import socket
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterable
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import faust
 
 from berth.app import App, Settings, tune_gc
+from berth.client import Publisher
 from consumers.group_writers import GroupWriters
 from consumers.partition_writer import PartitionWriter
+from consumers.queue_projector import QueueOffsetMoved, QueueProjector
 from ledger.log import Record
+
+if TYPE_CHECKING:
+    from consumers.scheduler_worker import SchedulerWorker
+    from placement.config import SchedulerConfig
 
 log = logging.getLogger(__name__)
 
@@ -43,8 +57,16 @@ class WorkerOptions:
     session_timeout_s: float = DEFAULT_SESSION_TIMEOUT_S
     """How long the group waits for a silent worker before its partitions
     go to the others: the bound on a takeover, with the rebalance."""
-    catch_up_every_s: float = 0.05
-    """How often partitions behind the group's consumer read the log."""
+    idle_wait_s: float = 0.05
+    """How often partitions behind the group's consumer look for work."""
+    schedule: bool = True
+    """Also answer placement requests (the scheduler on the requests topic,
+    and the queue projector)."""
+    config: str | None = None
+    """The scheduler's TOML (default: built in)."""
+    tick_every_s: float = 0.0
+    """Tick the partitions written here this often (0: never), so that
+    quiet partitions' overdue holds expire; ``berth reaper`` does it too."""
 
 
 def owner_name() -> str:
@@ -67,7 +89,8 @@ def faust_app(settings: Settings, options: WorkerOptions) -> faust.App:
         # the view is the checkpoint: a partition new to the group is read
         # from its start, and the writer skips what the view already holds
         consumer_auto_offset_reset="earliest",
-        # no leader election (no timer needs one), no tables, no web views
+        # no leader election (nothing runs on one worker only), no tables,
+        # no web views
         topic_disable_leader=True,
         web_enabled=False,
         store="memory://",
@@ -76,32 +99,84 @@ def faust_app(settings: Settings, options: WorkerOptions) -> faust.App:
     )
 
 
-class Worker:
-    """One process's writers in the group: faust's callbacks on one side,
-    the writers' thread on the other."""
+class Scheduling:
+    """The scheduler of the request partitions the group gave this process,
+    and the queue projector where those include partition 0. Synchronous:
+    the worker runs it in a thread of its own, beside the writers' one,
+    whose decisions it waits for."""
 
-    def __init__(self, app: App, options: WorkerOptions) -> None:
+    def __init__(self, app: App, config: SchedulerConfig) -> None:
+        self.app = app
+        self.config = config
+        self.partitions: tuple[int, ...] = ()
+        self.worker: SchedulerWorker | None = None
+        self.queue: QueueProjector | None = None
+
+    def run(self, partitions: tuple[int, ...]) -> int:
+        """Hold ``partitions`` (none while a rebalance is under way) and
+        answer and fold what waits; how many records that was. A scheduler
+        given other partitions starts afresh: it resumes from its answers
+        on the placements topic and recovers unfinished transactions."""
+        if partitions != self.partitions:
+            self.partitions = partitions
+            app, topics = self.app, self.app.settings.topics
+            self.worker = self.queue = None
+            if partitions:
+                self.worker = app.scheduler_worker(
+                    self.config, lambda: None, partitions=list(partitions), own=False
+                )
+            if 0 in partitions:
+                self.queue = QueueProjector(app.log, topics, app.engine)
+        done = self.worker.step() if self.worker is not None else 0
+        if self.queue is not None:
+            try:
+                done += self.queue.step()
+            except QueueOffsetMoved as moved:  # one replaced but not yet told
+                log.warning("queue projector: %s; reloading it from the view", moved)
+                self.queue = QueueProjector(self.app.log, self.app.settings.topics, self.app.engine)
+        return done
+
+
+class Worker:
+    """One process's roles in the group: faust's agents and callbacks on
+    one side, the writers' thread and the scheduler's thread on the other."""
+
+    def __init__(self, app: App, options: WorkerOptions, config: SchedulerConfig) -> None:
         self.app = app
         self.options = options
         self.owner = owner_name()
         self.error: Exception | None = None
         settings = app.settings
         self.writers = GroupWriters(app.view, self._writer)
-        self._thread = ThreadPoolExecutor(1, thread_name_prefix="berth-writers")
+        self.scheduling = Scheduling(app, config)
+        self.requests_held: tuple[int, ...] = ()
+        self._writing = ThreadPoolExecutor(1, thread_name_prefix="berth-writers")
+        self._scheduling = ThreadPoolExecutor(1, thread_name_prefix="berth-scheduler")
+        self._wake: asyncio.Event | None = None
         self.faust = faust_app(settings, options)
-        self.events = self.faust.topic(
-            settings.topics.events,
+        self.events = self._topic(settings.topics.events)
+        self.requests = self._topic(settings.topics.requests)
+        self.faust.agent(self.events, name="berth.writers")(self._decide)
+        self.faust.task(self._catching_up)
+        if options.schedule:
+            self.faust.agent(self.requests, name="berth.scheduler")(self._requested)
+            self.faust.task(self._answering)
+        if options.tick_every_s > 0:
+            self.faust.task(self._ticking)
+        # (faust's stubs type a receiver's signal argument too narrowly to match)
+        self.faust.on_partitions_assigned.connect(cast(Any, self._assigned))
+        self.faust.on_partitions_revoked.connect(cast(Any, self._revoked))
+
+    def _topic(self, name: str) -> Any:
+        """A topic of Berth's, its records as bytes: the writers decode them."""
+        return self.faust.topic(
+            name,
             key_type=bytes,
             value_type=bytes,
             key_serializer="raw",
             value_serializer="raw",
-            partitions=settings.partitions,
+            partitions=self.app.settings.partitions,
         )
-        self.faust.agent(self.events, name="berth.writers")(self._decide)
-        self.faust.timer(options.catch_up_every_s)(self._catch_up)
-        # (faust's stubs type a receiver's signal argument too narrowly to match)
-        self.faust.on_partitions_assigned.connect(cast(Any, self._assigned))
-        self.faust.on_partitions_revoked.connect(cast(Any, self._revoked))
 
     def _writer(self, partition: int) -> PartitionWriter:
         settings = self.app.settings
@@ -115,12 +190,12 @@ class Worker:
             owner=self.owner,
         )
 
-    async def _in_thread(self, call: Callable[..., T], *args: Any) -> T:
-        """Run ``call`` in the writers' thread: one at a time, in order. A
-        failure stops the worker with status 1, as the projector does: a
-        writer whose view or log failed under it starts afresh, from the view."""
+    async def _in(self, thread: Executor, call: Callable[..., T], *args: Any) -> T:
+        """Run ``call`` in ``thread``: one at a time, in order. A failure
+        stops the worker with status 1, as the projector does: a writer
+        whose view or log failed under it starts afresh, from the view."""
         try:
-            return await asyncio.get_running_loop().run_in_executor(self._thread, call, *args)
+            return await asyncio.get_running_loop().run_in_executor(thread, call, *args)
         except Exception as error:
             if self.error is None:
                 log.exception("worker %s: stopping: %s", self.owner, error)
@@ -128,8 +203,11 @@ class Worker:
                 os.kill(os.getpid(), signal.SIGTERM)  # faust's worker stops on it, cleanly
             raise
 
-    def _partitions(self, tps: Sequence[Any] | set[Any]) -> list[int]:
-        return sorted(tp.partition for tp in tps if tp.topic == self.events.get_topic_name())
+    @staticmethod
+    def _partitions(tps: Iterable[Any], topic: Any) -> list[int]:
+        return sorted(tp.partition for tp in tps if tp.topic == topic.get_topic_name())
+
+    # -- the writers ---------------------------------------------------------
 
     async def _decide(self, stream: Any) -> None:
         async for events in stream.take_events(self.app.settings.batch_size, within=0.01):
@@ -137,31 +215,85 @@ class Worker:
                 Record(e.message.partition, e.message.offset, e.message.key or b"", e.message.value)
                 for e in events
             ]
-            await self._in_thread(self.writers.write, records)
+            await self._in(self._writing, self.writers.write, records)
 
-    async def _catch_up(self) -> None:
-        behind = bool(self.writers.behind)
-        while behind:  # a batch or so per partition at a time, between heartbeats
-            behind = await self._in_thread(self.writers.catch_up)
+    async def _catching_up(self) -> None:
+        """Partitions the consumer has not delivered in order read the log,
+        a few batches at a time, between heartbeats."""
+        while True:
+            if not self.writers.behind:
+                await asyncio.sleep(self.options.idle_wait_s)
+                continue
+            await self._in(self._writing, self.writers.catch_up)
+
+    # -- the scheduler -------------------------------------------------------
+
+    async def _requested(self, stream: Any) -> None:
+        """New requests wake the scheduler, which reads them from the log
+        from where its answers stop (its checkpoint is the placements topic)."""
+        async for _ in stream.take_events(500, within=0.01):
+            self._wake_scheduler()
+
+    def _wake_scheduler(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
+
+    async def _answering(self) -> None:
+        self._wake = asyncio.Event()
+        while True:
+            self._wake.clear()
+            if await self._in(self._scheduling, self.scheduling.run, self.requests_held):
+                continue
+            # queued batches wait for releases: look again now and then
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), _SCHEDULER_IDLE_S)
+
+    # -- the reaper's ticks ----------------------------------------------------
+
+    async def _ticking(self) -> None:
+        """Ticks to the event partitions this worker writes, so that their
+        overdue holds expire even when they are quiet."""
+        publisher = Publisher(self.app.log, self.app.settings.topics)
+        while True:
+            await asyncio.sleep(self.options.tick_every_s)
+            held = sorted(self.writers.writers)
+            if held:
+                await self._in(self._scheduling, publisher.tick, held)
+
+    # -- the group -------------------------------------------------------------
 
     async def _assigned(self, sender: Any, *args: Any, **_: Any) -> None:
-        partitions = self._partitions(args[0])
-        taken = await self._in_thread(self.writers.assign, partitions)
+        partitions = self._partitions(args[0], self.events)
+        taken = await self._in(self._writing, self.writers.assign, partitions)
         log.info("worker %s: holds partitions %s, took over %s", self.owner, partitions, taken)
+        if self.options.schedule:
+            self.requests_held = tuple(self._partitions(args[0], self.requests))
+            self._wake_scheduler()
 
     async def _revoked(self, sender: Any, *args: Any, **_: Any) -> None:
+        # the scheduler lets go at its next step; a step under way finishes
+        # (its answers may then be given twice, as by a restarted scheduler)
+        self.requests_held = ()
         # kept aside: a partition given back at once keeps its writer
-        await self._in_thread(self.writers.suspend, self._partitions(args[0]))
+        await self._in(self._writing, self.writers.suspend, self._partitions(args[0], self.events))
 
     def close(self) -> None:
-        self._thread.shutdown(wait=True)
+        self._scheduling.shutdown(wait=True)
+        self._writing.shutdown(wait=True)
+
+
+_SCHEDULER_IDLE_S = 0.5
+"""How often an idle scheduler looks for queued batches that fit now."""
 
 
 def run_worker(settings: Settings, options: WorkerOptions) -> int:
     """Join the group and write the partitions it gives this process until
     SIGTERM or SIGINT; the exit status."""
+    from placement.config import SchedulerConfig
+
+    config = SchedulerConfig.load(options.config) if options.config else SchedulerConfig.default()
     with App(settings) as app:
-        worker = Worker(app, options)
+        worker = Worker(app, options, config)
         tune_gc()
         try:
             faust.Worker(worker.faust, loglevel="INFO", quiet=True).execute_from_commandline()

@@ -37,8 +37,9 @@ class Group:
     logs: Path
     processes: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict)
 
-    def start(self) -> int:
-        """A new worker; its pid."""
+    def start(self, *options: str) -> int:
+        """A new worker, with ``berth worker`` ``options`` beside the
+        deployment's; its pid."""
         path = self.logs / f"worker-{len(self.processes)}.log"
         with path.open("wb") as out:
             process = subprocess.Popen(
@@ -55,6 +56,7 @@ class Group:
                     str(self.settings.partitions),
                     "--session-timeout-s",
                     str(SESSION_TIMEOUT_S),
+                    *options,
                 ],
                 stdin=subprocess.DEVNULL,
                 stdout=out,

@@ -12,12 +12,18 @@ import signal
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
+from sqlalchemy import select
 
 from berth.app import App, Settings
+from berth.client import Publisher, wall_clock_ms
 from berth.replay import replay
+from consumers.queue_projector import read_depth
+from projections.view.tables import partition_offsets
+from schemas.requests import BatchRequest, PlacementRequest
 from tests.group_workers import (
     SESSION_TIMEOUT_S,
     Group,
@@ -33,6 +39,7 @@ from tests.group_workers import (
     worker_group,
 )
 from tests.kafka_broker import running_tansu
+from tests.placements import placement_answers
 from tests.polling import wait_for
 from tests.postgres import ADMIN_URL, scratch_database
 
@@ -181,3 +188,57 @@ def test_a_worker_whose_view_fails_stops_with_status_1(tmp_path: Path) -> None:
             Traffic(app, total=20).run()
             assert group.processes[pid].wait(timeout=60) == 1
             assert "stopping" in group.log_of(pid)
+
+
+def test_the_group_answers_requests_folds_the_queue_and_ticks(
+    deployment: tuple[App, Group],
+) -> None:
+    """The scheduler, the queue projector and the reaper's ticks ride on the
+    same group: requests are answered by whichever worker holds their
+    partition, and after that worker is killed by the one that takes it."""
+    app, group = deployment
+    publish_providers(app, vcpus=14)  # room for 18 instances of 4 VCPU, 3 on each
+    started_ms = wall_clock_ms()
+    past = started_ms - 60_000  # every record's clock: only ticks go later
+    pids = [group.start("--tick-every-s", "0.5") for _ in range(2)]
+    wait_for_assignment(app.engine, pids, PARTITIONS, timeout_s=60)
+    edge = Publisher(app.log, app.settings.topics)
+
+    def request(rid: str, count: int = 1) -> PlacementRequest:
+        return PlacementRequest(
+            request_id=rid, ts_ms=past, project_id="p", resources={"VCPU": 4}, num_instances=count
+        )
+
+    edge.submit([request(f"q{k}") for k in range(12)])
+
+    def answers() -> dict[str, Any]:
+        return {a["request_id"]: a for a in placement_answers(app)}
+
+    wait_for(lambda: len(answers()) == 12, "every request answered", timeout_s=60)
+    assert [answers()[f"q{k}"]["placed"] for k in range(12)] == [True] * 12
+    # 7 more do not fit beside those 12: the batch waits
+    waiting = BatchRequest(batch_id="later", ts_ms=past, members=(request("m", 7),), mode="queue")
+    edge.submit([waiting])
+    wait_for(lambda: "later" in answers(), "the batch answered", timeout_s=60)
+    assert answers()["later"]["status"] == "queued"
+    depth = {"VCPU=4": {"instances": 7, "batches": 1}}
+    wait_for(lambda: read_depth(app.engine) == depth, "the queue depth")
+    folding = next(owner_pid(o) for p, o in holders(app.engine).items() if p == 0)
+    group.signal(folding, signal.SIGKILL)
+    survivor = next(pid for pid in pids if pid != folding)
+    wait_for_assignment(app.engine, [survivor], PARTITIONS, TAKEOVER_BOUND_S)
+    edge.submit([request("after")])
+    wait_for(lambda: "after" in answers(), "an answer from the survivor", timeout_s=60)
+    assert answers()["after"]["placed"] is True
+    assert read_depth(app.engine) == depth
+    # quiet or not, every partition's clock has been ticked past the records'
+    wait_for(
+        lambda: all(clock >= started_ms for clock in _clocks(app)),
+        "ticks on every partition",
+        timeout_s=30,
+    )
+
+
+def _clocks(app: App) -> list[int]:
+    with app.engine.connect() as conn:
+        return [int(c) for (c,) in conn.execute(select(partition_offsets.c.clock_ms))]

@@ -73,6 +73,11 @@ def add_commands(commands: Commands) -> None:
         default=10.0,
         help="how long the group waits for a silent worker before moving its partitions",
     )
+    worker.add_argument("--config", default=None, help="scheduler TOML (default: built in)")
+    worker.add_argument("--writers-only", action="store_true", help="answer no requests")
+    worker.add_argument(
+        "--tick-every-s", type=float, default=0.0, help="tick the partitions written here (0: off)"
+    )
 
     scheduler = commands.add(
         "scheduler",
@@ -173,7 +178,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def cmd_worker(args: argparse.Namespace) -> int:
     from berth.worker import WorkerOptions, run_worker
 
-    options = WorkerOptions(group=args.group, session_timeout_s=args.session_timeout_s)
+    options = WorkerOptions(
+        group=args.group,
+        session_timeout_s=args.session_timeout_s,
+        schedule=not args.writers_only,
+        config=args.config,
+        tick_every_s=args.tick_every_s,
+    )
     return run_worker(settings_from(args), options)
 
 
