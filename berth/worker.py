@@ -147,17 +147,20 @@ class Worker:
         self.owner = owner_name()
         self.error: Exception | None = None
         settings = app.settings
-        self.writers = GroupWriters(app.view, self._writer)
+        self.writers = GroupWriters(app.view, self._writer, settings.batch_size)
         self.scheduling = Scheduling(app, config)
         self.requests_held: tuple[int, ...] = ()
         self._writing = ThreadPoolExecutor(1, thread_name_prefix="berth-writers")
         self._scheduling = ThreadPoolExecutor(1, thread_name_prefix="berth-scheduler")
         self._wake: asyncio.Event | None = None
+        self._delivered: list[Record] = []
+        self._arrived = asyncio.Event()
+        self._room = asyncio.Event()
         self.faust = faust_app(settings, options)
         self.events = self._topic(settings.topics.events)
         self.requests = self._topic(settings.topics.requests)
         self.faust.agent(self.events, name="berth.writers")(self._decide)
-        self.faust.task(self._catching_up)
+        self.faust.task(self._writing_loop)
         if options.schedule:
             self.faust.agent(self.requests, name="berth.scheduler")(self._requested)
             self.faust.task(self._answering)
@@ -210,21 +213,34 @@ class Worker:
     # -- the writers ---------------------------------------------------------
 
     async def _decide(self, stream: Any) -> None:
+        """Hand what the group's consumer delivers to the writing loop at
+        once: while the writers commit one batch, the next ones gather, and
+        go in as one (few commits when busy, little delay when quiet)."""
         async for events in stream.take_events(self.app.settings.batch_size, within=0.01):
-            records = [
+            self._delivered.extend(
                 Record(e.message.partition, e.message.offset, e.message.key or b"", e.message.value)
                 for e in events
-            ]
-            await self._in(self._writing, self.writers.write, records)
+            )
+            self._arrived.set()
+            if len(self._delivered) >= _MOST_DELIVERED:
+                self._room.clear()
+                await self._room.wait()
 
-    async def _catching_up(self) -> None:
-        """Partitions the consumer has not delivered in order read the log,
-        a few batches at a time, between heartbeats."""
+    async def _writing_loop(self) -> None:
+        """The writers' work, in order: what was delivered, else the log
+        for partitions the consumer has not delivered in order, a few
+        batches at a time between heartbeats."""
         while True:
-            if not self.writers.behind:
-                await asyncio.sleep(self.options.idle_wait_s)
-                continue
-            await self._in(self._writing, self.writers.catch_up)
+            if self._delivered:
+                records, self._delivered = self._delivered, []
+                self._room.set()
+                await self._in(self._writing, self.writers.write, records)
+            elif self.writers.behind:
+                await self._in(self._writing, self.writers.catch_up)
+            else:
+                self._arrived.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._arrived.wait(), self.options.idle_wait_s)
 
     # -- the scheduler -------------------------------------------------------
 
@@ -281,6 +297,9 @@ class Worker:
         self._scheduling.shutdown(wait=True)
         self._writing.shutdown(wait=True)
 
+
+_MOST_DELIVERED = 20_000
+"""Records delivered and not yet written past which the agent waits."""
 
 _SCHEDULER_IDLE_S = 0.5
 """How often an idle scheduler looks for queued batches that fit now."""

@@ -32,9 +32,11 @@ MakeWriter = Callable[[int], PartitionWriter]
 class GroupWriters:
     """Writers of the partitions assigned to this process, by partition."""
 
-    def __init__(self, view: ViewWriter, make_writer: MakeWriter) -> None:
+    def __init__(self, view: ViewWriter, make_writer: MakeWriter, batch_size: int = 2000) -> None:
         self.view = view
         self.make_writer = make_writer
+        self.batch_size = batch_size
+        """The most records one commit takes."""
         self.writers: dict[int, PartitionWriter] = {}
         self.suspended: dict[int, PartitionWriter] = {}
         """Writers of partitions revoked in a rebalance still under way."""
@@ -103,8 +105,12 @@ class GroupWriters:
             if fresh[0].offset > writer.next_offset or not _consecutive(fresh):
                 self.behind.add(partition)
                 continue
-            written = self._guarded(partition, partial(_write, writer, fresh))
-            applied += max(written, 0)
+            for start in range(0, len(fresh), self.batch_size):
+                chunk = fresh[start : start + self.batch_size]
+                written = self._guarded(partition, partial(_write, writer, chunk))
+                if written < 0:
+                    break
+                applied += written
         return applied
 
     def catch_up(self, batches: int = 8) -> bool:
