@@ -36,6 +36,7 @@ check: lint test
 bench: $(COMPILED)
 	$(BIN)/python -m bench.projector --kafka auto
 	$(BIN)/python -m bench.ledger --kafka auto
+	$(BIN)/python -m bench.worker --kafka auto
 
 # the same code, run by the interpreter (until the next make demo/test/bench)
 interpreted: $(BIN)/.installed
