@@ -19,9 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 COMPOSE_FILE = ROOT / "docker-compose.yml"
 BERTH_SERVICES = (
     "berth-migrate",
-    "berth-projector",
-    "berth-scheduler",
-    "berth-reaper",
+    "berth-worker",
     "berth-metrics",
     "berth-api",
 )
@@ -148,16 +146,13 @@ def test_startup_order(services: dict[str, Any]) -> None:
         return {dep: spec["condition"] for dep, spec in services[name]["depends_on"].items()}
 
     assert conditions("berth-migrate") == {"postgres": "service_healthy"}
-    for worker in ("berth-projector", "berth-scheduler", "berth-metrics", "berth-api"):
+    for worker in ("berth-worker", "berth-metrics", "berth-api"):
         assert conditions(worker) == {
             "kafka": "service_healthy",
             "postgres": "service_healthy",
             "berth-migrate": "service_completed_successfully",
         }
         assert services[worker]["restart"] == "unless-stopped"
-    # the reaper only appends ticks: it waits for Kafka alone
-    assert conditions("berth-reaper") == {"kafka": "service_healthy"}
-    assert services["berth-reaper"]["restart"] == "unless-stopped"
 
 
 def test_healthchecks(services: dict[str, Any]) -> None:
@@ -169,14 +164,28 @@ def test_healthchecks(services: dict[str, Any]) -> None:
     assert "pg_isready" in services["postgres"]["healthcheck"]["test"]
 
 
-def test_the_projector_s_healthcheck_is_a_berth_command(
+def test_workers_scale_by_replicas_in_one_group(services: dict[str, Any]) -> None:
+    """No hand-split partitions: the consumer group assigns them, and the
+    workers also schedule and tick (no separate scheduler or reaper)."""
+    from berth.cli import build_parser
+
+    service = services["berth-worker"]
+    assert service["deploy"]["replicas"] > 1
+    args = build_parser().parse_args(argv(service))
+    assert args.command == "worker"
+    assert not args.writers_only and args.tick_every_s > 0
+    assert not args.group  # every replica joins the one default group
+    assert not {"berth-projector", "berth-scheduler", "berth-reaper"} & services.keys()
+
+
+def test_the_worker_s_healthcheck_is_a_berth_command(
     services: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """It runs beside the entrypoint, so it names ``berth`` itself, and it
     reaches Kafka and PostgreSQL through the service's environment."""
     from berth.cli import build_parser
 
-    service = services["berth-projector"]
+    service = services["berth-worker"]
     check = service["healthcheck"]["test"]
     assert check[:2] == ["CMD", "berth"]
     for key, value in env(service).items():
