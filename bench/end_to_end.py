@@ -234,21 +234,30 @@ def sustained(
 
 
 def _race_figures(
-    results: list[Scheduled], overcommitted: int, elapsed_s: float, publishers: str
+    results: list[Scheduled],
+    overcommitted: int,
+    elapsed_s: float,
+    startup_s: float,
+    publishers: str,
 ) -> dict[str, Any]:
     failed = Counter(r.reason.split(";")[0] for r in results if not r.placed)
+    placed = sum(r.placed for r in results)
     return {
-        "race_placed": sum(r.placed for r in results),
+        "race_placed": placed,
         "race_failed": sum(failed.values()),
         "race_failed_reasons": dict(failed),
         "race_attempts": sum(r.attempts for r in results),
         "race_overcommitted_providers": overcommitted,
-        "race_s": round(elapsed_s, 2),
+        "race_s": round(elapsed_s, 3),
+        "race_placements_per_s": round(placed / elapsed_s, 1),
+        "race_startup_s": round(startup_s, 2),
         "race_publishers": publishers,
     }
 
 
-def race(kafka: str = "", publishers: int = 8, providers: int = 50) -> dict[str, Any]:
+def race(
+    kafka: str = "", publishers: int = 8, providers: int = 50, window: int = 1
+) -> dict[str, Any]:
     """The race as the issue states it: publisher processes, each with its own
     scheduler, and a projector process, on the embedded log and SQLite, or
     with ``kafka`` on a Kafka-protocol broker and PostgreSQL."""
@@ -262,17 +271,17 @@ def race(kafka: str = "", publishers: int = 8, providers: int = 50) -> dict[str,
             bootstrap = stack.enter_context(running_tansu()) if kafka == "auto" else kafka
             db = stack.enter_context(scratch_database())
             settings = Settings(log_url=f"kafka://{bootstrap}", db_url=db, partitions=8)
-            how = f"{publishers} processes, Kafka (tansu) + PostgreSQL"
+            how = f"{publishers} processes (window {window}), Kafka (tansu) + PostgreSQL"
         else:
             tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="berth-race-")))
             settings = Settings(
                 log_url=f"embedded:{tmp}", db_url=sqlite_url(str(tmp / "view.db")), partitions=8
             )
-            how = f"{publishers} processes, embedded log + SQLite"
+            how = f"{publishers} processes (window {window}), embedded log + SQLite"
         app = stack.enter_context(App(settings))
         Publisher(app.log, clock_ms=lambda: NOW_MS).publish(_cluster(providers, (4, 32_768, 160)))
         projectors = _projectors(settings, 1)
-        started = time.perf_counter()
+        spawned = time.perf_counter()
         runs = [
             subprocess.Popen(
                 [
@@ -287,18 +296,30 @@ def race(kafka: str = "", publishers: int = 8, providers: int = 50) -> dict[str,
                     str(k),
                     "--of",
                     str(publishers),
+                    "--window",
+                    str(window),
                 ],
+                stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,
             )
             for k in range(publishers)
         ]
-        outputs = [run.communicate(timeout=600)[0] for run in runs]
+        for run in runs:  # a barrier: the race starts once every publisher is ready
+            assert run.stdout is not None and run.stdout.readline() == b"ready\n"
+        started = time.perf_counter()
+        for run in runs:
+            assert run.stdin is not None
+            run.stdin.write(b"go\n")
+            run.stdin.close()
+        outputs = [run.stdout.read() for run in runs if run.stdout is not None]
         elapsed = time.perf_counter() - started
+        for run in runs:
+            run.wait(timeout=60)
         results = [Scheduled.from_dict(r) for out in outputs for r in json.loads(out)]
         _caught_up(app, projectors)  # the releases of the losers' claims, too
         overcommitted = _overcommitted(app)
-    return _race_figures(results, overcommitted, elapsed, how)
+    return _race_figures(results, overcommitted, elapsed, started - spawned, how)
 
 
 def main() -> None:
@@ -321,12 +342,22 @@ def main() -> None:
     parser.add_argument(
         "--kafka", default="", help="race on Kafka + PostgreSQL: auto (start tansu) or HOST:PORT"
     )
+    parser.add_argument("--publishers", type=int, default=8, help="race: publisher processes")
+    parser.add_argument(
+        "--window",
+        type=int,
+        default=1,
+        help="race: requests each publisher's scheduler keeps in flight",
+    )
     args = parser.parse_args()
     tune_gc()
     if args.scenario == "race":
         on = "Kafka + PostgreSQL" if args.kafka else "the embedded log + SQLite"
-        note(f"race: 600 requests, 8 publisher processes, 50 providers, {on} ...")
-        print(json.dumps(race(args.kafka)))
+        note(
+            f"race: 600 requests, {args.publishers} publisher processes "
+            f"(window {args.window}), 50 providers, {on} ..."
+        )
+        print(json.dumps(race(args.kafka, args.publishers, window=args.window)))
         return
     figures: dict[str, Any] = {
         "providers": args.providers,

@@ -3,13 +3,17 @@ its own scheduler, against Kafka and PostgreSQL (see bench.end_to_end).
 
     python -m bench.race_publisher --log kafka://HOST:PORT --db URL --index K --of 8
 
-Prints one JSON object: the results of its requests.
+Once ready (its log, view and scheduler set up, the view read once), it
+prints ``ready`` and waits for a line on stdin: the race starts for every
+publisher at once, as Placement's harness starts its workers. Then it prints
+one JSON object: the results of its requests.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from berth.app import Settings, open_log
 from berth.client import Publisher
@@ -29,6 +33,12 @@ def main() -> None:
     parser.add_argument("--index", type=int, required=True)
     parser.add_argument("--of", type=int, required=True)
     parser.add_argument("--requests", type=int, default=600)
+    parser.add_argument(
+        "--window",
+        type=int,
+        default=1,
+        help="requests in flight at once: the next ranked while the writer decides the last",
+    )
     args = parser.parse_args()
     settings = Settings(log_url=args.log, db_url=args.db)
     log = open_log(settings)
@@ -41,16 +51,27 @@ def main() -> None:
         max_attempts=10,
         decision_timeout_s=60.0,
         poll_interval_s=0.002,
+        wave=1,
+        depth=args.window,
     )
-    results: list[dict[str, object]] = []
-    for i in range(args.index, args.requests, args.of):
-        request = PlacementRequest(
+    scheduler.snapshot()  # a running scheduler has read the view once
+    print("ready", flush=True)
+    sys.stdin.readline()
+    requests = [
+        PlacementRequest(
             request_id=f"race-{i}",
             ts_ms=NOW_MS,
             project_id="ci",
             resources={"VCPU": 2, "MEMORY_MB": 4096, "DISK_GB": 20},
         )
-        results.extend(r.to_dict() for r in scheduler.schedule([request]))
+        for i in range(args.index, args.requests, args.of)
+    ]
+    results: list[dict[str, object]] = []
+    if args.window == 1:  # one request at a time, each waiting for its decision
+        for request in requests:
+            results.extend(r.to_dict() for r in scheduler.schedule([request]))
+    else:
+        results.extend(r.to_dict() for r in scheduler.schedule(requests))
     log.close()
     engine.dispose()
     print(json.dumps(results))
