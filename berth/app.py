@@ -86,6 +86,7 @@ def create_topics(log: Log, settings: Settings) -> None:
     log.create_topic(topics.placements, settings.partitions)
     log.create_topic(topics.transactions, settings.partitions)
     log.create_topic(topics.moves, settings.partitions)
+    log.create_topic(topics.policies, 1)
 
 
 def tune_gc() -> None:
@@ -173,6 +174,7 @@ class App:
         from berth.client import Publisher
         from consumers.batches import BatchScheduler
         from consumers.coordinator import Coordinator
+        from consumers.policies import PolicyBook
         from consumers.scheduler import OutcomeFollower, Scheduler
         from consumers.scheduler_worker import SchedulerWorker
         from consumers.snapshot_source import LiveSnapshot
@@ -183,14 +185,23 @@ class App:
             self._own(topics.requests, answered)
         publisher = publisher or Publisher(self.log, topics)
         follower = OutcomeFollower(self.log, topics.outcomes)
-        engine = config.engine()
+        # the policies set at run time (berth policy set), config the default
+        # until one named default is set
+        policies = PolicyBook(self.log, topics, config)
+        engine = policies.default().engine
 
         # re-reads only what changed since the last wave (placements too),
         # and says which offsets it reflects, so each wave counts the
         # claims proposed since
         snapshot = LiveSnapshot(self.engine, placements=True)
         scheduler = Scheduler(
-            publisher, engine, snapshot, follower, pump=pump, max_attempts=config.max_attempts
+            publisher,
+            engine,
+            snapshot,
+            follower,
+            pump=pump,
+            max_attempts=config.max_attempts,
+            policies=policies,
         )
         batches = BatchScheduler(
             Coordinator(publisher, self.log, topics, follower, pump=pump),

@@ -18,6 +18,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from consumers.policies import Policy, PolicyBook, PolicyError
 from ledger.log import Log
 from ledger.publisher import Publisher
 from placement.engine import Engine, demand_row
@@ -108,6 +109,8 @@ class Scheduled:
     attempts: int
     reason: str = ""
     trace: tuple[str, ...] = ()
+    policy: str = ""
+    """The policy that placed it, ``name@version`` (empty: no policy book)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -117,6 +120,7 @@ class Scheduled:
             "attempts": self.attempts,
             "reason": self.reason,
             "trace": list(self.trace),
+            **({"policy": self.policy} if self.policy else {}),
         }
 
     @classmethod
@@ -128,6 +132,7 @@ class Scheduled:
             attempts=data["attempts"],
             reason=data["reason"],
             trace=tuple(data["trace"]),
+            policy=data.get("policy", ""),
         )
 
 
@@ -141,6 +146,7 @@ class _Pending:
     attempts: int = 0
     reasons: list[str] = field(default_factory=list)
     result: Scheduled | None = None
+    policy: Policy | None = None
 
 
 @runtime_checkable
@@ -189,6 +195,7 @@ class Scheduler:
         generation: str = "",
         wave: int = 0,
         depth: int = 1,
+        policies: PolicyBook | None = None,
     ) -> None:
         """``generation`` goes into every reservation id, so a restarted worker
         that schedules a request again makes new claims rather than duplicates
@@ -218,6 +225,8 @@ class Scheduler:
         # asked once: isinstance on a runtime-checkable Protocol costs microseconds
         self._versioned = snapshot if isinstance(snapshot, Versioned) else None
         self.depth = depth if self._versioned is not None else 1
+        self.policies = policies
+        """Which policy places each request (None: ``engine`` for all)."""
         self._unseen: dict[str, _Unseen] = {}
         """Reservation id -> a claim proposed that the last snapshot did not
         reflect and the writer has not rejected (with a Versioned source)."""
@@ -225,7 +234,9 @@ class Scheduler:
     def schedule(self, requests: Sequence[PlacementRequest]) -> list[Scheduled]:
         """Place every request (each ends placed or failed with a reason)."""
         pending = [_Pending(r, list(range(r.num_instances))) for r in requests]
-        ready = deque(pending)
+        for p in pending:
+            self._choose_policy(p)
+        ready = deque(p for p in pending if p.result is None)
         flight: deque[tuple[list[_Pending], list[str]]] = deque()
         while ready or flight:
             if ready and len(flight) < self.depth:
@@ -238,6 +249,14 @@ class Scheduler:
                 self._await(proposed)
             ready.extend(p for p in wave if not self._settle(p))
         return [p.result for p in pending if p.result is not None]
+
+    def _choose_policy(self, p: _Pending) -> None:
+        if self.policies is None:
+            return
+        try:
+            p.policy = self.policies.for_request(p.request.project_id, p.request.policy)
+        except PolicyError as refused:
+            self._fail(p, str(refused), ())
 
     def _propose(self, wave: list[_Pending]) -> list[str]:
         """Rank ``wave`` on one snapshot and publish its claims; their ids."""
@@ -252,7 +271,8 @@ class Scheduler:
         for p in wave:
             p.attempts += 1
             p.proposed.clear()
-            placement = self.engine.place(working, _engine_request(p), explain=p.request.explain)
+            engine = self.engine if p.policy is None else p.policy.engine
+            placement = engine.place(working, _engine_request(p), explain=p.request.explain)
             if not placement.placed:
                 trace = placement.trace.lines() if placement.trace else []
                 self._fail(p, placement.reason, tuple(trace))
@@ -328,9 +348,12 @@ class Scheduler:
                 p.tried.add(pid)
                 p.reasons = [str(r) for r in outcome.reasons]
         if not p.left:
-            p.result = Scheduled(p.request.request_id, True, tuple(p.held), p.attempts)
+            p.result = Scheduled(
+                p.request.request_id, True, tuple(p.held), p.attempts, policy=_label(p)
+            )
             return True
-        if p.attempts >= self.max_attempts:
+        limit = self.max_attempts if p.policy is None else p.policy.config.max_attempts
+        if p.attempts >= limit:
             reason = f"rejected by the writer {p.attempts} times; last: {'; '.join(p.reasons)}"
             self._fail(p, reason, ())
             return True
@@ -349,7 +372,13 @@ class Scheduler:
                 ]
             )
         log.info("failed %s: %s", p.request.request_id, reason)
-        p.result = Scheduled(p.request.request_id, False, (), p.attempts, reason, trace)
+        p.result = Scheduled(
+            p.request.request_id, False, (), p.attempts, reason, trace, policy=_label(p)
+        )
+
+
+def _label(p: _Pending) -> str:
+    return "" if p.policy is None else p.policy.label
 
 
 def _engine_request(p: _Pending) -> Request:

@@ -120,7 +120,11 @@ class SchedulerWorker:
         return {self.topics.requests: {p: self.next_offsets[p] for p in self.partitions}}
 
     def step(self) -> int:
-        """Answer the next batch of requests of every partition; how many."""
+        """Answer the next batch of requests of every partition; how many.
+        Policy changes appended since the last step apply from this one."""
+        policies = self.scheduler.policies
+        if policies is not None and policies.refresh() and self.batches is not None:
+            self.batches.engine = policies.default().engine
         self._drain_queue()
         answered = 0
         for partition in self.partitions:

@@ -19,6 +19,8 @@ class Topics:
     moves: str = "berth.moves"
     """Instance moves ``berth balance --claim`` claimed, keyed by consumer, for
     the service that moves instances."""
+    policies: str = "berth.policies"
+    """Scheduling policies and which project uses which (one partition)."""
 
 
 DEFAULT_TOPICS = Topics()

@@ -52,6 +52,9 @@ class PlacementRequest(Model):
     """Identifiers each instance also takes from pools (an address, a VNI):
     claimed together with its compute, all or nothing."""
     explain: bool = False
+    policy: Identifier | None = None
+    """The scheduling policy to place it by: only the one its project may
+    use (see consumers/policies.py); by default, whichever that is."""
 
 
 BatchMode = Literal["all_or_nothing", "at_least", "queue"]
