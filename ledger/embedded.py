@@ -204,6 +204,11 @@ class EmbeddedLog(Log):
                 with self._cond:
                     self._leading = False
                     self._cond.notify_all()
+        if group and not isinstance(request.error, Exception | None):
+            # the leader was interrupted (a signal's KeyboardInterrupt, an
+            # exit) mid-commit: nothing was acknowledged, and the interrupt
+            # goes on up as itself, so that a stopping process stops cleanly
+            raise request.error
         if isinstance(request.error, CorruptLog):
             raise CorruptLog(request.error.damage) from request.error
         if request.error is not None:

@@ -292,3 +292,26 @@ def test_records_left_without_a_topic_are_not_adopted(tmp_path: Path) -> None:
     (tmp_path / "log" / "t" / "meta.json").unlink()
     with closing(EmbeddedLog(tmp_path)) as log, pytest.raises(LogError, match="unregistered"):
         log.create_topic("t", 1)
+
+
+def test_an_interrupted_append_raises_the_interrupt_and_acknowledges_nothing(
+    tmp_path: Path,
+) -> None:
+    """A signal's KeyboardInterrupt while the leader syncs (berth serve told
+    to stop mid-commit) goes up as itself, so the process stops cleanly; the
+    records it was writing were never acknowledged and are not kept."""
+    interrupt = threading.Event()
+
+    def fsync(fd: int) -> None:
+        os.fsync(fd)
+        if interrupt.is_set():
+            raise KeyboardInterrupt
+
+    with closing(EmbeddedLog(tmp_path, fsync=fsync)) as log:
+        log.create_topic("t", 1)
+        log.append("t", [Append(0, b"k", b"kept")])
+        interrupt.set()
+        with pytest.raises(KeyboardInterrupt):
+            log.append("t", [Append(0, b"k", b"interrupted")])
+    with closing(EmbeddedLog(tmp_path)) as log:
+        assert [r.value for r in log.read("t", 0, 0, 10)] == [b"kept"]
