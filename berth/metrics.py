@@ -25,6 +25,7 @@ from sqlalchemy.exc import DBAPIError
 
 from berth.status import Status, read_status
 from consumers.batches import shape_key
+from consumers.policies import PolicyBook
 from consumers.queue_projector import read_depth
 from consumers.snapshot_source import LiveSnapshot
 from ledger.log import Log, Tail
@@ -95,9 +96,11 @@ class LedgerCollector(Collector):
         totals: bool = True,
         shapes: Sequence[Request] = (),
         placement: PlacementEngine | None = None,
+        policies: PolicyBook | None = None,
     ) -> None:
         """``shapes`` are the requests whose headroom each scrape measures
-        with ``placement``, the scheduler's engine (filters, ratios)."""
+        with ``placement``, the scheduler's engine (filters, ratios), or
+        with ``policies``, the default policy's as of the scrape."""
         self.log = log
         self.engine = engine
         self.topics = topics
@@ -105,6 +108,7 @@ class LedgerCollector(Collector):
         self.totals = totals
         self.shapes = list(shapes)
         self.placement = placement or SchedulerConfig.default().engine()
+        self.policies = policies
         self._live = LiveSnapshot(engine)
         # scrapes may overlap; the log's handles are not shared between threads
         self._lock = threading.Lock()
@@ -135,6 +139,9 @@ class LedgerCollector(Collector):
                 if self.totals:
                     self._fold()
                     if self.shapes:
+                        if self.policies is not None:
+                            self.policies.refresh()
+                            self.placement = self.policies.default().engine
                         snapshot = self._live()
                         rooms = [
                             (shape_key(dict(s.resources)), headroom(self.placement, snapshot, s))

@@ -29,11 +29,12 @@ from dataclasses import dataclass
 from sqlalchemy import Engine
 
 from consumers.periodic import run_every
+from consumers.policies import PolicyBook
 from consumers.snapshot_source import balance_inputs
 from ledger.log import Append
 from ledger.partitioner import partition_for
 from ledger.publisher import Publisher
-from placement.balance import Move, Plan
+from placement.balance import Balancer, Move, Plan
 from placement.config import SchedulerConfig
 from projections.view.loader import committed_offsets
 from schemas.events import Claim, ClaimItem
@@ -81,10 +82,17 @@ class BalanceWorker:
         claim: bool = False,
         lease_ms: int = 0,
         report: Callable[[Plan, list[MoveClaim]], object] = lambda plan, claims: None,
+        policies: PolicyBook | None = None,
+        max_moves: int | None = None,
     ) -> None:
+        """With ``policies``, each round plans by the default policy as of
+        that round (a policy set at run time), ``config`` until there is one;
+        ``max_moves`` overrides either's."""
         self.view = view
         self.publisher = publisher
         self.config = config
+        self.policies = policies
+        self.max_moves = max_moves
         self.claim = claim
         self.lease_ms = lease_ms
         self.report = report
@@ -104,11 +112,21 @@ class BalanceWorker:
                 return None
             self.awaited = {}
         snapshot, instances, leaving = balance_inputs(self.view)
-        plan = self.config.balancer().plan(snapshot, instances, leaving)
+        plan = self._balancer().plan(snapshot, instances, leaving)
         claims = self._claim(plan) if self.claim and plan.moves else []
         self.rounds += 1
         self.report(plan, claims)
         return plan, claims
+
+    def _balancer(self) -> Balancer:
+        if self.policies is None:
+            return self.config.balancer()
+        self.policies.refresh()
+        policy = self.policies.default()
+        if policy.version is None:  # no default set at run time: the configuration
+            return self.config.balancer()
+        moves = policy.config.max_moves if self.max_moves is None else self.max_moves
+        return Balancer(policy.config.balance, policy.engine, moves)
 
     def run(self, interval_s: float, stop: threading.Event, rounds: int | None = None) -> None:
         run_every(self.step, interval_s, stop, rounds, time.monotonic, "balance: a round")

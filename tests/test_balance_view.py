@@ -304,3 +304,23 @@ def test_the_writers_accept_every_move_a_plan_on_a_current_view_claims(
                 ).all()
             )
     assert statuses == {c.reservation_id: "held" for c in claims}, plan.stopped
+
+
+def test_berth_balance_plans_by_the_default_policy_set_at_run_time(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without a configuration the balance unit is none: no moves. Once an
+    oVirt cluster policy is set as the default policy in the log, the next
+    plan (no restart, no file) moves by it."""
+    data = tmp_path / "d"
+    _cluster(data)
+    balance = ["balance", "--data-dir", str(data)]
+    assert main(balance) == 0
+    assert capsys.readouterr().out.startswith("0 moves")
+    policy = tmp_path / "even.toml"
+    policy.write_text('[balance]\npolicy = "evenly_distributed"\nhigh_utilization = 50\n')
+    assert main(["policy", "set", "default", "--file", str(policy), "--data-dir", str(data)]) == 0
+    capsys.readouterr()
+    assert main(balance) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "move r1 (c-r1, MEMORY_MB=3072,VCPU=3): a -> b; a: VCPU at 87.5%, above 50%"

@@ -170,3 +170,24 @@ def test_a_running_server_places_by_the_policy_in_force(tmp_path: Path, cli: Cli
         shown = json.loads(out)
         assert shown["policy"]["weighers"] == {"RAMWeigher": -1.0}
         assert "project frozen" in shown["policy"]["scriptlet"]["source"]
+
+
+def test_headroom_is_measured_by_the_default_policy_in_force(tmp_path: Path, cli: Cli) -> None:
+    data = tmp_path / "data"
+    settings = Settings(data_dir=data, partitions=2)
+    with App(settings) as app:
+        Publisher(app.log, settings.topics).publish(provider("n1", ts=1, VCPU=8))
+        from consumers.partition_writer import catch_up_all
+
+        catch_up_all(app.writers())
+    shape = ["headroom", "--resources", "VCPU=2", "--json", "--data-dir", str(data)]
+    code, out, _ = cli(*shape)
+    assert code == 0 and json.loads(out)["instances"] == 4
+    capped = tmp_path / "capped.toml"
+    capped.write_text(
+        '[filters]\nenabled = ["ComputeFilter", "ResourceFilter", "IsolatedHostsFilter"]\n'
+        '[filters.IsolatedHostsFilter]\nisolated_hosts = ["n1"]\nisolated_images = ["img"]\n'
+    )
+    assert cli("policy", "set", "default", "--file", str(capped), "--data-dir", str(data))[0] == 0
+    code, out, _ = cli(*shape)
+    assert code == 0 and json.loads(out)["instances"] == 0  # n1 kept for isolated images

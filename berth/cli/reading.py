@@ -26,6 +26,7 @@ from berth.cli.common import (
 
 if TYPE_CHECKING:
     from placement.config import SchedulerConfig
+    from placement.engine import Engine
     from placement.model import Request
 
 
@@ -239,6 +240,14 @@ def _shape(args: argparse.Namespace, instances: int = 1) -> tuple[SchedulerConfi
     return config, request
 
 
+def _policy_engine(app: App, config: SchedulerConfig) -> Engine:
+    """The default policy's engine: the one set at run time (berth policy
+    set default), or ``config``'s until there is one."""
+    from consumers.policies import PolicyBook
+
+    return PolicyBook(app.log, app.settings.topics, config).default().engine
+
+
 def cmd_explain(args: argparse.Namespace) -> int:
     from consumers.snapshot_source import snapshot_from_view
     from placement.config import ConfigError
@@ -249,7 +258,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
         print(f"berth: {error}", file=sys.stderr)
         return 2
     with App(settings_from(args)) as app:
-        placement = config.engine().place(snapshot_from_view(app.engine), request, explain=True)
+        engine = _policy_engine(app, config)
+        placement = engine.place(snapshot_from_view(app.engine), request, explain=True)
     trace = placement.trace
     story = trace.lines() if trace else []
     if args.json:
@@ -285,7 +295,7 @@ def cmd_headroom(args: argparse.Namespace) -> int:
         print(f"berth: {error}", file=sys.stderr)
         return 2
     with App(settings_from(args)) as app:
-        room = headroom(config.engine(), snapshot_from_view(app.engine), request)
+        room = headroom(_policy_engine(app, config), snapshot_from_view(app.engine), request)
     if args.json:
         print(json.dumps(room.to_dict()))
         return 0
@@ -305,6 +315,7 @@ def cmd_metrics(args: argparse.Namespace) -> int:
 
     from berth.metrics import LedgerCollector, registry_for, serve
     from consumers.batches import parse_shape
+    from consumers.policies import PolicyBook
     from placement.config import ConfigError, SchedulerConfig
     from placement.model import Request
 
@@ -326,7 +337,7 @@ def cmd_metrics(args: argparse.Namespace) -> int:
             app.settings.partitions,
             not args.lag,
             shapes,
-            config.engine(),
+            policies=PolicyBook(app.log, app.settings.topics, config),
         )
         if args.once:
             sys.stdout.write(generate_latest(registry_for(collector)).decode())

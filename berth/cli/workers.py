@@ -330,6 +330,7 @@ def cmd_reaper(args: argparse.Namespace) -> int:
 def cmd_balance(args: argparse.Namespace) -> int:
     from berth.client import Publisher
     from consumers.balance_worker import BalanceWorker
+    from consumers.policies import PolicyBook
     from placement.config import ConfigError, SchedulerConfig
 
     try:
@@ -360,6 +361,8 @@ def cmd_balance(args: argparse.Namespace) -> int:
             claim=args.claim,
             lease_ms=args.lease_ms,
             report=report,
+            policies=PolicyBook(app.log, app.settings.topics, config),
+            max_moves=args.max_moves,
         )
         if args.every_s is None:
             _warn_if_behind(app)
