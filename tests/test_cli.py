@@ -12,6 +12,7 @@ import pytest
 
 from berth.app import App, Settings
 from berth.cli import main
+from berth.client import Publisher
 from ledger.log import Append
 from ledger.partitioner import partition_for
 from schemas.outcomes import Kind, Outcome
@@ -353,3 +354,20 @@ def test_pool_define_reports_a_bad_definition(
     assert "berth: pool net:" in capsys.readouterr().err
     assert main(["pool", "define", "lan", "--data-dir", data, "--kind", "set",
                  "--member", "a", "--member", "b"]) == 0  # fmt: skip
+
+
+def test_berth_data_dir_from_the_environment_when_not_given(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = tmp_path / "from-env"
+    with App(Settings(data_dir=data, partitions=2)) as app:
+        Publisher(app.log, clock_ms=lambda: 10**12).publish(
+            [{"type": "tick", "event_id": "t1", "ts_ms": 1, "partition_key": "k"}]
+        )
+    monkeypatch.setenv("BERTH_DATA_DIR", str(data))
+    monkeypatch.chdir(tmp_path)
+    assert main(["status", "--lag", "--json"]) == 0
+    status = json.loads(capsys.readouterr().out)
+    assert len(status["partitions"]) == 2
+    assert sum(p["log_end"] for p in status["partitions"]) == 1
+    assert not (tmp_path / "berth-data").exists()

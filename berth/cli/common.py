@@ -68,9 +68,14 @@ class Commands:
         return "\n\n".join(sections)
 
 
-def backend_options(p: argparse.ArgumentParser, data_dir: str = DEFAULT_DATA_DIR) -> None:
-    """Where the log and the view are: every command takes these."""
-    p.add_argument("--data-dir", default=data_dir, help="embedded log and SQLite view")
+def backend_options(p: argparse.ArgumentParser, data_dir: str | None = None) -> None:
+    """Where the log and the view are: every command takes these. Without
+    --data-dir, BERTH_DATA_DIR says where, and without it berth-data."""
+    p.add_argument(
+        "--data-dir",
+        default=data_dir,
+        help=f"embedded log and SQLite view (default: $BERTH_DATA_DIR or {DEFAULT_DATA_DIR})",
+    )
     p.add_argument("--log", default="", help="kafka://HOST:PORT (default: embedded)")
     p.add_argument("--db", default="", help="SQLAlchemy URL (default: SQLite in data dir)")
     p.add_argument("--partitions", type=int, default=None, help="partitions of a new log")
