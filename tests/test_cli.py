@@ -371,3 +371,14 @@ def test_berth_data_dir_from_the_environment_when_not_given(
     assert len(status["partitions"]) == 2
     assert sum(p["log_end"] for p in status["partitions"]) == 1
     assert not (tmp_path / "berth-data").exists()
+
+
+def test_replay_beside_a_process_holding_the_log_says_so_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = tmp_path / "data"
+    with App(Settings(data_dir=data, partitions=2)):  # as berth serve holds it
+        assert main(["replay", "--data-dir", str(data)]) == 2
+    err = capsys.readouterr().err
+    assert "is open in another log: stop the processes using it, then replay" in err
+    assert "Traceback" not in err

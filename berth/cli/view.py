@@ -15,6 +15,7 @@ from sqlalchemy.exc import DBAPIError
 from berth.app import App, tune_gc
 from berth.cli.common import Commands, backend_options, no_view, progress, settings_from
 from berth.replay import default_jobs
+from ledger.log import LogError
 
 
 def add_commands(commands: Commands) -> None:
@@ -77,6 +78,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
             )
         except ValueError as error:
             print(f"berth: {error}", file=sys.stderr)
+            return 2
+        except LogError as error:  # the log held by a running berth serve, say
+            print(f"berth: {error}: stop the processes using it, then replay", file=sys.stderr)
             return 2
         except ReplayStopped as stopped:
             print(f"berth: replay stopped, the view left as it was: {stopped}", file=sys.stderr)
