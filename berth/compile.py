@@ -26,6 +26,7 @@ MODULES = (
     "projections.pool_events",
     "projections.pools",
     "projections.projector",
+    "projections.projects",
     "projections.providers",
     "projections.state",
     "projections.view.outcome_rows",

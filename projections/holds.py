@@ -51,6 +51,7 @@ def hold(
         picks,
         transaction,
         f["lease_ms"],
+        f["project_id"],
     )
     state.reservations[rid] = reservation
     heapq.heappush(state.expiry, (expires_at_ms, rid))

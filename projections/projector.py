@@ -16,6 +16,7 @@ from projections.claims import abort_pending, claim, claim_set, claim_shapes, fi
 from projections.emitter import Emitter
 from projections.holds import finish, named
 from projections.pool_events import pool_defined
+from projections.projects import refused
 from projections.providers import provider_event
 from projections.state import CONSUMED, HELD, PartitionState, Reservation
 from schemas.events import (
@@ -51,7 +52,9 @@ def apply(state: PartitionState, offset: int, event: Event) -> list[Outcome]:
     expiry = state.expiry
     if expiry and expiry[0][0] < clock:
         _expire_due(state, out)
-    _HANDLERS[type(event)](state, event, out)
+    acting = f["acting_project"]
+    if acting is None or not refused(state, event, acting, out):
+        _HANDLERS[type(event)](state, event, out)
     return out.out
 
 

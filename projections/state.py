@@ -127,6 +127,7 @@ class Reservation:
         "identifiers",
         "items",
         "lease_ms",
+        "project_id",
         "reservation_id",
         "status",
         "tags",
@@ -146,6 +147,7 @@ class Reservation:
         identifiers: Taken = (),
         transaction: str | None = None,
         lease_ms: int = 0,
+        project_id: str = "",
     ) -> None:
         self.reservation_id = reservation_id
         self.items = items
@@ -160,6 +162,8 @@ class Reservation:
         """Set while the hold is pending its transaction's decision."""
         self.lease_ms = lease_ms
         """The lease a pending hold gets once its transaction commits."""
+        self.project_id = project_id
+        """Whose it is: only that project's events may consume, renew or release it."""
 
     def __repr__(self) -> str:
         return (

@@ -41,6 +41,11 @@ class EventBase(Model):
     correlation_id: Identifier | None = None
     causation_id: Identifier | None = None
     idempotency_key: Identifier | None = None
+    acting_project: Identifier | None = Field(
+        default=None,
+        description="the project that published the event, when one did: its writer "
+        "lets it claim, consume, renew and release only that project's reservations",
+    )
 
 
 class ProviderEvent(EventBase):

@@ -63,6 +63,9 @@ class Code(IntEnum):
     BATCH_MEMBER_REJECTED = 46
     TRANSACTION_DEADLINE_PASSED = 47
     WOUNDED = 48
+    PROJECT_MISMATCH = 49
+    """An event published by a project (``acting_project``) that names
+    another project's reservation or claim, or is not a project's to publish."""
     # no-op reasons: the record was valid but changed nothing
     DUPLICATE = 50
     UNKNOWN_RESERVATION = 51

@@ -187,6 +187,7 @@ def _load_reservations(conn: Connection, state: PartitionState) -> None:
             held.pop(row.reservation_id, ()),
             transaction,
             spec.lease_ms,
+            spec.project_id,
         )
         state.reservations[row.reservation_id] = reservation
         for provider, amounts in items:
