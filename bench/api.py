@@ -2,10 +2,10 @@
 
     python -m bench.api [--events N] [--requests N]
 
-1. Claims POSTed to ``/v1/events`` of an in-process API on a fresh embedded
-   log (no writers), one client on one kept-alive connection: one claim a
-   request, then 100 a request. Appends are durable (fsynced) before the
-   API answers.
+1. Claims POSTed to ``/v1/events`` of ``berth api`` in its own process on
+   a fresh embedded log (no writers), one client on one kept-alive
+   connection: one claim a request, then 100 a request. Appends are durable
+   (fsynced) before the API answers.
 2. ``berth serve --api`` in its own process (writers, a scheduler worker and
    the API) on 200 providers: placement requests POSTed to
    ``/v1/requests?wait=30``, one at a time (the latency of an answer: p50
@@ -30,8 +30,6 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import FLAVOR, INVENTORY, note
-from berth.api import Api, serve
-from berth.app import App, Settings
 
 
 class Client:
@@ -63,25 +61,30 @@ def _claim(k: int, pid: str, ts_ms: int) -> dict[str, Any]:
 def bench_events(directory: Path, count: int) -> dict[str, Any]:
     figures: dict[str, Any] = {}
     now = int(time.time() * 1000)
-    with App(Settings(data_dir=directory, partitions=8)) as app:
-        server, _ = serve(Api(app), "127.0.0.1", 0)
-        try:
-            client = Client(int(server.server_address[1]))
-            for per_request in (1, 100):
-                note(f"{count} claims over HTTP, {per_request} a request ...")
-                started = time.perf_counter()
-                for start in range(0, count, per_request):
-                    body = [
-                        _claim(per_request * 10**7 + k, f"node-{k % 200:04d}", now)
-                        for k in range(start, min(count, start + per_request))
-                    ]
-                    status, _ = client.post("/v1/events", body)
-                    assert status == 202, status
-                elapsed = time.perf_counter() - started
-                figures[f"events_per_s_{per_request}_a_request"] = round(count / elapsed)
-        finally:
-            server.shutdown()
-            server.server_close()
+    port = _free_port()
+    argv = ["api", "--data-dir", str(directory), "--partitions", "8"]
+    api_process = subprocess.Popen(
+        [sys.executable, "-m", "berth.cli", *argv, "--listen", f"127.0.0.1:{port}"],
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        _wait_listening(port)
+        client = Client(port)
+        for per_request in (1, 100):
+            note(f"{count} claims over HTTP, {per_request} a request ...")
+            started = time.perf_counter()
+            for start in range(0, count, per_request):
+                body = [
+                    _claim(per_request * 10**7 + k, f"node-{k % 200:04d}", now)
+                    for k in range(start, min(count, start + per_request))
+                ]
+                status, _ = client.post("/v1/events", body)
+                assert status == 202, status
+            elapsed = time.perf_counter() - started
+            figures[f"events_per_s_{per_request}_a_request"] = round(count / elapsed)
+    finally:
+        api_process.terminate()
+        api_process.wait(timeout=30)
     return figures
 
 
@@ -171,9 +174,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--events", type=int, default=5_000)
     parser.add_argument("--requests", type=int, default=500)
+    parser.add_argument("--edge-only", action="store_true", help="only the events figures (1.)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as work:
         figures = bench_events(Path(work) / "events", args.events)
+        if args.edge_only:
+            print(json.dumps(figures))
+            return
         # serve's default pause when it finds nothing to do, then a short one:
         # the first adds up to that pause to an answer, the second shows the path
         for idle_wait_s in (0.05, 0.002):

@@ -18,9 +18,6 @@ from collections.abc import Sequence
 from berth.cli import admin, demo, integrity, policies, publishing, reading, view, workers
 from berth.cli.common import Commands, Run
 
-# where the tests have always found it
-from berth.cli.workers import _api_token as _api_token
-
 GROUPS = (workers, publishing, admin, policies, reading, view, integrity, demo)
 
 

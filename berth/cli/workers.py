@@ -9,12 +9,10 @@ import argparse
 import contextlib
 import json
 import logging
-import os
 import sys
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from berth.app import App, tune_gc
@@ -51,7 +49,13 @@ def add_commands(commands: Commands) -> None:
         help="also serve the HTTP API (see berth api) from this process",
     )
     serve.add_argument(
-        "--api-token-file", default=None, help="the API's bearer token, read from this file"
+        "--api-token-file", default=None, help="the API's admin bearer token, read from this file"
+    )
+    serve.add_argument(
+        "--api-credentials",
+        default=None,
+        metavar="FILE",
+        help="the API's credentials: ROLE sha256:HEX lines (see berth api --credentials)",
     )
     worker_options(serve)
 
@@ -102,8 +106,15 @@ def add_commands(commands: Commands) -> None:
     api.add_argument(
         "--token-file",
         default=None,
-        help="answer only requests with Authorization: Bearer <the file's content> "
-        "(or set BERTH_API_TOKEN)",
+        help="an admin's bearer token, the file's content (or set BERTH_API_TOKEN)",
+    )
+    api.add_argument(
+        "--credentials",
+        default=None,
+        metavar="FILE",
+        help="tokens by role, one 'ROLE sha256:HEX' a line, ROLE admin, operator or "
+        "project:ID (or set BERTH_API_CREDENTIALS); python -m berth.api.credentials "
+        "ROLE makes a token and its line",
     )
 
     reaper = commands.add(
@@ -158,7 +169,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         queue = QueueProjector(app.log, app.settings.topics, app.engine)
         if (
             args.api is not None
-            and _start_api(app, args.api, args.config, args.api_token_file) is None
+            and _start_api(app, args.api, args.config, args.api_token_file, args.api_credentials)
+            is None
         ):
             return 2
         tune_gc()
@@ -257,7 +269,7 @@ def cmd_api(args: argparse.Namespace) -> int:
     stop_on_sigterm()
     # the API appends and reads; it owns no partition and leaves the schema to migrate
     with App(settings_from(args), migrate=False) as app:
-        if _start_api(app, args.listen, args.config, args.token_file) is None:
+        if _start_api(app, args.listen, args.config, args.token_file, args.credentials) is None:
             return 2
         with contextlib.suppress(KeyboardInterrupt):
             threading.Event().wait()
@@ -265,12 +277,17 @@ def cmd_api(args: argparse.Namespace) -> int:
 
 
 def _start_api(
-    app: App, listen: str, config_path: str | None, token_file: str | None = None
+    app: App,
+    listen: str,
+    config_path: str | None,
+    token_file: str | None = None,
+    credentials_file: str | None = None,
 ) -> tuple[str, int] | None:
     """Serve the HTTP API on ``app`` from a thread; where it listens, or None
-    (said on stderr) when ``listen``, the configuration or the token cannot
-    be used."""
+    (said on stderr) when ``listen``, the configuration or the credentials
+    cannot be used."""
     from berth.api import Api, serve
+    from berth.api.credentials import Credentials
     from placement.config import ConfigError, SchedulerConfig
 
     address = parse_address(listen, "the API listens on")
@@ -279,32 +296,21 @@ def _start_api(
     host, port = address
     try:
         config = SchedulerConfig.load(config_path) if config_path else SchedulerConfig.default()
-        token = _api_token(token_file)
+        credentials = Credentials.load(credentials_file, token_file)
     except (ConfigError, ValueError) as error:
         print(f"berth: {error}", file=sys.stderr)
         return None
-    if token is None and host not in ("127.0.0.1", "::1", "localhost"):
+    if not credentials.required and host not in ("127.0.0.1", "::1", "localhost"):
         logging.warning(
-            "api: listening on %s without a token: anyone who reaches it may publish", host
+            "api: listening on %s without credentials: anyone who reaches it may publish", host
         )
-    server, _ = serve(Api(app, config, token), host, port)
-    bound_host, bound_port = str(server.server_address[0]), int(server.server_address[1])
+    try:
+        _, (bound_host, bound_port) = serve(Api(app, config, credentials), host, port)
+    except RuntimeError as error:
+        print(f"berth: {error} on {listen}", file=sys.stderr)
+        return None
     logging.info("api: serving http://%s:%d/v1/", bound_host, bound_port)
     return bound_host, bound_port
-
-
-def _api_token(token_file: str | None) -> str | None:
-    """The API's bearer token: the file's content, else ``BERTH_API_TOKEN``,
-    else none (ValueError for a file that is empty or cannot be read)."""
-    if token_file is None:
-        return os.environ.get("BERTH_API_TOKEN") or None
-    try:
-        token = Path(token_file).read_text().strip()
-    except OSError as error:
-        raise ValueError(f"the API token file: {error}") from None
-    if not token:
-        raise ValueError(f"the API token file {token_file} is empty")
-    return token
 
 
 def cmd_reaper(args: argparse.Namespace) -> int:

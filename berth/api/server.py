@@ -1,0 +1,89 @@
+"""The API served by uvicorn from a thread of its own, beside whatever the
+process does (``berth serve --api`` runs the writers in the main thread)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from http import HTTPStatus
+
+import uvicorn
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from berth.api.problems import MAX_TARGET_BYTES, Problem
+from berth.api.routes import create_app
+from berth.api.service import Api
+
+
+class _Protocol(HttpToolsProtocol):
+    """uvicorn's HTTP/1.1 on httptools, but a request it cannot parse gets a
+    problem document like every other error, and a target over the bound a
+    414 (httptools cannot parse one past 64 KiB: the app would never see it)."""
+
+    _too_long = False
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._too_long = False
+
+    def on_url(self, url: bytes) -> None:
+        super().on_url(url)
+        if len(self.url) > MAX_TARGET_BYTES:
+            self._too_long = True
+            raise ValueError("request target too long")  # the parser stops; see below
+
+    def send_400_response(self, msg: str) -> None:
+        problem = (
+            Problem(HTTPStatus.REQUEST_URI_TOO_LONG, f"the target is over {MAX_TARGET_BYTES} bytes")
+            if self._too_long
+            else Problem(HTTPStatus.BAD_REQUEST, f"not an HTTP/1.1 request: {msg}")
+        )
+        body = problem.response().body
+        head = (
+            f"HTTP/1.1 {int(problem.status)} {problem.status.phrase}\r\n"
+            f"content-type: application/problem+json\r\ncontent-length: {len(body)}\r\n"
+            "connection: close\r\n\r\n"
+        )
+        self.transport.write(head.encode() + bytes(body))
+        self.transport.close()
+
+
+class Server:
+    """uvicorn serving one :class:`Api` on ``host:port`` (port 0: any free)."""
+
+    def __init__(self, api: Api, host: str, port: int) -> None:
+        config = uvicorn.Config(
+            create_app(api),
+            host=host,
+            port=port,
+            log_level="warning",
+            access_log=False,  # a request log is the proxy's business
+            lifespan="off",
+            # a kept-alive connection the client leaves idle is closed after this
+            timeout_keep_alive=30,
+            http=_Protocol,
+        )
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._server.run, name="berth-api", daemon=True)
+
+    def start(self, timeout_s: float = 30.0) -> tuple[str, int]:
+        """Start serving; where it listens. RuntimeError when it cannot."""
+        self._thread.start()
+        deadline = time.monotonic() + timeout_s
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("the API did not start listening")
+            time.sleep(0.01)
+        socket = self._server.servers[0].sockets[0]
+        host, port = socket.getsockname()[:2]
+        return str(host), int(port)
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout=30)
+
+
+def serve(api: Api, host: str, port: int) -> tuple[Server, tuple[str, int]]:
+    """Serve ``api`` from a thread; the server, and where it listens."""
+    server = Server(api, host, port)
+    return server, server.start()

@@ -1,0 +1,245 @@
+"""What the API does, without HTTP: validate and append events and requests
+(waiting for their decisions and answers if asked), read history, status,
+queue and headroom, each for a :class:`Caller` and within its role. Every
+method blocks (the log's fsync, the view's queries): the routes call them
+from worker threads. Errors are :class:`Problem` s."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from http import HTTPStatus
+from typing import Annotated, Any
+
+from pydantic import Discriminator, Tag, TypeAdapter, ValidationError
+from pydantic_core import from_json
+
+from berth.api.credentials import Caller, Credentials
+from berth.api.problems import Problem, invalid
+from berth.api.visibility import Visibility
+from berth.app import App
+from berth.client import Answers, Decisions, Publisher, PublishError
+from berth.history import read_history
+from berth.status import read_status
+from consumers.batches import parse_shape
+from consumers.queue_projector import read_depth
+from consumers.snapshot_source import LiveSnapshot
+from placement.config import SchedulerConfig
+from placement.headroom import headroom
+from placement.model import Request
+from schemas.events import Claim, ClaimSet, Event
+from schemas.requests import BatchRequest, PlacementRequest, request_key
+
+MAX_WAIT_S = 300.0
+
+OPERATOR_EVENTS = frozenset(
+    {
+        "provider_registered",
+        "provider_retired",
+        "inventory_set",
+        "provider_state_set",
+        "traits_set",
+        "aggregates_set",
+        "pool_defined",
+        "tick",
+    }
+)
+PROJECT_EVENTS = frozenset(
+    {"claim", "claim_set", "consume", "release", "renew", "release_consumer"}
+)
+
+EVENT: TypeAdapter[Event] = TypeAdapter(Event)
+
+
+def _request_kind(data: Any) -> str:
+    return "batch" if isinstance(data, dict) and data.get("type") == "batch" else "request"
+
+
+AnyRequest = Annotated[
+    Annotated[PlacementRequest, Tag("request")] | Annotated[BatchRequest, Tag("batch")],
+    Discriminator(_request_kind),
+]
+REQUEST: TypeAdapter[PlacementRequest | BatchRequest] = TypeAdapter(AnyRequest)
+
+
+def _items(raw: bytes, what: str) -> tuple[list[Any], bool]:
+    """The body: one JSON object or a non-empty list of them (400 when it is
+    not JSON, or nested deeper than the parser's limit; 422 when empty), and
+    whether it was one."""
+    try:
+        body = from_json(raw)
+    except ValueError as error:
+        raise Problem(
+            HTTPStatus.BAD_REQUEST, f"the body is not JSON: {error}", "not-json"
+        ) from None
+    items = body if isinstance(body, list) else [body]
+    if not items:
+        raise invalid([{"type": "too_short", "loc": (), "msg": f"no {what}: the list is empty"}])
+    return items, not isinstance(body, list)
+
+
+def _validated(adapter: TypeAdapter[Any], items: list[Any], single: bool) -> list[Any]:
+    """Each item validated as JSON arrives (lax: an array is a tuple, 3.0 is
+    3); pydantic's errors with their place in the body."""
+    done, errors = [], []
+    for n, item in enumerate(items):
+        try:
+            done.append(adapter.validate_python(item, strict=False))
+        except ValidationError as error:
+            tag = item.get("type") if isinstance(item, dict) else None
+            for e in error.errors(include_url=False, include_context=False):
+                loc = list(e["loc"])
+                if loc and loc[0] in (tag, "request", "batch"):
+                    loc = loc[1:]  # the union's tag, not a place in the body
+                errors.append({**e, "loc": tuple(loc if single else [n, *loc])})
+    if errors:
+        raise invalid(errors)
+    return done
+
+
+class Api:
+    """The API's operations on one :class:`App` (its log and view)."""
+
+    def __init__(
+        self,
+        app: App,
+        config: SchedulerConfig | None = None,
+        credentials: Credentials | None = None,
+    ) -> None:
+        self.app = app
+        self.credentials = credentials or Credentials()
+        self.topics = app.settings.topics
+        self.publisher = Publisher(app.log, self.topics)
+        self.placement = (config or SchedulerConfig.default()).engine()
+        self._live = LiveSnapshot(app.engine)
+        self._snapshot_lock = threading.Lock()
+
+    def post_events(self, raw: bytes, wait: float | None, caller: Caller) -> tuple[int, Any]:
+        items, single = _items(raw, "events")
+        events = [_as(caller, e) for e in _validated(EVENT, items, single)]
+        # made before the append (a decision cannot come before it), and only to wait
+        decisions = None if wait is None else Decisions(self.app.log, self.topics)
+        try:
+            appended = self.publisher.publish(events)
+        except PublishError as error:
+            raise Problem(
+                HTTPStatus.CONFLICT, str(error), "rule", title="Refused by a rule of the log"
+            ) from None
+        positions = [list(at) for at in appended]
+        if decisions is None or wait is None:
+            return HTTPStatus.ACCEPTED, {"appended": positions}
+        ids = [e.event_id for e in events]
+        pending = decisions.wait(ids, wait, partitions={p for p, _ in appended})
+        seen = None if caller.project is None else Visibility(self.app, caller.project)
+        decided = {}
+        for eid in ids:
+            outcomes = decisions.found.get(eid)
+            if outcomes is None:
+                continue
+            shown = outcomes if seen is None else seen.outcomes(outcomes)
+            decided[eid] = [o.to_dict() for o in shown]
+        reply = {"appended": positions, "decisions": decided}
+        if pending:
+            return HTTPStatus.GATEWAY_TIMEOUT, {**reply, "pending": pending}
+        return HTTPStatus.OK, reply
+
+    def post_requests(self, raw: bytes, wait: float | None, caller: Caller) -> tuple[int, Any]:
+        items, single = _items(raw, "requests")
+        requests: list[PlacementRequest | BatchRequest] = _validated(REQUEST, items, single)
+        for r in requests:
+            _may_request(caller, r)
+        answers = None if wait is None else Answers(self.app.log, self.topics)  # as above
+        submitted = self.publisher.submit(requests)
+        positions = [list(at) for at in submitted]
+        if answers is None or wait is None:
+            return HTTPStatus.ACCEPTED, {"submitted": positions}
+        ids = [request_key(r) for r in requests]
+        pending = answers.wait(ids, wait, partitions={p for p, _ in submitted})
+        reply = {
+            "submitted": positions,
+            "answers": {rid: answers.found[rid] for rid in ids if rid in answers.found},
+        }
+        if pending:
+            return HTTPStatus.GATEWAY_TIMEOUT, {**reply, "pending": pending}
+        return HTTPStatus.OK, reply
+
+    def history(self, subject: str, records: bool, caller: Caller) -> dict[str, Any]:
+        log = self.app.log if records else None
+        found = read_history(self.app.engine, subject, log, self.topics.events)
+        reply: dict[str, Any] | None = found.to_dict() if found.found else None
+        if reply is not None and caller.project is not None:
+            seen = Visibility(self.app, caller.project)
+            reply = seen.history(reply, [step.outcome for step in found.steps])
+        if reply is None:
+            raise Problem(HTTPStatus.NOT_FOUND, f"the view holds nothing about {subject!r}")
+        return reply
+
+    def status(self, lag: bool, caller: Caller) -> dict[str, Any]:
+        if not caller.operator:
+            raise _forbidden(caller, "the status of every partition is an operator's to read")
+        settings = self.app.settings
+        return read_status(
+            self.app.log, self.app.engine, self.topics, settings.partitions, totals=not lag
+        ).to_dict()
+
+    def queue(self) -> dict[str, dict[str, int]]:
+        return read_depth(self.app.engine)
+
+    def headroom(
+        self,
+        resources: str,
+        availability_zone: str | None,
+        required: Sequence[str],
+        forbidden: Sequence[str],
+    ) -> dict[str, object]:
+        request = Request(
+            "headroom",
+            parse_shape(resources),
+            availability_zone=availability_zone,
+            required_traits=frozenset(required),
+            forbidden_traits=frozenset(forbidden),
+        )
+        with self._snapshot_lock:  # the live snapshot is one object, updated in place
+            snapshot = self._live()
+        return headroom(self.placement, snapshot, request).to_dict()
+
+
+def _forbidden(caller: Caller, detail: str) -> Problem:
+    return Problem(
+        HTTPStatus.FORBIDDEN, f"{caller.role}: {detail}", "forbidden", title="Not this role's"
+    )
+
+
+def _as(caller: Caller, event: Event) -> Event:
+    """``event`` as ``caller`` may publish it (a project's stamped with its
+    project, which its partition's writer holds it to), or 403."""
+    if caller.admin:
+        return event
+    if caller.project is None:
+        if event.type not in OPERATOR_EVENTS:
+            raise _forbidden(caller, f"{event.type} is a project's or the system's event")
+        return event
+    project = caller.project
+    if event.type not in PROJECT_EVENTS:
+        raise _forbidden(caller, f"{event.type} is an operator's event")
+    if event.acting_project not in (None, project):
+        raise _forbidden(caller, f"event {event.event_id} names another acting_project")
+    if isinstance(event, Claim) and event.project_id != project:
+        raise _forbidden(caller, f"claim {event.reservation_id} is for another project")
+    if isinstance(event, ClaimSet):
+        if event.transaction is not None:
+            raise _forbidden(caller, "a claim set in a transaction is the coordinator's")
+        if any(spec.project_id != project for spec in event.claims):
+            raise _forbidden(caller, f"claim_set {event.event_id} holds another project's claim")
+    stamped: Event = event.model_copy(update={"acting_project": project})
+    return stamped
+
+
+def _may_request(caller: Caller, request: PlacementRequest | BatchRequest) -> None:
+    if caller.admin:
+        return
+    if caller.project is None:
+        raise _forbidden(caller, "placement requests are a project's")
+    members = request.members if isinstance(request, BatchRequest) else (request,)
+    if any(m.project_id != caller.project for m in members):
+        raise _forbidden(caller, f"request {request_key(request)} is for another project")
