@@ -94,7 +94,17 @@ class Problem(Exception):
 def invalid(errors: Iterable[Mapping[str, Any]], where: str = "the body") -> Problem:
     """pydantic's errors, for data that reached validation: 422 when the
     document's types or bounds refuse it, 409 when only a rule beyond them does."""
-    listed = list(errors)
+    given = list(errors)
+    deeper = {tuple(e["loc"][:-1]) for e in given if e["loc"]}
+    listed = [
+        e
+        for e in given
+        # pydantic's echo of a list whose items failed ("should have at
+        # least 1 item after validation"): the items' errors say it
+        if not (
+            e["type"] == "too_short" and any(d[: len(e["loc"])] == tuple(e["loc"]) for d in deeper)
+        )
+    ]
     fields = [_field_error(e, where) for e in listed]
     if listed and all(e["type"] in _RULE_ERRORS for e in listed):
         return Problem(

@@ -5,11 +5,12 @@ path); these say what it is."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-Position = tuple[int, int]
+Position = Annotated[list[int], Field(min_length=2, max_length=2)]
+Pair = Annotated[list[str], Field(min_length=2, max_length=2)]
 
 
 class Reply(BaseModel):
@@ -49,29 +50,41 @@ class OutcomeOut(Reply):
     clock_ms: int
     reasons: list[ReasonOut] | None = None
     expires_at_ms: int | None = None
-    identifiers: list[tuple[str, str]] | None = None
+    identifiers: list[Pair] | None = None
+
+
+Decisions = dict[str, list[OutcomeOut]]
+Answers = dict[str, dict[str, Any]]
 
 
 class Appended(Reply):
+    """Appended; with ``?wait=``, the decisions that came in time and the
+    event ids still ``pending``."""
+
     appended: list[Position] = Field(description="(partition, offset) of each event, in order")
+    decisions: Decisions | None = None
+    pending: list[str] | None = None
 
 
-class Decided(Appended):
-    decisions: dict[str, list[OutcomeOut]] = Field(
+class Decided(Reply):
+    appended: list[Position]
+    decisions: Decisions = Field(
         description="event id -> the outcomes of its record (a project sees its own)"
     )
-    pending: list[str] | None = Field(default=None, description="event ids still undecided")
 
 
 class Submitted(Reply):
+    """Submitted; with ``?wait=``, the answers that came in time and the ids
+    still ``pending``."""
+
     submitted: list[Position] = Field(description="(partition, offset) of each, in order")
+    answers: Answers | None = None
+    pending: list[str] | None = None
 
 
-class Answered(Submitted):
-    answers: dict[str, dict[str, Any]] = Field(
-        description="request or batch id -> the scheduler's answer"
-    )
-    pending: list[str] | None = Field(default=None, description="ids still unanswered")
+class Answered(Reply):
+    submitted: list[Position]
+    answers: Answers = Field(description="request or batch id -> the scheduler's answer")
 
 
 class Depth(Reply):

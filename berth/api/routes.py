@@ -5,7 +5,6 @@ request models, validated by the same adapters, so the document cannot
 drift from what is accepted). Each route reads its body, then calls
 :class:`Api` from a worker thread, since the log and the view block."""
 
-
 import json
 import logging
 from http import HTTPStatus
@@ -20,7 +19,15 @@ from starlette.concurrency import run_in_threadpool
 
 from berth.api.credentials import Caller
 from berth.api.problems import MEDIA_TYPE, Bounded, Problem, ProblemDocument, install
-from berth.api.replies import Answered, Decided, Depth, Headroom, HistoryOut
+from berth.api.replies import (
+    Answered,
+    Appended,
+    Decided,
+    Depth,
+    Headroom,
+    HistoryOut,
+    Submitted,
+)
 from berth.api.service import EVENT, MAX_WAIT_S, REQUEST, Api
 from berth.api.streams import Stream, answers_shown, outcomes_shown, parse_cursor
 from berth.api.visibility import Visibility
@@ -57,9 +64,7 @@ def _body(*models: str) -> dict[str, Any]:
         else {"oneOf": [{"$ref": _REF.format(model=m)} for m in models]}
     )
     schema = {"oneOf": [one, {"type": "array", "items": one, "minItems": 1}]}
-    return {
-        "requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}
-    }
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
 
 
 def _json(status: int, reply: Any) -> Response:
@@ -106,9 +111,11 @@ def create_app(api: Api) -> FastAPI:
         status_code=202,
         response_model=None,
         responses={
-            202: {"model": Decided, "description": "appended, durably"},
+            202: {
+                "model": Appended,
+                "description": "appended, durably; with wait, those decided in time and the rest",
+            },
             200: {"model": Decided, "description": "appended, and all of it decided"},
-            504: {"model": Decided, "description": "appended; some still undecided"},
             **_problems(*_POSTS),
         },
         openapi_extra=_body("Event"),
@@ -123,9 +130,11 @@ def create_app(api: Api) -> FastAPI:
         status_code=202,
         response_model=None,
         responses={
-            202: {"model": Answered, "description": "submitted, durably"},
+            202: {
+                "model": Submitted,
+                "description": "submitted, durably; with wait, those answered in time and the rest",
+            },
             200: {"model": Answered, "description": "submitted, and all of it answered"},
-            504: {"model": Answered, "description": "submitted; some still unanswered"},
             **_problems(*_POSTS),
         },
         openapi_extra=_body("PlacementRequest", "BatchRequest"),
@@ -261,6 +270,20 @@ def _unavailable(app: FastAPI) -> None:
     app.add_exception_handler(Exception, anything)
 
 
+def _closed(node: Any) -> None:
+    """A dict whose keys have a pattern (a resource class's) is described by
+    pydantic with ``patternProperties`` alone, which lets any other key
+    through; the validator refuses them, and so does the document now."""
+    if isinstance(node, dict):
+        if "patternProperties" in node and "additionalProperties" not in node:
+            node["additionalProperties"] = False
+        for value in node.values():
+            _closed(value)
+    elif isinstance(node, list):
+        for value in node:
+            _closed(value)
+
+
 def _document(app: FastAPI, api: Api) -> dict[str, Any]:
     """FastAPI's document, with the log's models for the bodies, the problem
     document, and the security this server asks for."""
@@ -284,6 +307,7 @@ def _document(app: FastAPI, api: Api) -> dict[str, Any]:
         if "type" in properties and "const" in properties["type"]:
             # a discriminated union needs its tag, though each model has it as a default
             schema["required"] = sorted({*schema.get("required", ()), "type"})
+    _closed(schemas)
     schemas["ProblemDocument"] = ProblemDocument.model_json_schema(ref_template=_REF)
     schemas.update(ProblemDocument.model_json_schema(ref_template=_REF).pop("$defs", {}))
     schemas["ProblemDocument"].pop("$defs", None)

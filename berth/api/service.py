@@ -140,7 +140,8 @@ class Api:
             decided[eid] = [o.to_dict() for o in shown]
         reply = {"appended": positions, "decisions": decided}
         if pending:
-            return HTTPStatus.GATEWAY_TIMEOUT, {**reply, "pending": pending}
+            # appended, not all decided yet: accepted, with what is still pending
+            return HTTPStatus.ACCEPTED, {**reply, "pending": pending}
         return HTTPStatus.OK, reply
 
     def post_requests(self, raw: bytes, wait: float | None, caller: Caller) -> tuple[int, Any]:
@@ -160,7 +161,7 @@ class Api:
             "answers": {rid: answers.found[rid] for rid in ids if rid in answers.found},
         }
         if pending:
-            return HTTPStatus.GATEWAY_TIMEOUT, {**reply, "pending": pending}
+            return HTTPStatus.ACCEPTED, {**reply, "pending": pending}
         return HTTPStatus.OK, reply
 
     def history(self, subject: str, records: bool, caller: Caller) -> dict[str, Any]:

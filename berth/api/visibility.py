@@ -53,7 +53,8 @@ class Visibility:
         unknown = {
             o.subject
             for o in given
-            if o.kind not in _ANSWERING and o.kind not in _CREATING
+            if o.kind not in _ANSWERING
+            and o.kind not in _CREATING
             and o.subject not in self._owners
         }
         if unknown:
