@@ -10,7 +10,7 @@ import uuid
 from typing import get_args
 
 from berth.app import App
-from berth.cli.common import Commands, backend_options, settings_from
+from berth.cli.common import Commands, backend_options, remote_option, settings_from
 from schemas.events import PoolKind, ProviderStateName
 from schemas.outcomes import Kind
 
@@ -27,6 +27,7 @@ def add_commands(commands: Commands) -> None:
     def provider_command(name: str, help_: str) -> argparse.ArgumentParser:
         p = provider_sub.add_parser(name, help=help_)
         backend_options(p)
+        remote_option(p)
         p.add_argument("provider_id")
         p.add_argument(
             "--wait",
@@ -83,6 +84,10 @@ def cmd_provider(args: argparse.Namespace) -> int:
     except (EventDecodeError, ValueError) as error:
         print(f"berth: provider {args.provider_id}: {error}", file=sys.stderr)
         return 2
+    if args.api is not None:
+        from berth.api import remote
+
+        return remote.provider(args, event)
     with App(settings_from(args), migrate=False) as app:
         decisions = Decisions(app.log, app.settings.topics) if args.wait else None
         try:

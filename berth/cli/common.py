@@ -68,6 +68,16 @@ class Commands:
         return "\n\n".join(sections)
 
 
+def remote_option(p: argparse.ArgumentParser) -> None:
+    """``--api URL``: the command asks a remote Berth's HTTP API (berth.api.remote)."""
+    p.add_argument(
+        "--api",
+        default=None,
+        metavar="URL",
+        help="ask a remote Berth's HTTP API instead (token from BERTH_API_TOKEN; prints JSON)",
+    )
+
+
 def backend_options(p: argparse.ArgumentParser, data_dir: str | None = None) -> None:
     """Where the log and the view are: every command takes these. Without
     --data-dir, BERTH_DATA_DIR says where, and without it berth-data."""

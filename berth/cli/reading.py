@@ -20,6 +20,7 @@ from berth.cli.common import (
     backend_options,
     no_view,
     parse_address,
+    remote_option,
     settings_from,
     stop_on_sigterm,
 )
@@ -39,6 +40,7 @@ def add_commands(commands: Commands) -> None:
         cmd_status,
     )
     backend_options(status)
+    remote_option(status)
     status.add_argument("--json", action="store_true", help="print one JSON object")
     status.add_argument(
         "--lag",
@@ -57,6 +59,7 @@ def add_commands(commands: Commands) -> None:
         "queue", "queue depth by resource shape: instances and batches waiting", cmd_queue
     )
     backend_options(queue)
+    remote_option(queue)
     queue.add_argument("--json", action="store_true", help="print one JSON object")
 
     dead = commands.add(
@@ -76,6 +79,7 @@ def add_commands(commands: Commands) -> None:
         cmd_history,
     )
     backend_options(history)
+    remote_option(history)
     history.add_argument("subject", help="a reservation, consumer, transaction, provider or pool")
     history.add_argument(
         "--no-records",
@@ -137,6 +141,10 @@ def shape_options(p: argparse.ArgumentParser) -> None:
 def cmd_status(args: argparse.Namespace) -> int:
     from berth.status import read_status, render
 
+    if args.api is not None:
+        from berth.api import remote
+
+        return remote.status(args)
     with App(settings_from(args), migrate=False) as app:
         try:
             status = read_status(
@@ -169,6 +177,10 @@ def cmd_status(args: argparse.Namespace) -> int:
 def cmd_queue(args: argparse.Namespace) -> int:
     from consumers.queue_projector import QueueProjector, read_depth
 
+    if args.api is not None:
+        from berth.api import remote
+
+        return remote.queue(args)
     with App(settings_from(args)) as app:
         QueueProjector(app.log, app.settings.topics, app.engine).catch_up()
         depth = read_depth(app.engine)
@@ -204,6 +216,10 @@ def cmd_dead_letters(args: argparse.Namespace) -> int:
 def cmd_history(args: argparse.Namespace) -> int:
     from berth.history import read_history, render
 
+    if args.api is not None:
+        from berth.api import remote
+
+        return remote.history(args)
     with App(settings_from(args), migrate=False) as app:
         try:
             found = read_history(
