@@ -13,6 +13,7 @@ the view back to the log, not to a copy of it. Nothing here writes.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -213,6 +214,7 @@ def render(history: History) -> str:
             f"  provider {p['provider_id']} ({p['state']}), partition {p['partition']}, "
             f"{p['active_reservations']} active reservations"
         )
+        lines.extend(_described(p))
         for rc, inv in p["inventories"].items():
             lines.append(
                 f"    {rc}: capacity {inv['capacity']}, held {inv['held']}, "
@@ -234,6 +236,25 @@ def render(history: History) -> str:
     for step in history.steps:
         lines.append("  " + _step_line(step))
     return "\n".join(lines)
+
+
+def _described(p: dict[str, Any]) -> list[str]:
+    """A provider's description and latest metrics, the lines that have something to say."""
+    lines = []
+    where = {"zone": p["availability_zone"], "host": p["host"], "host_ip": p["host_ip"]}
+    if any(where.values()):
+        lines.append("    " + ", ".join(f"{k} {v}" for k, v in where.items() if v))
+    if p["capabilities"]:
+        lines.append(f"    capabilities {json.dumps(p['capabilities'], sort_keys=True)}")
+    if p["metadata"]:
+        lines.append(f"    metadata {json.dumps(p['metadata'], sort_keys=True)}")
+    if p["metrics_at_ms"] is not None:
+        shown = ", ".join(f"{k}={v:g}" for k, v in sorted(p["metrics"].items())) or "none"
+        lines.append(
+            f"    metrics as of {p['metrics_at_ms']}: {shown}; {p['num_io_ops']} I/O ops, "
+            f"{p['build_failures']} build failures"
+        )
+    return lines
 
 
 def _step_line(step: Step) -> str:

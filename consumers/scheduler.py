@@ -409,6 +409,7 @@ def engine_request(r: PlacementRequest, instances: int, tried: frozenset[str]) -
             prefer_without=r.prefer_without_tags,
         ),
         tried_providers=tried,
+        ts_ms=r.ts_ms,
     )
 
 

@@ -1,8 +1,9 @@
 """Builds the placement engine's snapshot from the SQL view.
 
-Usage, traits, aggregates and state come from the providers and inventories
-tables; what is placed where (instances, server-group members, tags) from the
-active reservations. This is the scheduler's picture; it may be stale, and
+Usage, traits, aggregates, state, descriptions (zone, host, address,
+capabilities, metadata) and the latest metrics come from the providers and
+inventories tables; what is placed where (instances, server-group members,
+tags) from the active reservations. This is the scheduler's picture; it may be stale, and
 the partition's writer has the last word on every claim.
 """
 
@@ -97,10 +98,18 @@ def _provider(
 ) -> Provider:
     return Provider(
         provider_id=row.provider_id,
-        host=row.name,
+        host=row.host or row.name,
         state=row.state,
+        availability_zone=row.availability_zone,
         traits=frozenset(row.traits),
         aggregates=frozenset(row.aggregates),
+        capabilities=row.capabilities,
+        metrics=row.metrics,
+        metrics_at_ms=row.metrics_at_ms,
+        num_io_ops=row.num_io_ops,
+        build_failures=row.build_failures,
+        host_ip=row.host_ip,
+        metadata=row.metadata,
         instances=frozenset(instances.get(row.provider_id, ())),
         groups=dict(groups.get(row.provider_id, {})),
         tags=dict(tags.get(row.provider_id, {})),

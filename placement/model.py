@@ -48,6 +48,8 @@ class Provider:
     cpu_info (dict), supported_instances ((arch, hv_type, vm_mode), ...), and
     any other reported capability, looked up by ComputeCapabilities."""
     metrics: Mapping[str, float] = field(default_factory=dict)
+    metrics_at_ms: int | None = None
+    """When the report the metrics come from was made (its ``ts_ms``)."""
     num_io_ops: int = 0
     instances: frozenset[str] = frozenset()
     """Consumer ids of the instances placed here."""
@@ -363,6 +365,9 @@ class Request:
     tags: TagRules = TagRules()
     tried_providers: frozenset[str] = frozenset()
     """Providers an earlier attempt of this request was rejected on (Retry)."""
+    ts_ms: int | None = None
+    """When the request was made: what the age of a provider's metrics is
+    measured against (the engine reads no clock)."""
     reason: PlacementReason = "new"
     """LXD's placement reasons: a new instance, or one moved off an
     evacuating provider, or moved to balance load (the placement scriptlet

@@ -17,7 +17,7 @@ from projections.emitter import Emitter
 from projections.holds import finish, named
 from projections.pool_events import pool_defined
 from projections.projects import refused
-from projections.providers import provider_event
+from projections.providers import described, metrics_reported, provider_event
 from projections.state import CONSUMED, HELD, PartitionState, Reservation
 from schemas.events import (
     AggregatesSet,
@@ -26,7 +26,9 @@ from schemas.events import (
     Consume,
     Event,
     InventorySet,
+    MetricsReported,
     PoolDefined,
+    ProviderDescribed,
     ProviderRegistered,
     ProviderRetired,
     ProviderStateSet,
@@ -207,4 +209,6 @@ _HANDLERS: dict[type[Any], Callable[[PartitionState, Any, Emitter], None]] = {
     ProviderStateSet: provider_event,
     TraitsSet: provider_event,
     AggregatesSet: provider_event,
+    ProviderDescribed: described,
+    MetricsReported: metrics_reported,
 }

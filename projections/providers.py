@@ -1,13 +1,18 @@
-"""Provider events: registration, retirement, inventory, state and metadata."""
+"""Provider events: registration, retirement, inventory, state and metadata,
+descriptions and metrics reports."""
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 from ledger.partitioner import partition_for
 from projections.emitter import Emitter, missing_provider
-from projections.state import EMPTY_LAYOUT, PartitionState, ProviderState
+from projections.state import EMPTY_LAYOUT, Description, Metrics, PartitionState, ProviderState
 from schemas.events import (
     AggregatesSet,
     InventorySet,
+    MetricsReported,
+    ProviderDescribed,
     ProviderRegistered,
     ProviderRetired,
     ProviderStateSet,
@@ -52,6 +57,65 @@ def provider_event(
     else:
         provider.aggregates = event.aggregates
     state.reshaped.add(pid)
+    out.emit(Kind.APPLIED, pid)
+
+
+def described(state: PartitionState, event: ProviderDescribed, out: Emitter) -> None:
+    """Change the fields the description gives or unsets; an unknown
+    provider's is a no-op that says so (its agent may run before it is
+    registered, or after it retired)."""
+    pid = event.provider_id
+    provider = state.providers.get(pid)
+    if provider is None:
+        out.emit(Kind.NOOP, pid, (missing_provider(state, pid),))
+        return
+    held = provider.description
+    unset = event.unset
+    provider.description = Description(
+        _field(event.availability_zone, held.availability_zone, "availability_zone" in unset),
+        _field(event.host, held.host, "host" in unset),
+        _field(event.host_ip, held.host_ip, "host_ip" in unset),
+        _field(event.capabilities, held.capabilities, "capabilities" in unset),
+        _field(event.metadata, held.metadata, "metadata" in unset),
+    )
+    state.reshaped.add(pid)
+    out.emit(Kind.APPLIED, pid)
+
+
+_T = TypeVar("_T")
+
+
+def _field(given: _T | None, held: _T | None, unset: bool) -> _T | None:
+    """A description's field after an event that gives it, unsets it, or neither."""
+    if unset:
+        return None
+    return held if given is None else given
+
+
+def metrics_reported(state: PartitionState, event: MetricsReported, out: Emitter) -> None:
+    """Take a provider's report unless the metrics held are from a later one.
+    Only the provider's metrics row changes in the view (``metered``)."""
+    pid = event.provider_id
+    provider = state.providers.get(pid)
+    if provider is None:
+        out.emit(Kind.NOOP, pid, (missing_provider(state, pid),))
+        return
+    held = provider.metrics
+    at_ms = event.ts_ms
+    if held.at_ms is not None and at_ms < held.at_ms:
+        reason = Reason(Code.OLDER_REPORT, pid, detail=f"metrics held are from {held.at_ms}")
+        out.emit(Kind.NOOP, pid, (reason,))
+        return
+    values = event.metrics
+    io_ops = event.num_io_ops
+    failures = event.build_failures
+    provider.metrics = Metrics(
+        held.values if values is None else values,
+        at_ms,
+        held.num_io_ops if io_ops is None else io_ops,
+        held.build_failures if failures is None else failures,
+    )
+    state.metered.add(pid)
     out.emit(Kind.APPLIED, pid)
 
 

@@ -8,6 +8,7 @@ provider and per active reservation.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from projections.pools import PoolState
 from schemas.events import MAX_AMOUNT, Inventory
@@ -63,6 +64,51 @@ class Layout:
 EMPTY_LAYOUT = Layout(index={}, classes=(), limits=())
 
 
+class Description:
+    """What a provider is described as, beyond its inventory (the scheduler's
+    business: the writer keeps it only to write it to the view). Shared,
+    never changed: a new description is a new object."""
+
+    __slots__ = ("availability_zone", "capabilities", "host", "host_ip", "metadata")
+
+    def __init__(
+        self,
+        availability_zone: str | None = None,
+        host: str | None = None,
+        host_ip: str | None = None,
+        capabilities: dict[str, Any] | None = None,
+        metadata: dict[str, str] | None = None,
+    ) -> None:
+        self.availability_zone = availability_zone
+        self.host = host
+        self.host_ip = host_ip
+        self.capabilities: dict[str, Any] = capabilities or {}
+        self.metadata: dict[str, str] = metadata or {}
+
+
+class Metrics:
+    """A provider's latest metrics report: its values, the report's
+    timestamp, and the I/O operations in flight and recent build failures."""
+
+    __slots__ = ("at_ms", "build_failures", "num_io_ops", "values")
+
+    def __init__(
+        self,
+        values: dict[str, float] | None = None,
+        at_ms: int | None = None,
+        num_io_ops: int = 0,
+        build_failures: int = 0,
+    ) -> None:
+        self.values: dict[str, float] = values or {}
+        self.at_ms = at_ms
+        self.num_io_ops = num_io_ops
+        self.build_failures = build_failures
+
+
+NO_DESCRIPTION = Description()
+NO_METRICS = Metrics()
+
+
 @dataclass(slots=True, eq=False)
 class ProviderState:
     provider_id: str
@@ -76,6 +122,8 @@ class ProviderState:
     active: int = 0
     tag_counts: dict[str, int] | None = None
     group_counts: dict[str, int] | None = None
+    description: Description = NO_DESCRIPTION
+    metrics: Metrics = NO_METRICS
 
     def take(
         self, amounts: Amounts, used: list[int], tags: frozenset[str], group: str | None
@@ -200,6 +248,9 @@ class PartitionState:
     reshaped: set[str] = field(default_factory=set)
     """Providers registered, retired or otherwise changed beyond usage."""
     pools: dict[str, PoolState] = field(default_factory=dict)
+    metered: set[str] = field(default_factory=set)
+    """Providers whose metrics changed (and nothing else about them) since
+    the view last drained this set."""
     pools_touched: set[str] = field(default_factory=set)
     """Pools defined or whose free count changed since the view last drained it."""
     transactions: dict[str, PendingTransaction] = field(default_factory=dict)

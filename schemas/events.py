@@ -6,9 +6,11 @@ versions newer than this build understands are refused, never guessed at.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Self
+import ipaddress
+import json
+from typing import Annotated, Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator, model_validator
 
 from schemas.pool_space import PoolSpace
 
@@ -111,6 +113,115 @@ class TraitsSet(ProviderEvent):
 class AggregatesSet(ProviderEvent):
     type: Literal["aggregates_set"] = "aggregates_set"
     aggregates: frozenset[Identifier] = Field(max_length=1024)
+
+
+MetadataKey = Annotated[str, Field(min_length=1, max_length=255)]
+MetadataValue = Annotated[str, Field(max_length=255)]
+MetricValue = Annotated[float, Field(allow_inf_nan=False)]
+
+MAX_CAPABILITIES_BYTES = 16_384
+"""The most a provider's capabilities may take, as compact JSON."""
+
+_CAPABILITY_TYPES: dict[str, tuple[type[Any], ...]] = {
+    "hypervisor_type": (str,),
+    "hypervisor_hostname": (str,),
+    "architecture": (str,),
+    "hypervisor_version": (int,),
+    "cpu_info": (dict,),
+    "supported_instances": (list,),
+}
+"""The capabilities Berth's filters and weighers read, and their JSON types."""
+
+DescribedField = Literal["availability_zone", "host", "host_ip", "capabilities", "metadata"]
+
+
+def _check_capabilities(capabilities: dict[str, Any]) -> None:
+    """ValueError naming the capability whose type the filters cannot read."""
+    for key, types in _CAPABILITY_TYPES.items():
+        value = capabilities.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, types) or isinstance(value, bool):
+            wanted = " or ".join(t.__name__ for t in types)
+            raise ValueError(f"capabilities.{key} must be {wanted}, not {value!r}")
+    version = capabilities.get("hypervisor_version")
+    if isinstance(version, int) and version < 0:
+        raise ValueError("capabilities.hypervisor_version must not be negative")
+    for entry in capabilities.get("supported_instances") or ():
+        if not (
+            isinstance(entry, list) and len(entry) == 3 and all(isinstance(e, str) for e in entry)
+        ):
+            raise ValueError(
+                "capabilities.supported_instances: each entry is [architecture, "
+                f"hypervisor_type, vm_mode], not {entry!r}"
+            )
+    size = len(json.dumps(capabilities, separators=(",", ":")))
+    if size > MAX_CAPABILITIES_BYTES:
+        raise ValueError(
+            f"capabilities take {size} bytes as JSON, at most {MAX_CAPABILITIES_BYTES}"
+        )
+
+
+class ProviderDescribed(ProviderEvent):
+    """What the scheduler knows of a provider beyond its inventory: its
+    availability zone, host name and address, hypervisor facts and free-form
+    metadata. Only the fields given change (``capabilities`` and ``metadata``
+    each as a whole); ``unset`` names those to clear."""
+
+    type: Literal["provider_described"] = "provider_described"
+    availability_zone: Identifier | None = None
+    host: Identifier | None = None
+    host_ip: Annotated[str, Field(min_length=2, max_length=64)] | None = None
+    capabilities: dict[MetadataKey, JsonValue] | None = Field(default=None, max_length=64)
+    metadata: dict[MetadataKey, MetadataValue] | None = Field(default=None, max_length=128)
+    unset: frozenset[DescribedField] = frozenset()
+
+    @field_validator("host_ip")
+    @classmethod
+    def _an_address(cls, host_ip: str | None) -> str | None:
+        if host_ip is not None:
+            ipaddress.ip_address(host_ip)  # ValueError names the text
+        return host_ip
+
+    @field_validator("capabilities")
+    @classmethod
+    def _readable(cls, capabilities: dict[str, Any] | None) -> dict[str, Any] | None:
+        if capabilities is not None:
+            _check_capabilities(capabilities)
+        return capabilities
+
+    @model_validator(mode="after")
+    def _says_something(self) -> Self:
+        given = {
+            name
+            for name in ("availability_zone", "host", "host_ip", "capabilities", "metadata")
+            if getattr(self, name) is not None
+        }
+        both = given & self.unset
+        if both:
+            raise ValueError(f"{', '.join(sorted(both))}: both given and unset")
+        if not given and not self.unset:
+            raise ValueError("a description sets or unsets at least one field")
+        return self
+
+
+class MetricsReported(ProviderEvent):
+    """A provider's report of its metrics, as of the event's ``ts_ms``: the
+    report replaces the metrics held (an empty mapping clears them; none
+    given keeps them), and sets the I/O operations in flight and the recent
+    build failures if it gives them. A report older than the one held
+    changes nothing."""
+
+    type: Literal["metrics_reported"] = "metrics_reported"
+    metrics: dict[MetadataKey, MetricValue] | None = Field(default=None, max_length=256)
+    num_io_ops: Count | None = None
+    build_failures: Count | None = None
+
+    @model_validator(mode="after")
+    def _reports_something(self) -> Self:
+        if self.metrics is None and self.num_io_ops is None and self.build_failures is None:
+            raise ValueError("a report gives metrics, num_io_ops or build_failures")
+        return self
 
 
 class ClaimItem(Model):
@@ -284,6 +395,8 @@ Event = Annotated[
     | ProviderStateSet
     | TraitsSet
     | AggregatesSet
+    | ProviderDescribed
+    | MetricsReported
     | Claim
     | ClaimSet
     | TransactionDecision

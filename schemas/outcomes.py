@@ -74,6 +74,8 @@ class Code(IntEnum):
     NOT_HELD = 54
     ALREADY_REGISTERED = 55
     NO_PENDING_CLAIMS = 56
+    OLDER_REPORT = 57
+    """A metrics report older than the one the provider's metrics are from."""
 
 
 class Reason(NamedTuple):

@@ -29,6 +29,8 @@ from schemas.events import (
     Event,
     Inventory,
     InventorySet,
+    MetricsReported,
+    ProviderDescribed,
     ProviderRegistered,
     ProviderRetired,
     ProviderStateName,
@@ -139,6 +141,38 @@ def aggregates(pid: str, *names: str, ts: int = 0, event_id: str | None = None) 
         partition_key=pid,
         provider_id=pid,
         aggregates=frozenset(names),
+    )
+
+
+def describe(
+    pid: str, *, ts: int = 0, event_id: str | None = None, **fields: Any
+) -> ProviderDescribed:
+    """``describe("n1", availability_zone="az1", capabilities={...}, unset=["host"])``."""
+    if "unset" in fields:
+        fields["unset"] = frozenset(fields["unset"])
+    return ProviderDescribed(
+        event_id=_eid(event_id), ts_ms=ts, partition_key=pid, provider_id=pid, **fields
+    )
+
+
+def report(
+    pid: str,
+    metrics: Mapping[str, float] | None = None,
+    *,
+    ts: int = 0,
+    io_ops: int | None = None,
+    build_failures: int | None = None,
+    event_id: str | None = None,
+) -> MetricsReported:
+    """A metrics report as of ``ts``: ``report("n1", {"cpu.percent": 12.5}, ts=10)``."""
+    return MetricsReported(
+        event_id=_eid(event_id),
+        ts_ms=ts,
+        partition_key=pid,
+        provider_id=pid,
+        metrics=None if metrics is None else dict(metrics),
+        num_io_ops=io_ops,
+        build_failures=build_failures,
     )
 
 

@@ -229,7 +229,7 @@ def test_the_check_finds_what_does_not_exist() -> None:
     )
     assert problems("page", page) == [
         "page: berth provider evict node-7: `berth provider` has no command 'evict' "
-        "(it has register, inventory, state, traits, aggregates, retire)",
+        "(it has register, inventory, state, traits, aggregates, describe, metrics, retire)",
         "page: berth history vm-1 --since 5: `berth history` has no option --since",
         "page: python -m bench.nothing_here: no module bench.nothing_here",
         "page: make demo docs: no make target docs",

@@ -33,7 +33,9 @@ from schemas.events import (
     Event,
     Inventory,
     InventorySet,
+    MetricsReported,
     PoolDefined,
+    ProviderDescribed,
     ProviderRegistered,
     ProviderRetired,
     ProviderStateName,
@@ -144,6 +146,7 @@ OPS = (
     + ["inventory"] * 3
     + ["state"] * 2
     + ["register", "retire"]
+    + ["describe", "report", "report"]
 )
 STATES: tuple[ProviderStateName, ...] = ("enabled",) * 3 + ("disabled", "offline", "evacuating")
 DELTAS = (0, 0, 1, 10, 50, 100, 100, 200, 300, 1000, -1, -100, -300)
@@ -210,6 +213,16 @@ def decode_log(setup: bytes, chunks: Sequence[bytes]) -> list[Event]:
             event = b.register(pid, source.pick((pid, f"{pid}-renamed")), ts=ts)
         elif op == "retire" and source.pick((True, False, False)):
             event = b.retire(source.pick(PIDS_WEIGHTED), ts=ts)
+        elif op == "describe":
+            pid = source.pick((*PIDS_WEIGHTED, "ghost"))
+            event = b.describe(pid, availability_zone=source.pick(("az0", "az1")), ts=ts)
+        elif op == "report":
+            pid = source.pick((*PIDS_WEIGHTED, "ghost"))
+            metrics = source.pick((None, {"cpu": float(source.byte())}))
+            # a report's time of its own, sometimes older than the last
+            event = b.report(
+                pid, metrics, ts=max(0, ts - source.pick(DELTAS)), io_ops=source.byte()
+            )
         else:
             event = b.tick(ts)
         events.append(event)
@@ -365,6 +378,10 @@ class RefProvider:
     name: str
     state: str = "enabled"
     inventories: dict[str, Inventory] = field(default_factory=dict)
+    zone: str | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
+    metrics_at: int | None = None
+    io_ops: int = 0
 
 
 @dataclass
@@ -442,6 +459,8 @@ class Reference:
         if isinstance(event, ClaimSet | TransactionDecision | PoolDefined | ReleaseConsumer):
             raise NotImplementedError("this reference models single claims only")
         pid = event.provider_id
+        if isinstance(event, ProviderDescribed | MetricsReported):
+            return [self.described(event)]
         if isinstance(event, ProviderRegistered):
             if pid in self.providers:
                 if self.providers[pid].name == event.name:
@@ -477,6 +496,21 @@ class Reference:
         elif isinstance(event, ProviderStateSet):
             provider.state = event.state
         return [(Kind.APPLIED, pid, (), None)]
+
+    def described(self, event: ProviderDescribed | MetricsReported) -> Decided:
+        pid = event.provider_id
+        ref = self.providers.get(pid)
+        if ref is None:
+            return (Kind.NOOP, pid, (self.missing(pid),), None)
+        if isinstance(event, ProviderDescribed):
+            ref.zone = event.availability_zone or ref.zone
+            return (Kind.APPLIED, pid, (), None)
+        if ref.metrics_at is not None and event.ts_ms < ref.metrics_at:
+            return (Kind.NOOP, pid, ((Code.OLDER_REPORT, pid, None, None, None),), None)
+        ref.metrics_at = event.ts_ms
+        ref.metrics = ref.metrics if event.metrics is None else dict(event.metrics)
+        ref.io_ops = ref.io_ops if event.num_io_ops is None else event.num_io_ops
+        return (Kind.APPLIED, pid, (), None)
 
     def claim(self, claim: Claim) -> Decided:
         rid = claim.reservation_id
@@ -572,6 +606,10 @@ class Reference:
         for pid, ref in self.providers.items():
             provider = state.providers[pid]
             assert (provider.name, provider.state) == (ref.name, ref.state)
+            assert provider.description.availability_zone == ref.zone
+            metrics = provider.metrics
+            assert (metrics.values, metrics.at_ms) == (ref.metrics, ref.metrics_at)
+            assert metrics.num_io_ops == ref.io_ops
             assert provider.layout.classes == tuple(sorted(ref.inventories))
             for rc in ref.inventories:
                 i = provider.layout.index[rc]

@@ -104,3 +104,62 @@ def test_bad_arguments_and_no_writers(tmp_path: Path, cli: Cli) -> None:
     code, out, err = cli("provider", "register", "n1", *data, "--wait", "--timeout-s", "0.2")
     assert code == 3 and len(out.splitlines()) == 1
     assert err == "berth: no decision after 0.2 s (are the writers running?)\n"
+
+
+def test_describe_and_report_metrics_then_the_engine_reads_them(
+    projector: list[str], cli: Cli
+) -> None:
+    for pid in ("n1", "n2"):
+        assert cli("provider", "register", pid, *projector, "--wait")[0] == 0
+        assert cli("provider", "inventory", pid, "VCPU=8", *projector, "--wait")[0] == 0
+    capabilities = json.dumps({"hypervisor_type": "QEMU", "hypervisor_version": 8002000})
+    code, out, _ = cli(
+        "provider",
+        "describe",
+        "n1",
+        "--availability-zone",
+        "az1",
+        "--host-ip",
+        "10.0.0.7",
+        "--capabilities",
+        capabilities,
+        "--metadata",
+        "rack=r2",
+        *projector,
+        "--wait",
+    )
+    assert code == 0 and _decision(out)["kind"] == "applied"
+    code, out, _ = cli(
+        "provider", "metrics", "n1", "cpu.percent=12.5", "--io-ops", "3", *projector, "--wait"
+    )
+    assert code == 0 and _decision(out)["kind"] == "applied"
+    code, out, _ = cli("provider", "metrics", "n9", "cpu.percent=1", *projector, "--wait")
+    assert code == 1 and _decision(out)["reasons"] == [
+        {"code": "PROVIDER_NOT_FOUND", "provider_id": "n9"}
+    ]
+    code, out, _ = cli("explain", "--resources", "VCPU=1", "--availability-zone", "az1", *projector)
+    assert code == 0 and "choice: n1" in out
+    assert "n2: zone 'az1' wanted, provider is in nova (AvailabilityZoneFilter)" in out
+    code, out, _ = cli("history", "n1", *projector, "--no-records")
+    assert code == 0
+    assert "    zone az1, host_ip 10.0.0.7" in out
+    assert '    metadata {"rack": "r2"}' in out
+    assert "cpu.percent=12.5; 3 I/O ops, 0 build failures" in out
+
+
+def test_describe_and_metrics_refuse_bad_arguments(tmp_path: Path, cli: Cli) -> None:
+    data = ["--data-dir", str(tmp_path / "data")]
+    code, out, err = cli("provider", "describe", "n1", "--capabilities", "{nope", *data)
+    assert (code, out) == (2, "") and "--capabilities is not JSON" in err
+    code, _, err = cli(
+        "provider", "describe", "n1", "--capabilities", '{"hypervisor_version": "8"}', *data
+    )
+    assert code == 2 and "capabilities.hypervisor_version must be int" in err
+    code, _, err = cli("provider", "describe", "n1", "--host", "h", "--unset", "host", *data)
+    assert code == 2 and "host: both given and unset" in err
+    code, _, err = cli("provider", "describe", "n1", *data)
+    assert code == 2 and "sets or unsets at least one field" in err
+    code, _, err = cli("provider", "metrics", "n1", "cpu=high", *data)
+    assert code == 2 and "metric cpu: 'high' is not a number" in err
+    code, _, err = cli("provider", "metrics", "n1", "--io-ops", "-1", *data)
+    assert code == 2 and "num_io_ops" in err

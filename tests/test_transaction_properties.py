@@ -16,7 +16,16 @@ from projections.projector import apply
 from projections.state import PartitionState
 from schemas.events import ClaimSet, Event
 from schemas.outcomes import Code, Kind, Outcome
-from tests.builders import consume, fresh_state, provider, release, renew, tick
+from tests.builders import (
+    consume,
+    describe,
+    fresh_state,
+    provider,
+    release,
+    renew,
+    report,
+    tick,
+)
 from tests.test_projector_properties import POOL_AND_TRANSACTION_CODES
 from tests.txn_builders import claim_set, decide, ids, pool, release_consumer, spec, take
 
@@ -74,7 +83,8 @@ def records(draw: st.DrawFn) -> list[Event]:
     clock = 0
     for _ in range(draw(st.integers(1, 30))):
         clock += draw(st.integers(0, 15))
-        kind = draw(st.sampled_from(["set", "set", "set", "claim", "decide", "end", "tick", "rc"]))
+        kinds = ["set", "set", "set", "claim", "decide", "end", "tick", "rc", "describe", "report"]
+        kind = draw(st.sampled_from(kinds))
         if kind == "set":
             rids = draw(st.lists(st.sampled_from(RIDS), min_size=1, max_size=4, unique=True))
             specs = [draw(member(rid)) for rid in rids]
@@ -105,6 +115,14 @@ def records(draw: st.DrawFn) -> list[Event]:
                 events.append(renew(rid, ts=clock))
         elif kind == "rc":
             events.append(release_consumer(draw(st.sampled_from(CONSUMERS)), ts=clock))
+        elif kind == "describe":
+            pid = draw(st.sampled_from(PROVIDERS))
+            zone = draw(st.sampled_from(["az0", "az1"]))
+            events.append(describe(pid, availability_zone=zone, metadata={"rack": zone}, ts=clock))
+        elif kind == "report":
+            pid = draw(st.sampled_from(PROVIDERS))
+            metrics = {"cpu": float(draw(st.integers(0, 100)))}
+            events.append(report(pid, metrics, io_ops=draw(st.integers(0, 9)), ts=clock))
         else:
             events.append(tick(clock))
     return events

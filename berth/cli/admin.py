@@ -1,5 +1,5 @@
 """Administration through events: ``berth provider`` (register, inventory,
-state, traits, aggregates, retire) and ``berth pool define``."""
+state, traits, aggregates, describe, metrics, retire) and ``berth pool define``."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import get_args
 
 from berth.app import App
 from berth.cli.common import Commands, backend_options, remote_option, settings_from
-from schemas.events import PoolKind, ProviderStateName
+from schemas.events import DescribedField, PoolKind, ProviderStateName
 from schemas.outcomes import Kind
 
 
@@ -19,7 +19,8 @@ def add_commands(commands: Commands) -> None:
     commands.group("providers and pools")
     provider = commands.add(
         "provider",
-        "register, inventory, state, traits, aggregates, retire a provider",
+        "register, inventory, state, traits, aggregates, describe, report metrics of, "
+        "retire a provider",
         cmd_provider,
     )
     provider_sub = provider.add_subparsers(dest="provider_command", required=True)
@@ -54,6 +55,41 @@ def add_commands(commands: Commands) -> None:
     provider_command("aggregates", "replace the provider's aggregates").add_argument(
         "aggregates", nargs="*"
     )
+    describe = provider_command(
+        "describe",
+        "set the provider's zone, host, address, capabilities or metadata (only those given)",
+    )
+    describe.add_argument("--availability-zone", default=None)
+    describe.add_argument("--host", default=None, help="its host name (default: its name)")
+    describe.add_argument("--host-ip", default=None, help="its address, for SimpleCIDRAffinity")
+    describe.add_argument(
+        "--capabilities",
+        default=None,
+        metavar="JSON",
+        help='hypervisor facts, replacing the ones held, e.g. \'{"hypervisor_type": "QEMU", '
+        '"hypervisor_version": 8002000, "supported_instances": [["x86_64", "qemu", "hvm"]], '
+        '"cpu_info": {"arch": "x86_64"}}\'',
+    )
+    describe.add_argument(
+        "--metadata",
+        action="append",
+        default=None,
+        metavar="KEY=VALUE",
+        help="free-form metadata, replacing what is held (repeat for each key)",
+    )
+    describe.add_argument(
+        "--unset",
+        action="append",
+        default=[],
+        choices=get_args(DescribedField),
+        help="clear a field (repeatable)",
+    )
+    metrics = provider_command(
+        "metrics", "report the provider's metrics, as of now (replacing the ones held)"
+    )
+    metrics.add_argument("metrics", nargs="*", metavar="NAME=VALUE", help="e.g. cpu.percent=12.5")
+    metrics.add_argument("--io-ops", type=int, default=None, help="I/O operations in flight")
+    metrics.add_argument("--build-failures", type=int, default=None, help="recent build failures")
     provider_command("retire", "the provider leaves (refused while it holds reservations)")
 
     pool = commands.add("pool", "identifier pools (addresses, VNIs, VLANs, ranges, sets)", cmd_pool)
@@ -128,6 +164,10 @@ def _provider_event(args: argparse.Namespace) -> dict[str, object]:
         fields = {"type": "traits_set", "traits": args.traits}
     elif kind == "aggregates":
         fields = {"type": "aggregates_set", "aggregates": args.aggregates}
+    elif kind == "describe":
+        fields = _description(args)
+    elif kind == "metrics":
+        fields = _metrics(args)
     else:
         fields = {"type": "provider_retired"}
     return {
@@ -137,6 +177,52 @@ def _provider_event(args: argparse.Namespace) -> dict[str, object]:
         "partition_key": pid,
         "provider_id": pid,
     }
+
+
+def _description(args: argparse.Namespace) -> dict[str, object]:
+    fields: dict[str, object] = {"type": "provider_described", "unset": args.unset}
+    given = {
+        "availability_zone": args.availability_zone,
+        "host": args.host,
+        "host_ip": args.host_ip,
+    }
+    fields.update({name: value for name, value in given.items() if value is not None})
+    if args.capabilities is not None:
+        try:
+            fields["capabilities"] = json.loads(args.capabilities)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"--capabilities is not JSON: {error}") from None
+    if args.metadata is not None:
+        fields["metadata"] = dict(_pair(item, "--metadata KEY=VALUE") for item in args.metadata)
+    return fields
+
+
+def _metrics(args: argparse.Namespace) -> dict[str, object]:
+    fields: dict[str, object] = {"type": "metrics_reported"}
+    if args.metrics:
+        fields["metrics"] = {
+            name: _number(value, name)
+            for name, value in (_pair(item, "a metric NAME=VALUE") for item in args.metrics)
+        }
+    if args.io_ops is not None:
+        fields["num_io_ops"] = args.io_ops
+    if args.build_failures is not None:
+        fields["build_failures"] = args.build_failures
+    return fields
+
+
+def _pair(text: str, what: str) -> tuple[str, str]:
+    name, equals, value = text.partition("=")
+    if not name or not equals:
+        raise ValueError(f"{what}: not {text!r}")
+    return name.strip(), value.strip()
+
+
+def _number(text: str, name: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError(f"metric {name}: {text!r} is not a number") from None
 
 
 def _inventory(spec: str) -> tuple[str, dict[str, object]]:

@@ -12,6 +12,11 @@ handled as Nova does:
   metric's ratio times the provider's multiplier is 0, in which case the
   metric cannot matter and is simply skipped.
 
+With ``max_age_ms``, a provider whose latest report was made more than that
+before the request (``Request.ts_ms``) reports nothing: each of its
+metrics is unavailable, as a missing one is. A request without a time, or
+a provider without a report time, is not aged.
+
 Nova never weighs a lone candidate, so a lone candidate lacking a required
 metric does not fail.
 """
@@ -19,14 +24,16 @@ metric does not fail.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import ClassVar
 
 import numpy as np
 
 from placement.filters.base import Context
-from placement.model import FloatArray, IntArray
+from placement.model import FloatArray, IntArray, Provider
 from placement.weighers.base import Weigher
+
+_NONE: Mapping[str, float] = {}
 
 
 class MetricNotFound(LookupError):
@@ -86,11 +93,23 @@ class MetricsWeigher(Weigher):
         weight_setting: str | Iterable[str] = "",
         required: bool = True,
         weight_of_unavailable: float = -10000.0,
+        max_age_ms: int | None = None,
     ) -> None:
         super().__init__(multiplier)
         self.setting = parse_weight_setting(weight_setting)
         self.required = required
         self.weight_of_unavailable = float(weight_of_unavailable)
+        if max_age_ms is not None and (isinstance(max_age_ms, bool) or max_age_ms < 0):
+            raise ValueError(f"metrics max_age_ms must be a count of ms, not {max_age_ms!r}")
+        self.max_age_ms = max_age_ms
+
+    def _reported(self, ctx: Context, provider: Provider) -> Mapping[str, float]:
+        """The provider's metrics, or none if they are older than ``max_age_ms``."""
+        now = ctx.request.ts_ms
+        at = provider.metrics_at_ms
+        if self.max_age_ms is None or now is None or at is None:
+            return provider.metrics
+        return provider.metrics if now - at <= self.max_age_ms else _NONE
 
     def weigh(self, ctx: Context, rows: IntArray) -> FloatArray:
         out = np.zeros(len(rows), dtype=np.float64)
@@ -101,9 +120,10 @@ class MetricsWeigher(Weigher):
         multipliers = None if self.required else self.multipliers(ctx, rows)
         for k, row in enumerate(rows):
             provider = ctx.snapshot.providers[int(row)]
+            metrics = self._reported(ctx, provider)
             value = 0.0
             for metric, ratio in self.setting:
-                reported = provider.metrics.get(metric)
+                reported = metrics.get(metric)
                 if reported is not None:
                     value += float(reported) * ratio
                     continue

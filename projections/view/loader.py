@@ -19,6 +19,10 @@ from projections.projector import claim_shapes, fingerprint
 from projections.state import (
     CONSUMED,
     HELD,
+    NO_DESCRIPTION,
+    NO_METRICS,
+    Description,
+    Metrics,
     PartitionState,
     PendingTransaction,
     ProviderState,
@@ -86,7 +90,21 @@ def _load_providers(conn: Connection, state: PartitionState) -> None:
             consumed=[0] * size,
             traits=frozenset(p.traits),
             aggregates=frozenset(p.aggregates),
+            description=_description(p),
+            metrics=_metrics(p),
         )
+
+
+def _description(row: Any) -> Description:
+    if not (row.availability_zone or row.host or row.host_ip or row.capabilities or row.metadata):
+        return NO_DESCRIPTION
+    return Description(row.availability_zone, row.host, row.host_ip, row.capabilities, row.metadata)
+
+
+def _metrics(row: Any) -> Metrics:
+    if row.metrics_at_ms is None and not (row.num_io_ops or row.build_failures or row.metrics):
+        return NO_METRICS
+    return Metrics(row.metrics, row.metrics_at_ms, row.num_io_ops, row.build_failures)
 
 
 def _spec_of(row: Any) -> ClaimSpec:

@@ -1,5 +1,11 @@
 """The view's rows of what a batch decided on each record: an outcome row
-per decision, a dead letter per record that did not decode."""
+per decision, a dead letter per record that did not decode.
+
+A metrics report's decision has no row: reports come every few seconds
+from every provider, and a row each would grow the table without bound
+for nothing an audit needs (the provider's row says which report its
+metrics are from). Its outcome is published on the outcomes topic like
+every other, so ``--wait`` and a replay's verification see it."""
 
 from __future__ import annotations
 
@@ -9,7 +15,8 @@ from typing import Any
 from projections.batch import Batch
 from projections.view.plan import NO_EXPIRY, Plan, compact_json
 from projections.view.tables import dead_letters
-from schemas.outcomes import Reason
+from schemas.events import MetricsReported
+from schemas.outcomes import Outcome, Reason
 
 _OUTCOME_COLUMNS = (
     '"partition", "offset", seq, kind, event_id, subject, clock_ms, reasons, expires_at_ms'
@@ -38,6 +45,17 @@ def _reasons_json(reasons: tuple[Reason, ...]) -> str:
     return text
 
 
+def _decisions(batch: Batch) -> list[list[Outcome]]:
+    """Each record's outcomes that have rows: a metrics report's own decision,
+    always its record's last outcome, has none (the expiries its clock
+    released before it do)."""
+    if not any(type(a.event) is MetricsReported for a in batch.applied):
+        return list(map(_OUTCOMES_OF, batch.applied))
+    return [
+        a.outcomes[:-1] if type(a.event) is MetricsReported else a.outcomes for a in batch.applied
+    ]
+
+
 _OUTCOMES_OF = attrgetter("outcomes")
 
 
@@ -45,6 +63,7 @@ def write_outcomes(plan: Plan, batch: Batch) -> None:
     # an Outcome is a NamedTuple in the table's column order: the common row
     # (no reasons, no identifiers) is sliced out by unpacking, in C
     no_expiry = NO_EXPIRY
+    decided = _decisions(batch)
     plain = [
         (
             partition,
@@ -56,17 +75,15 @@ def write_outcomes(plan: Plan, batch: Batch) -> None:
             clock,
             no_expiry if expires is None else expires,
         )
-        for applied in batch.applied
-        for partition, offset, seq, kind, event, subject, clock, why, expires, ids in (
-            applied.outcomes
-        )
+        for outcomes in decided
+        for partition, offset, seq, kind, event, subject, clock, why, expires, ids in outcomes
         if not why and not ids
     ]
-    if len(plain) < sum(map(len, map(_OUTCOMES_OF, batch.applied))):
+    if len(plain) < sum(map(len, decided)):
         rejected: list[tuple[Any, ...]] = []
         given: list[tuple[Any, ...]] = []  # outcomes that give or give back identifiers
-        for applied in batch.applied:
-            for o in applied.outcomes:
+        for outcomes in decided:
+            for o in outcomes:
                 if not o.reasons and not o.identifiers:
                     continue
                 reasons = _reasons_json(o.reasons) if o.reasons else None

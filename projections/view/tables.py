@@ -71,6 +71,17 @@ providers = Table(
     Column("aggregates", JSON, nullable=False),
     Column("active_reservations", Integer, nullable=False),
     Column("updated_offset", BigInteger, nullable=False),
+    # its description (provider_described): NULL or empty until one says
+    Column("availability_zone", String(255)),
+    Column("host", String(255)),
+    Column("host_ip", String(64)),
+    Column("capabilities", JSON, nullable=False, server_default="{}"),
+    Column("metadata", JSON, nullable=False, server_default="{}"),
+    # its latest metrics report (metrics_reported), as of metrics_at_ms
+    Column("metrics", JSON, nullable=False, server_default="{}"),
+    Column("metrics_at_ms", BigInteger),
+    Column("num_io_ops", BigInteger, nullable=False, server_default="0"),
+    Column("build_failures", BigInteger, nullable=False, server_default="0"),
 )
 
 inventories = Table(

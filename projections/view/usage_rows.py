@@ -1,6 +1,7 @@
 """The view's rows of what claims draw from: providers and their
-inventories (rewritten when reshaped, their usage updated otherwise), and
-identifier pools (rewritten when defined, their counts updated otherwise)."""
+inventories (rewritten when reshaped, their usage or metrics updated
+otherwise), and identifier pools (rewritten when defined, their counts
+updated otherwise)."""
 
 from __future__ import annotations
 
@@ -32,6 +33,9 @@ def write_providers(
     or note in ``held`` that it changed in the batch ending at ``offset``."""
     reshaped = sorted(state.reshaped)
     used = state.touched - state.reshaped
+    if state.metered:
+        _write_metrics(plan, state, sorted(state.metered - state.reshaped), offset)
+        state.metered.clear()
     state.reshaped.clear()
     state.touched.clear()
     if reshaped:
@@ -64,9 +68,30 @@ def write_usage(plan: Plan, state: PartitionState, changed: list[tuple[str, int]
     plan.bulk(_UPDATE_ACTIVE, active)
 
 
+_UPDATE_METRICS = (
+    "UPDATE providers SET metrics = ?, metrics_at_ms = ?, num_io_ops = ?, build_failures = ?, "
+    "updated_offset = ? WHERE provider_id = ?"
+)
+
+
+def _write_metrics(plan: Plan, state: PartitionState, metered: list[str], offset: int) -> None:
+    """Update the metrics of providers whose latest report is all that
+    changed; the offset tells the schedulers' snapshots to read them again."""
+    rows = []
+    for pid in metered:
+        provider = state.providers.get(pid)
+        if provider is None:
+            continue
+        m = provider.metrics
+        rows.append((_json_column(m.values), m.at_ms, m.num_io_ops, m.build_failures, offset, pid))
+    plan.bulk(_UPDATE_METRICS, rows)
+
+
 _INSERT_PROVIDER = (
     'INSERT INTO providers (provider_id, "partition", name, state, traits, aggregates, '
-    "active_reservations, updated_offset) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+    "active_reservations, updated_offset, availability_zone, host, host_ip, capabilities, "
+    "metadata, metrics, metrics_at_ms, num_io_ops, build_failures) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _INSERT_INVENTORY = (
     'INSERT INTO inventories (provider_id, resource_class, "partition", total, reserved, '
@@ -92,6 +117,8 @@ def _rewrite_providers(plan: Plan, state: PartitionState, reshaped: list[str], o
 
 
 def _provider_row(provider: ProviderState, partition: int, offset: int) -> tuple[Any, ...]:
+    described = provider.description
+    metrics = provider.metrics
     return (
         provider.provider_id,
         partition,
@@ -101,6 +128,15 @@ def _provider_row(provider: ProviderState, partition: int, offset: int) -> tuple
         _json_column(sorted(provider.aggregates)),
         provider.active,
         offset,
+        described.availability_zone,
+        described.host,
+        described.host_ip,
+        _json_column(described.capabilities),
+        _json_column(described.metadata),
+        _json_column(metrics.values),
+        metrics.at_ms,
+        metrics.num_io_ops,
+        metrics.build_failures,
     )
 
 

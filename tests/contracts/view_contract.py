@@ -502,6 +502,16 @@ def _assert_same_state(a: PartitionState, b: PartitionState) -> None:
         assert p.layout.limits == q.layout.limits
         assert (p.tag_counts or {}) == (q.tag_counts or {})
         assert (p.group_counts or {}) == (q.group_counts or {})
+        mine, yours = p.description, q.description
+        for name in ("availability_zone", "host", "host_ip", "capabilities", "metadata"):
+            assert getattr(mine, name) == getattr(yours, name), (pid, name)
+        metrics, theirs = p.metrics, q.metrics
+        assert (metrics.values, metrics.at_ms, metrics.num_io_ops, metrics.build_failures) == (
+            theirs.values,
+            theirs.at_ms,
+            theirs.num_io_ops,
+            theirs.build_failures,
+        )
     assert set(a.reservations) == set(b.reservations)
     for rid, r in a.reservations.items():
         s = b.reservations[rid]
