@@ -53,7 +53,7 @@ def cluster(n: int, seed: int = 5) -> Snapshot:
 
 PACKING = """
 def instance_placement(request, candidates):
-    if request["project_id"] == "frozen":
+    if request.project_id == "frozen":
         return "project frozen"
     wanted = get_instance_resources()["VCPU"]
     for c in reversed(candidates):  # pack: the least free that fits

@@ -392,6 +392,7 @@ def engine_request(r: PlacementRequest, instances: int, tried: frozenset[str]) -
         resources=r.resources,
         project_id=r.project_id,
         user_id=r.user_id or "",
+        name=r.name,
         num_instances=instances,
         flavor_name=r.flavor_name,
         extra_specs=r.extra_specs,
@@ -399,7 +400,13 @@ def engine_request(r: PlacementRequest, instances: int, tried: frozenset[str]) -
         availability_zone=r.availability_zone,
         required_traits=r.required_traits,
         forbidden_traits=r.forbidden_traits,
-        hints=Hints(same_host=r.same_host, different_host=r.different_host, query=r.query),
+        hints=Hints(
+            same_host=r.same_host,
+            different_host=r.different_host,
+            query=r.query,
+            build_near_host_ip=r.build_near_host_ip,
+            cidr=r.cidr if r.cidr is not None else "/24",
+        ),
         group_id=r.group_id,
         group_policy=r.group_policy,
         tags=TagRules(
@@ -409,6 +416,7 @@ def engine_request(r: PlacementRequest, instances: int, tried: frozenset[str]) -
             prefer_without=r.prefer_without_tags,
         ),
         tried_providers=tried,
+        reason=r.reason,
         ts_ms=r.ts_ms,
     )
 

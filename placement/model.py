@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
@@ -148,23 +148,15 @@ class Snapshot:
     def __post_init__(self) -> None:
         providers = self.providers
         n = len(providers)
-        derived = {
-            "enabled": np.fromiter((p.state == "enabled" for p in providers), np.bool_, n),
-            "num_io_ops": np.fromiter((p.num_io_ops for p in providers), np.int64, n),
-            "build_failures": np.fromiter((p.build_failures for p in providers), np.int64, n),
-            "hypervisor_version": np.fromiter(
+        self._derive(
+            np.fromiter((p.state == "enabled" for p in providers), np.bool_, n),
+            np.fromiter((p.num_io_ops for p in providers), np.int64, n),
+            np.fromiter((p.build_failures for p in providers), np.int64, n),
+            np.fromiter(
                 (_version(p.capabilities.get("hypervisor_version")) for p in providers),
                 np.float64,
                 n,
             ),
-        }
-        for name, value in derived.items():
-            object.__setattr__(self, name, value)
-        versions = derived["hypervisor_version"]
-        object.__setattr__(self, "any_io_ops", bool(derived["num_io_ops"].any()))
-        object.__setattr__(self, "any_build_failures", bool(derived["build_failures"].any()))
-        object.__setattr__(
-            self, "hypervisor_versions_differ", bool(n and versions.max() != versions.min())
         )
         object.__setattr__(self, "_capacity", [None, None, None, None, None])
         object.__setattr__(self, "row_of", {p.provider_id: i for i, p in enumerate(providers)})
@@ -172,6 +164,19 @@ class Snapshot:
         for name in RESOURCE_ARRAYS:
             if getattr(self, name).shape != shape:
                 raise ValueError(f"{name} has shape {getattr(self, name).shape}, not {shape}")
+
+    def _derive(
+        self, enabled: BoolArray, io_ops: IntArray, failures: IntArray, versions: FloatArray
+    ) -> None:
+        """Set the derived columns, and what they say of the whole snapshot."""
+        object.__setattr__(self, "enabled", enabled)
+        object.__setattr__(self, "num_io_ops", io_ops)
+        object.__setattr__(self, "build_failures", failures)
+        object.__setattr__(self, "hypervisor_version", versions)
+        object.__setattr__(self, "any_io_ops", bool(io_ops.any()))
+        object.__setattr__(self, "any_build_failures", bool(failures.any()))
+        differ = bool(len(versions) and versions.max() != versions.min())
+        object.__setattr__(self, "hypervisor_versions_differ", differ)
 
     @property
     def size(self) -> int:
@@ -199,17 +204,34 @@ class Snapshot:
         self, records: Mapping[int, Provider], **arrays: IntArray | FloatArray
     ) -> Snapshot:
         """Other records at some rows (the same providers), and other arrays:
-        the derived columns are computed again only if a record changed what
-        they read (state, I/O, build failures, hypervisor version); a change
-        of placements, traits or aggregates shares them."""
-        providers = list(self.providers)
-        for row, record in records.items():
-            providers[row] = record
-        if any(_identity(r) != _identity(self.providers[row]) for row, r in records.items()):
-            changes: dict[str, Any] = {"providers": tuple(providers), **arrays}
-            return replace(self, **changes)
+        the derived columns are changed only at rows whose record changed
+        what they read (state, I/O, build failures, hypervisor version),
+        copied first; a change of placements, traits or aggregates alone
+        shares them."""
         twin = self.with_arrays(**arrays)
+        providers = list(self.providers)
+        derived: list[Any] | None = None  # copied at the first row that needs it
+        for row, record in records.items():
+            if record.provider_id != providers[row].provider_id:
+                raise ValueError(
+                    f"row {row}: {record.provider_id} is not {providers[row].provider_id}"
+                )
+            if _identity(record) != _identity(providers[row]):
+                if derived is None:
+                    derived = [
+                        self.enabled.copy(),
+                        self.num_io_ops.copy(),
+                        self.build_failures.copy(),
+                        self.hypervisor_version.copy(),
+                    ]
+                derived[0][row] = record.state == "enabled"
+                derived[1][row] = record.num_io_ops
+                derived[2][row] = record.build_failures
+                derived[3][row] = _version(record.capabilities.get("hypervisor_version"))
+            providers[row] = record
         object.__setattr__(twin, "providers", tuple(providers))
+        if derived is not None:
+            twin._derive(*derived)
         return twin
 
     def with_arrays(self, **arrays: IntArray | FloatArray) -> Snapshot:
@@ -351,6 +373,8 @@ class Request:
     resources: Mapping[str, int]
     project_id: str = ""
     user_id: str = ""
+    name: str = ""
+    """The instance's name, for the placement scriptlet."""
     num_instances: int = 1
     flavor_name: str = ""
     extra_specs: Mapping[str, str] = field(default_factory=dict)

@@ -2,12 +2,14 @@
 after the filters and weighers (LXD's instance placement scriptlet).
 
 The program defines ``instance_placement(request, candidates)``. It is
-called once per instance with the request (a dict: ids, ``reason`` (``new``,
-or ``evacuation`` and ``relocation`` for a balance plan's moves, see
-:mod:`placement.balance`), resources, which instance of how many, zone,
-server group, extra specs) and the providers
-that passed every filter, best weighed first (a list of dicts with
-``provider_id`` and ``weight``; the best ``max_candidates`` of them, since
+called once per instance with the request (a struct, read as
+``request.name``, as LXD's is: ids, the instance's ``name``, ``reason``
+(``new``, ``evacuation`` or ``relocation``, given by the request or by a
+balance plan's moves, see :mod:`placement.balance`), ``project``, resources,
+which instance of how many, zone, server group, flavor, extra specs, image
+properties, traits, hints) and the providers that passed every filter, best
+weighed first (a list of dicts with ``provider_id``, LXD's ``server_name``
+(the same id) and ``weight``; the best ``max_candidates`` of them, since
 handing a program thousands costs milliseconds a pick). It may call
 ``set_target(provider_id)`` to pick one of them instead of the engine's
 first; returning anything but ``None`` refuses the request with that value
@@ -59,7 +61,7 @@ _CALL = "berth_call__"
 _PRELUDE = f"""
 def {_CALL}(arguments):
     given = json.decode(arguments)
-    return {ENTRY}(given["request"], given["candidates"])
+    return {ENTRY}(struct(**given["request"]), given["candidates"])
 """
 
 
@@ -119,7 +121,9 @@ class Scriptlet:
         module = starlark.Module()
         for function_name, function in self._host_functions().items():
             module.add_callable(function_name, function)
-        library = starlark.Globals.extended_by([starlark.LibraryExtension.Json])
+        library = starlark.Globals.extended_by(
+            [starlark.LibraryExtension.Json, starlark.LibraryExtension.StructType]
+        )
         dialect = starlark.Dialect.standard()
         try:
             starlark.eval(module, starlark.parse(name, source, dialect), library)
@@ -154,7 +158,11 @@ class Scriptlet:
             {
                 "request": _request(ctx, len(ctx.picked)),
                 "candidates": [
-                    {"provider_id": providers[row].provider_id, "weight": weight}
+                    {
+                        "provider_id": providers[row].provider_id,
+                        "server_name": providers[row].provider_id,
+                        "weight": weight,
+                    }
                     for row, weight in zip(rows, scores[order].tolist(), strict=True)
                 ],
             }
@@ -264,9 +272,12 @@ def _best(scores: FloatArray, count: int) -> IntArray:
 
 def _request(ctx: Context, instance: int) -> dict[str, Any]:
     request = ctx.request
+    hints = request.hints
     return {
         "request_id": request.request_id,
+        "name": request.name,
         "reason": request.reason,
+        "project": request.project_id,
         "project_id": request.project_id,
         "user_id": request.user_id,
         "flavor_name": request.flavor_name,
@@ -277,6 +288,16 @@ def _request(ctx: Context, instance: int) -> dict[str, Any]:
         "group_id": request.group_id,
         "group_policy": request.group_policy,
         "extra_specs": dict(request.extra_specs),
+        "image_properties": dict(request.image_properties),
+        "required_traits": sorted(request.required_traits),
+        "forbidden_traits": sorted(request.forbidden_traits),
+        "hints": {
+            "same_host": sorted(hints.same_host),
+            "different_host": sorted(hints.different_host),
+            "build_near_host_ip": hints.build_near_host_ip,
+            "cidr": hints.cidr,
+            "query": hints.query,
+        },
     }
 
 

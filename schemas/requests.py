@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from typing import Annotated, Literal, Self
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from schemas.events import (
     DEFAULT_LEASE_MS,
@@ -19,6 +20,7 @@ from schemas.events import (
 )
 
 GroupPolicyName = Literal["affinity", "anti-affinity", "soft-affinity", "soft-anti-affinity"]
+PlacementReason = Literal["new", "evacuation", "relocation"]
 Names = frozenset[Annotated[str, Field(min_length=1, max_length=255)]]
 
 
@@ -29,6 +31,11 @@ class PlacementRequest(Model):
     ts_ms: int = Field(ge=0)
     project_id: Identifier
     user_id: Identifier | None = None
+    name: Annotated[str, Field(max_length=255)] = ""
+    """The instance's name (LXD's ``request.name``), for the placement scriptlet."""
+    reason: PlacementReason = "new"
+    """Why it is placed: a new instance, or one moved off an evacuating
+    provider or to balance load (the placement scriptlet sees it)."""
     resources: dict[ResourceClass, Amount] = Field(min_length=1, max_length=64)
     num_instances: int = Field(default=1, ge=1, le=1000)
     lease_ms: int = Field(default=DEFAULT_LEASE_MS, ge=1, le=MAX_LEASE_MS)
@@ -40,7 +47,11 @@ class PlacementRequest(Model):
     forbidden_traits: Names = frozenset()
     same_host: frozenset[Identifier] = frozenset()
     different_host: frozenset[Identifier] = frozenset()
-    query: str | None = None
+    build_near_host_ip: Annotated[str, Field(min_length=2, max_length=64)] | None = None
+    """Nova's hint: only providers whose host_ip is in this address's network
+    of prefix ``cidr`` (default /24)."""
+    cidr: Annotated[str, Field(pattern=r"^/?[0-9]{1,3}$")] | None = None
+    query: str | None = Field(default=None, max_length=65_536)
     group_id: Identifier | None = None
     group_policy: GroupPolicyName | None = None
     tags: frozenset[Tag] = frozenset()
@@ -55,6 +66,40 @@ class PlacementRequest(Model):
     policy: Identifier | None = None
     """The scheduling policy to place it by: only the one its project may
     use (see consumers/policies.py); by default, whichever that is."""
+
+    @field_validator("build_near_host_ip")
+    @classmethod
+    def _an_address(cls, near: str | None) -> str | None:
+        if near is not None:
+            ipaddress.ip_address(near)  # ValueError names the text
+        return near
+
+    @field_validator("query")
+    @classmethod
+    def _a_json_query(cls, query: str | None) -> str | None:
+        if query is None:
+            return None
+        try:
+            parsed = json.loads(query)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"not JSON: {error}") from None
+        if not isinstance(parsed, list) or not parsed or not isinstance(parsed[0], str):
+            raise ValueError('a JsonFilter query is a list such as ["=", "$free_ram_mb", 1024]')
+        return query
+
+    @model_validator(mode="after")
+    def _hints_name_something(self) -> Self:
+        if self.cidr is not None and self.build_near_host_ip is None:
+            raise ValueError("cidr without build_near_host_ip says nothing")
+        if self.cidr is not None:
+            prefix = int(self.cidr.lstrip("/"))
+            assert self.build_near_host_ip is not None
+            most = ipaddress.ip_address(self.build_near_host_ip).max_prefixlen
+            if prefix > most:
+                raise ValueError(f"cidr /{prefix} is longer than an address ({most} bits)")
+        if self.group_policy is not None and self.group_id is None:
+            raise ValueError("group_policy without group_id names no group")
+        return self
 
 
 BatchMode = Literal["all_or_nothing", "at_least", "queue"]

@@ -28,7 +28,7 @@ RAMWeigher = -1.0
 
 REFUSING = """
 def instance_placement(request, candidates):
-    if request["project_id"] == "frozen":
+    if request.project_id == "frozen":
         return "project frozen"
     return None
 """

@@ -163,3 +163,16 @@ def test_describe_and_metrics_refuse_bad_arguments(tmp_path: Path, cli: Cli) -> 
     assert code == 2 and "metric cpu: 'high' is not a number" in err
     code, _, err = cli("provider", "metrics", "n1", "--io-ops", "-1", *data)
     assert code == 2 and "num_io_ops" in err
+
+
+def test_explain_says_what_a_request_names_nothing(tmp_path: Path, cli: Cli) -> None:
+    data = ["--data-dir", str(tmp_path / "data")]
+    code, out, err = cli("explain", "--resources", "VCPU=1", "--cidr", "/24", *data)
+    assert (code, out) == (2, "")
+    assert "cidr without build_near_host_ip says nothing" in err
+    code, _, err = cli("explain", "--resources", "VCPU=1", "--extra-spec", "nokey", *data)
+    assert code == 2 and "--extra-spec KEY=VALUE, not 'nokey'" in err
+    code, out, _ = cli(
+        "explain", "--resources", "VCPU=1", "--image-property", "hw_architecture=x86_64", *data
+    )
+    assert code == 1 and "0 providers considered" in out

@@ -189,7 +189,7 @@ def test_the_placement_scriptlet_steers_claims_and_refuses_requests(tmp_path: Pa
     # still decides every claim the scheduler proposes
     program = Scriptlet(
         "def instance_placement(request, candidates):\n"
-        '    if request["project_id"] == "x":\n'
+        '    if request.project_id == "x":\n'
         '        return "project x is frozen"\n'
         '    others = [c for c in candidates if c["provider_id"] != "n0"]\n'
         "    if others:\n"

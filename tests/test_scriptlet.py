@@ -83,12 +83,12 @@ def instance_placement(request, candidates):
         return "candidates " + str(names)
     if candidates[0]["weight"] < candidates[2]["weight"]:
         return "not best first"
-    if sorted(candidates[0].keys()) != ["provider_id", "weight"]:
+    if sorted(candidates[0].keys()) != ["provider_id", "server_name", "weight"]:
         return "keys " + str(candidates[0])
-    if request["request_id"] != "req-1" or request["reason"] != "new":
+    if request.request_id != "req-1" or request.reason != "new":
         return "request " + str(request)
-    if request["resources"] != {"VCPU": 4, "MEMORY_MB": 1024}:
-        return "resources " + str(request["resources"])
+    if request.resources != {"VCPU": 4, "MEMORY_MB": 1024}:
+        return "resources " + str(request.resources)
     state = get_provider_state("node-1")
     if state["availability_zone"] != "b" or state["traits"] != ["HW_GPU"]:
         return "state " + str(state)
@@ -105,12 +105,12 @@ def test_resources_are_capacity_and_what_earlier_picks_of_the_request_took() -> 
     source = """
 def instance_placement(request, candidates):
     r = get_provider_resources("node-1")["VCPU"]
-    if request["instance"] == 0:
+    if request.instance == 0:
         if r != {"total": 16, "reserved": 2, "capacity": 14, "used": 0, "free": 14}:
             return "first " + str(r)
         if get_provider_resources("node-2")["VCPU"]["capacity"] != 64:
             return "ratio"
-    elif r["used"] != 4 * request["instance"]:
+    elif r["used"] != 4 * request.instance:
         return "used " + str(r)
     set_target("node-1")
 """
@@ -122,8 +122,8 @@ def instance_placement(request, candidates):
 def test_a_non_none_return_refuses_the_request_with_that_reason() -> None:
     source = """
 def instance_placement(request, candidates):
-    if request["num_instances"] > 2:
-        log_error("too many instances: ", request["num_instances"])
+    if request.num_instances > 2:
+        log_error("too many instances: ", request.num_instances)
         return "at most 2 instances per request here"
 """
     placed = engine(source).place(cluster(), request(instances=3))
@@ -173,7 +173,7 @@ def instance_placement(request, candidates):
 def test_log_functions_go_to_the_berth_scriptlet_logger(caplog: pytest.LogCaptureFixture) -> None:
     source = """
 def instance_placement(request, candidates):
-    log_info("placing ", request["request_id"], " on ", len(candidates), " candidates")
+    log_info("placing ", request.request_id, " on ", len(candidates), " candidates")
     log_warn("warned")
 """
     with caplog.at_level(logging.INFO, logger="berth.scriptlet"):
@@ -265,7 +265,7 @@ def test_the_program_sees_only_the_best_max_candidates() -> None:
 def instance_placement(request, candidates):
     if [c["provider_id"] for c in candidates] != ["node-2", "node-1"]:
         return "saw " + str(candidates)
-    set_target(request["extra_specs"]["target"])
+    set_target(request.extra_specs["target"])
 """
     program = Scriptlet(source, max_candidates=2)
     engine_ = Engine(

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from placement.config import SchedulerConfig
     from placement.engine import Engine
     from placement.model import Request
+    from schemas.requests import PlacementRequest
 
 
 def add_commands(commands: Commands) -> None:
@@ -134,6 +135,19 @@ def shape_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--availability-zone", default=None)
     p.add_argument("--required-trait", action="append", default=[])
     p.add_argument("--forbidden-trait", action="append", default=[])
+    p.add_argument("--project", default="", help="the project asking (for the tenancy filters)")
+    p.add_argument("--flavor", default="", help="the flavor's name (AggregateTypeAffinity)")
+    p.add_argument(
+        "--extra-spec", action="append", default=[], metavar="KEY=VALUE", help="repeatable"
+    )
+    p.add_argument(
+        "--image-property", action="append", default=[], metavar="KEY=VALUE", help="repeatable"
+    )
+    p.add_argument("--same-host", action="append", default=[], metavar="INSTANCE")
+    p.add_argument("--different-host", action="append", default=[], metavar="INSTANCE")
+    p.add_argument("--build-near-host-ip", default=None, metavar="IP")
+    p.add_argument("--cidr", default=None, help="with --build-near-host-ip (default /24)")
+    p.add_argument("--query", default=None, help="a JsonFilter query, as JSON")
     p.add_argument("--config", default=None, help="scheduler TOML (default: built in)")
     p.add_argument("--json", action="store_true")
 
@@ -240,20 +254,61 @@ def cmd_history(args: argparse.Namespace) -> int:
 def _shape(args: argparse.Namespace, instances: int = 1) -> tuple[SchedulerConfig, Request]:
     """The scheduler configuration and the request that ``shape_options`` describe
     (:class:`ConfigError` or :class:`ValueError` when they cannot be read)."""
-    from consumers.batches import parse_shape
+    from pydantic import ValidationError
+
+    from consumers.scheduler import engine_request
     from placement.config import SchedulerConfig
-    from placement.model import Request
 
     config = SchedulerConfig.load(args.config) if args.config else SchedulerConfig.default()
-    request = Request(
-        args.command,
-        parse_shape(args.resources),
-        num_instances=instances,
+    # the request's own checks (an address, a query, a cidr with its address)
+    try:
+        asked = _placement_request(args)
+    except ValidationError as error:
+        raise ValueError(
+            "; ".join(
+                f"{'.'.join(map(str, e['loc'])) or 'request'}: {e['msg']}"
+                for e in error.errors(include_url=False)
+            )
+        ) from None
+    request: Request = engine_request(asked, instances, frozenset())
+    if not args.project:
+        request = dataclasses.replace(request, project_id="")
+    return config, request
+
+
+def _placement_request(args: argparse.Namespace) -> PlacementRequest:
+    """The request ``shape_options`` describe, as a service would submit it now."""
+    from berth.client import wall_clock_ms
+    from consumers.batches import parse_shape
+    from schemas.requests import PlacementRequest
+
+    return PlacementRequest(
+        request_id=args.command,
+        ts_ms=wall_clock_ms(),
+        project_id=args.project or "-",
+        resources=parse_shape(args.resources),
+        flavor_name=args.flavor,
+        extra_specs=dict(_pairs(args.extra_spec, "--extra-spec")),
+        image_properties=dict(_pairs(args.image_property, "--image-property")),
         availability_zone=args.availability_zone,
         required_traits=frozenset(args.required_trait),
         forbidden_traits=frozenset(args.forbidden_trait),
+        same_host=frozenset(args.same_host),
+        different_host=frozenset(args.different_host),
+        build_near_host_ip=args.build_near_host_ip,
+        cidr=args.cidr,
+        query=args.query,
     )
-    return config, request
+
+
+def _pairs(items: list[str], what: str) -> list[tuple[str, str]]:
+    pairs = []
+    for item in items:
+        key, equals, value = item.partition("=")
+        if not key or not equals:
+            raise ValueError(f"{what} KEY=VALUE, not {item!r}")
+        pairs.append((key, value))
+    return pairs
 
 
 def _policy_engine(app: App, config: SchedulerConfig) -> Engine:
