@@ -86,3 +86,48 @@ def lifecycle(kind: str, rid: str, pid: str, ts_ms: int) -> bytes:
             "reservation_id": rid,
         }
     )
+
+
+ZONES = ("az1", "az2", "az3")
+
+
+def description(pid: str, n: int, ts_ms: int) -> bytes:
+    """A provider's description: a zone, an address, a hypervisor, a rack."""
+    return dumps(
+        {
+            "type": "provider_described",
+            "event_id": f"desc-{pid}",
+            "ts_ms": ts_ms,
+            "partition_key": pid,
+            "provider_id": pid,
+            "availability_zone": ZONES[n % len(ZONES)],
+            "host_ip": f"10.{n // 65536 % 256}.{n // 256 % 256}.{n % 256}",
+            "capabilities": {
+                "hypervisor_type": "QEMU",
+                "hypervisor_version": 8002000 + n % 3,
+                "supported_instances": [["x86_64", "qemu", "hvm"]],
+                "cpu_info": {"arch": "x86_64", "vendor": "Intel"},
+            },
+            "metadata": {"rack": f"r{n % 40}"},
+        }
+    )
+
+
+def metrics_report(pid: str, n: int, ts_ms: int) -> bytes:
+    """A provider's metrics report as of ``ts_ms`` (Nova's compute monitors' names)."""
+    load = (n * 7 + ts_ms // 1000) % 100
+    return dumps(
+        {
+            "type": "metrics_reported",
+            "event_id": f"m-{pid}-{ts_ms}",
+            "ts_ms": ts_ms,
+            "partition_key": pid,
+            "provider_id": pid,
+            "metrics": {
+                "cpu.percent": float(load),
+                "cpu.iowait.percent": float(load % 7),
+                "cpu.frequency": 2400.0,
+            },
+            "num_io_ops": load % 5,
+        }
+    )

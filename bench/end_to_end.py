@@ -1,18 +1,20 @@
 """Placements through the scheduler and the embedded ledger, end to end.
 
     python -m bench.end_to_end [--providers 10000] [--requests 20000] [--sample 10]
-                               [--wave 2000] [--writer-processes N]
+                               [--wave 2000] [--writer-processes N] [--described]
     python -m bench.end_to_end --scenario race [--kafka auto|HOST:PORT]
 
 The sustained scenario publishes the cluster, then places a stream of
 requests in waves (one view snapshot per wave, completed with the claims
 proposed since) with explain off and then on, the writers deciding in a
 thread beside the scheduler or in their own processes; only placements the
-writers accepted count. The race scenario is 600 requests from 8 publisher
-processes for 50 providers that hold exactly 400 instances, with a projector
-process, on the embedded log and SQLite or, with --kafka, on Kafka and
-PostgreSQL. Progress goes to stderr; the figures are one JSON object on the
-last line.
+writers accepted count. With --described every provider is described
+(zone, address, hypervisor, rack) and reports its metrics every 10 s while
+the requests are placed, appended from a thread as an agent would. The
+race scenario is 600 requests from 8 publisher processes for 50 providers
+that hold exactly 400 instances, with a projector process, on the embedded
+log and SQLite or, with --kafka, on Kafka and PostgreSQL. Progress goes to
+stderr; the figures are one JSON object on the last line.
 """
 
 from __future__ import annotations
@@ -32,18 +34,21 @@ from typing import Any
 
 from sqlalchemy import func, select
 
-from bench.common import note, timed
+from bench.common import description, metrics_report, note, timed
 from berth.app import App, Settings, tune_gc
 from berth.client import Publisher
 from berth.compile import compiled
 from consumers.partition_writer import PartitionWriter, catch_up_all, step_all
 from consumers.scheduler import OutcomeFollower, Scheduled, Scheduler
 from consumers.snapshot_source import LiveSnapshot
+from ledger.log import Append
+from ledger.partitioner import partition_for
 from placement.config import SchedulerConfig
 from placement.engine import Sampling
 from projections.view.engine import sqlite_url
 from projections.view.loader import committed_offsets
 from projections.view.tables import inventories
+from schemas.codec import decode_event
 from schemas.events import Event, Inventory, InventorySet, ProviderRegistered
 from schemas.requests import PlacementRequest
 
@@ -94,14 +99,37 @@ def _overcommitted(app: App) -> int:
         )
 
 
-def _setup(directory: Path, providers: int, partitions: int, sizes: Any = None) -> App:
+def _setup(
+    directory: Path, providers: int, partitions: int, sizes: Any = None, described: bool = False
+) -> App:
     app = App(Settings(data_dir=directory, partitions=partitions))
     publisher = Publisher(app.log, clock_ms=lambda: NOW_MS)
     events = _cluster(providers, sizes)
     for start in range(0, len(events), 5000):
         publisher.publish(events[start : start + 5000])
+    if described:
+        publisher.publish(
+            [decode_event(description(f"node-{n:06d}", n, 1)) for n in range(providers)]
+        )
     catch_up_all(app.writers())
     return app
+
+
+def _reporting(app: App, providers: int, every_s: float, stop: threading.Event) -> None:
+    """Every provider's metrics report once every ``every_s``, spread evenly:
+    appended as an agent's publisher would, encoded beforehand."""
+    partitions = app.settings.partitions
+    tick_s = 0.05
+    per_tick = max(1, round(providers * tick_s / every_s))
+    n = 0
+    while not stop.wait(tick_s):
+        appends = []
+        for _ in range(per_tick):
+            pid = f"node-{n % providers:06d}"
+            raw = metrics_report(pid, n % providers, NOW_MS)
+            appends.append(Append(partition_for(pid.encode(), partitions), pid.encode(), raw))
+            n += 1
+        app.log.append(app.settings.topics.events, appends)
 
 
 def _projecting(writers: list[PartitionWriter], stop: threading.Event) -> None:
@@ -169,13 +197,14 @@ def sustained(
     explain: bool,
     wave: int = 2000,
     writer_processes: int = 0,
+    described: bool = False,
 ) -> dict[str, Any]:
     """The scheduler ranks its next wave (one snapshot each) while the writers
     decide the previous one, and only their decisions count as placements.
     The writers run in a thread of this process, or with ``writer_processes``
     in that many ``berth projector`` processes on the same embedded log."""
     with tempfile.TemporaryDirectory(prefix="berth-e2e-") as tmp:
-        app = _setup(Path(tmp), providers, partitions=16)
+        app = _setup(Path(tmp), providers, partitions=16, described=described)
         if writer_processes:
             app.close()  # the projector processes own the partitions
             app = App(app.settings)
@@ -199,6 +228,9 @@ def sustained(
         projectors = _projectors(app.settings, writer_processes) if writer_processes else []
         if not projectors:
             projector.start()
+        reporter = threading.Thread(target=_reporting, args=(app, providers, 10.0, stop))
+        if described:
+            reporter.start()
         try:
             with timed() as t:
                 stream = [
@@ -214,6 +246,8 @@ def sustained(
                 results = scheduler.schedule(stream)
         finally:
             stop.set()
+            if described:
+                reporter.join()
             if projectors:
                 _caught_up(app, projectors)
             else:
@@ -338,6 +372,11 @@ def main() -> None:
         default=0,
         help="run the writers in N berth projector processes (default: a thread of this one)",
     )
+    parser.add_argument(
+        "--described",
+        action="store_true",
+        help="providers described, each reporting its metrics every 10 s during the run",
+    )
     parser.add_argument("--scenario", choices=("sustained", "race"), default="sustained")
     parser.add_argument(
         "--kafka", default="", help="race on Kafka + PostgreSQL: auto (start tansu) or HOST:PORT"
@@ -365,12 +404,19 @@ def main() -> None:
         "sample_percentage": args.sample,
         "wave": args.wave,
         "writer_processes": args.writer_processes,
+        "described": args.described,
         "compiled": compiled(),
     }
     for explain in (False, True):
         note(f"sustained, explain {'on' if explain else 'off'} ...")
         result = sustained(
-            args.providers, args.requests, args.sample, explain, args.wave, args.writer_processes
+            args.providers,
+            args.requests,
+            args.sample,
+            explain,
+            args.wave,
+            args.writer_processes,
+            args.described,
         )
         suffix = "explain_on" if explain else "explain_off"
         figures.update({f"{k}_{suffix}": v for k, v in result.items()})

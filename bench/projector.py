@@ -1,6 +1,7 @@
 """Projector benchmarks: in-memory apply, durable end to end, replay, memory.
 
     python -m bench.projector [--replay-records N] [--replay-runs N] [--kafka auto|HOST:PORT]
+    python -m bench.projector --durable-only [--providers 10000] [--described]
 
 Progress goes to stderr; the figures are one JSON object on the last line.
 """
@@ -22,7 +23,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from bench.common import claim, lifecycle, note, provider_events, timed
+from bench.common import (
+    claim,
+    description,
+    lifecycle,
+    metrics_report,
+    note,
+    provider_events,
+    timed,
+)
 from berth.app import App, Settings, tune_gc
 from berth.compile import compiled
 from berth.replay import default_jobs, replay
@@ -120,7 +129,7 @@ def bench_decode(records: int = 100_000) -> dict[str, Any]:
     return {"decode_claims_per_s": round(records / t[0])}
 
 
-def _populate(app: App, providers: int) -> list[str]:
+def _populate(app: App, providers: int, described: bool = False) -> list[str]:
     by_partition = _cluster(providers, app.settings.partitions)
     appends = [
         Append(p, pid.encode(), raw)
@@ -128,8 +137,41 @@ def _populate(app: App, providers: int) -> list[str]:
         for pid in pids
         for raw in provider_events(pid, 1)
     ]
+    if described:
+        appends += [
+            Append(p, pid.encode(), description(pid, int(pid[5:]), 1))
+            for p, pids in by_partition.items()
+            for pid in pids
+        ]
     app.log.append(app.settings.topics.events, appends)
     return [pid for pids in by_partition.values() for pid in pids]
+
+
+def _stream(
+    pids: list[str],
+    claims: int,
+    partitions: int,
+    claims_per_ms: int,
+    report_every_ms: int | None,
+) -> list[Append]:
+    """``claims`` claims, ``claims_per_ms`` a millisecond of log time from
+    2,000 on; with ``report_every_ms``, each provider's metrics report that
+    often, spread evenly over the period, in time order among the claims."""
+    appends: list[Append] = []
+    reported = 0  # reports so far: report r is provider r % n's, at r x period / n
+    n = len(pids)
+    for k in range(claims):
+        ts = 2_000 + k // claims_per_ms
+        while report_every_ms is not None and 2_000 + reported * report_every_ms // n <= ts:
+            pid = pids[reported % n]
+            at = 2_000 + reported * report_every_ms // n
+            raw = metrics_report(pid, reported % n, at)
+            appends.append(Append(partition_for(pid.encode(), partitions), pid.encode(), raw))
+            reported += 1
+        pid = pids[k % n]
+        raw = claim(f"d{k}", pid, ts)
+        appends.append(Append(partition_for(pid.encode(), partitions), pid.encode(), raw))
+    return appends
 
 
 def bench_durable(
@@ -138,9 +180,16 @@ def bench_durable(
     providers: int = 1_000,
     partitions: int = 4,
     log_url: str = "",
+    described: bool = False,
+    claims_per_ms: int = 1,
+    report_every_ms: int | None = None,
 ) -> dict[str, Any]:
     """Claims/s through append (fsync, group commit) + apply + view commit
-    (outcomes published too), on the embedded log or on ``log_url``."""
+    (outcomes published too), on the embedded log or on ``log_url``. With
+    ``described`` every provider has a description; with
+    ``report_every_ms`` each reports its metrics that often in log time,
+    among the claims (``claims_per_ms`` of them a millisecond), and the
+    time they take counts against the claims."""
     directory.mkdir(parents=True, exist_ok=True)
     settings = Settings(
         data_dir=directory,
@@ -149,29 +198,24 @@ def bench_durable(
         db_url=f"sqlite:///{directory / 'view.db'}",
     )
     with App(settings) as app:
-        pids = _populate(app, providers)
+        pids = _populate(app, providers, described)
         writers = app.writers()
         catch_up_all(writers)
         events = app.settings.topics.events
         batch = 2_000
         # the producers' work (encoding, routing) is done up front: this measures
         # Berth's path from append to view commit
-        batches = [
-            [
-                Append(
-                    partition_for(pids[k % len(pids)].encode(), partitions),
-                    pids[k % len(pids)].encode(),
-                    claim(f"d{k}", pids[k % len(pids)], 2_000 + k),
-                )
-                for k in range(start, min(start + batch, claims))
-            ]
-            for start in range(0, claims, batch)
-        ]
+        stream = _stream(pids, claims, partitions, claims_per_ms, report_every_ms)
+        batches = [stream[start : start + batch] for start in range(0, len(stream), batch)]
         with timed() as t:
             for appends in batches:
                 app.log.append(events, appends)
                 catch_up_all(writers)
-    return {"claims_per_s": round(claims / t[0]), "claims": claims}
+    return {
+        "claims_per_s": round(claims / t[0]),
+        "claims": claims,
+        "metrics_reports": len(stream) - claims,
+    }
 
 
 def _write_log(directory: Path, records: int, providers: int, partitions: int) -> int:
@@ -280,6 +324,25 @@ def bench_memory(providers: int = 100_000, reservations: int = 1_000_000) -> dic
     }
 
 
+def _durable_runs(providers: int, described: bool, runs: int = 3) -> dict[str, Any]:
+    """The durable figure ``runs`` times, each on a fresh directory: its median and range."""
+    nova = {"described": True, "claims_per_ms": 20, "report_every_ms": 10_000} if described else {}
+    rates: list[int] = []
+    reports = 0
+    for run in range(runs):
+        note(f"durable end to end ({run + 1} of {runs}) ...")
+        with tempfile.TemporaryDirectory(prefix="berth-bench-") as work:
+            found = bench_durable(Path(work), providers=providers, **nova)  # type: ignore[arg-type]
+        rates.append(found["claims_per_s"])
+        reports = found["metrics_reports"]
+    return {
+        "durable_claims_per_s": statistics.median(rates),
+        "durable_claims_per_s_range": [min(rates), max(rates)],
+        "durable_providers": providers,
+        "durable_metrics_reports": reports,
+    }
+
+
 @contextmanager
 def _kafka(target: str) -> Iterator[str]:
     if target != "auto":
@@ -300,9 +363,23 @@ def main() -> None:
     parser.add_argument(
         "--kafka", default="", help="auto (start tansu) or HOST:PORT for the Kafka figures"
     )
+    parser.add_argument(
+        "--durable-only", action="store_true", help="only the durable figure, three runs"
+    )
+    parser.add_argument("--providers", type=int, default=1_000, help="of the durable figure")
+    parser.add_argument(
+        "--described",
+        action="store_true",
+        help="durable: providers described, each reporting metrics every 10 s of log "
+        "time, claims at 20 a ms of log time",
+    )
     args = parser.parse_args()
     tune_gc()
     figures: dict[str, Any] = {"compiled": compiled()}
+    if args.durable_only:
+        figures.update(_durable_runs(args.providers, args.described))
+        print(json.dumps(figures))
+        return
     note("apply in memory ...")
     figures.update(bench_apply())
     figures.update(bench_decode())

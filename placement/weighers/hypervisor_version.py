@@ -8,11 +8,12 @@ multiplier prefers older hypervisors.
 
 from __future__ import annotations
 
+import math
 from typing import ClassVar
 
 from placement.filters.base import Context
 from placement.model import FloatArray, IntArray
-from placement.weighers.base import Weigher
+from placement.weighers.base import Weigher, accumulate
 
 
 class HypervisorVersionWeigher(Weigher):
@@ -24,6 +25,24 @@ class HypervisorVersionWeigher(Weigher):
 
     def idle(self, ctx: Context) -> bool:
         return not ctx.snapshot.hypervisor_versions_differ
+
+    def add_to(self, total: FloatArray, ctx: Context, rows: IntArray) -> None:
+        multiplier = self.uniform_multiplier(ctx)
+        if multiplier is None or not math.isfinite(multiplier) or len(rows) == 0:
+            super().add_to(total, ctx, rows)
+            return
+        # normalize's arithmetic on one gathered copy, in place: the versions
+        # are a column of the snapshot, and a decision weighs a thousand rows
+        values = ctx.snapshot.hypervisor_version.take(rows)
+        low, high = float(values.min()), float(values.max())
+        if low == high:
+            return  # all 0 after normalising: a finite multiplier adds nothing
+        if low != 0.0 or math.copysign(1.0, low) < 0.0:
+            values -= low
+            values /= high - low
+        else:
+            values /= high
+        accumulate(total, multiplier, values)
 
     def weigh(self, ctx: Context, rows: IntArray) -> FloatArray:
         versions: FloatArray = ctx.snapshot.hypervisor_version[rows]
