@@ -17,10 +17,18 @@ from typing import Any
 import numpy as np
 from sqlalchemy import Connection, Engine, Row, func, or_, select
 
+from ledger.partitioner import partition_for
 from placement.balancers.base import Instance
-from placement.model import RESOURCE_ARRAYS, Provider, Snapshot
+from placement.model import RESOURCE_ARRAYS, Aggregate, Provider, Snapshot
 from projections.view.loader import committed_offsets
-from projections.view.tables import inventories, outcomes, providers, reservations
+from projections.view.tables import (
+    aggregates,
+    inventories,
+    outcomes,
+    partition_offsets,
+    providers,
+    reservations,
+)
 
 _INCREMENTAL_LIMIT = 20_000
 """Reservations decided on since the last call above which a live snapshot
@@ -215,7 +223,7 @@ def _read(conn: Connection, placements: bool, active: Sequence[Row[Any]] | None 
             for tag in row.tags:
                 tags[pid][tag] += 1
     records = [_provider(row, instances, groups, tags) for row in provider_rows]
-    return Snapshot.build(records, usage)
+    return Snapshot.build(records, usage, _aggregates(conn))
 
 
 def _usage(conn: Connection) -> dict[str, dict[str, dict[str, Any]]]:
@@ -231,6 +239,21 @@ def _usage(conn: Connection) -> dict[str, dict[str, dict[str, Any]]]:
             "step_size": row.step_size,
         }
     return by_provider
+
+
+def _aggregates(conn: Connection) -> dict[str, Aggregate]:
+    """Every aggregate's metadata, as the copy of its home partition (the
+    partition of its id) says; until that copy is in, the lowest one's."""
+    found: dict[str, tuple[bool, int, Aggregate]] = {}
+    partitions = conn.execute(select(func.max(partition_offsets.c.partitions))).scalar()
+    for row in conn.execute(select(aggregates)):
+        aid = row.aggregate_id
+        home = partitions is not None and partition_for(aid.encode(), partitions) == row.partition
+        key = (not home, row.partition)
+        held = found.get(aid)
+        if held is None or key < held[:2]:
+            found[aid] = (*key, Aggregate(aid, row.metadata))
+    return {aid: found[aid][2] for aid in sorted(found)}
 
 
 class LiveSnapshot:
@@ -264,6 +287,8 @@ class LiveSnapshot:
             offsets = committed_offsets(conn)
             if self.snapshot is None:
                 return self._full(conn, offsets)
+            if offsets != self.seen and _aggregates(conn) != self.snapshot.aggregates:
+                return self._full(conn, offsets)  # an aggregate was defined anew
             moved = [p for p, o in offsets.items() if o != self.seen.get(p)]
             if not moved:
                 self.seen = offsets
@@ -412,7 +437,7 @@ class LiveSnapshot:
             self.placements = _placements(_active(conn, reservations.c.reservation_id))
         rows = conn.execute(select(providers).order_by(providers.c.provider_id)).all()
         records = [_record(row, self.placements) for row in rows]
-        self.snapshot = Snapshot.build(records, _usage(conn))
+        self.snapshot = Snapshot.build(records, _usage(conn), _aggregates(conn))
         self.seen = offsets
         return self.snapshot
 

@@ -163,6 +163,34 @@ class Publisher:
         offsets = self.log.append(self.topics.events, appends)
         return [(a.partition, offset) for a, offset in zip(appends, offsets, strict=True)]
 
+    def define_aggregate(
+        self, aggregate_id: str, metadata: Mapping[str, str], event_id: str | None = None
+    ) -> list[tuple[int, int]]:
+        """Define an aggregate, or its metadata anew, in one append: an
+        ``aggregate_defined`` per partition, each keyed to hash to it, so
+        every writer applies the aggregate's allocation ratios to its own
+        members in its log order. ``event_id`` (default: a new one) names
+        the definition; copy ``p`` is ``EVENT_ID-p``. The (partition,
+        offset)s; :class:`EventDecodeError` says what is wrong with it."""
+        now = self.clock_ms()
+        base = event_id or f"aggregate-{uuid.uuid4()}"
+        appends = []
+        for partition, key in enumerate(partition_keys(self.partitions)):
+            event = validate_event(
+                {
+                    "type": "aggregate_defined",
+                    "event_id": f"{base}-{partition}",
+                    "ts_ms": now,
+                    "partition_key": key,
+                    "aggregate_id": aggregate_id,
+                    "metadata": dict(metadata),
+                    "correlation_id": base,
+                }
+            )
+            appends.append(Append(partition, key.encode(), encode_event(event)))
+        offsets = self.log.append(self.topics.events, appends)
+        return [(a.partition, offset) for a, offset in zip(appends, offsets, strict=True)]
+
     def define_pool(
         self,
         pool_id: str,

@@ -12,6 +12,7 @@ import heapq
 from collections.abc import Callable
 from typing import Any
 
+from projections.aggregates import aggregate_defined, member_event
 from projections.claims import abort_pending, claim, claim_set, claim_shapes, fingerprint
 from projections.emitter import Emitter
 from projections.holds import finish, named
@@ -20,6 +21,9 @@ from projections.projects import refused
 from projections.providers import described, metrics_reported, provider_event
 from projections.state import CONSUMED, HELD, PartitionState, Reservation
 from schemas.events import (
+    AggregateDefined,
+    AggregateMemberAdded,
+    AggregateMemberRemoved,
     AggregatesSet,
     Claim,
     ClaimSet,
@@ -211,4 +215,7 @@ _HANDLERS: dict[type[Any], Callable[[PartitionState, Any, Emitter], None]] = {
     AggregatesSet: provider_event,
     ProviderDescribed: described,
     MetricsReported: metrics_reported,
+    AggregateDefined: aggregate_defined,
+    AggregateMemberAdded: member_event,
+    AggregateMemberRemoved: member_event,
 }

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TypeVar
 
 from ledger.partitioner import partition_for
+from projections.aggregates import effective_layout, over_capacity, relayout
 from projections.emitter import Emitter, missing_provider
 from projections.state import EMPTY_LAYOUT, Description, Metrics, PartitionState, ProviderState
 from schemas.events import (
@@ -54,8 +55,8 @@ def provider_event(
         provider.state = event.state
     elif isinstance(event, TraitsSet):
         provider.traits = event.traits
-    else:
-        provider.aggregates = event.aggregates
+    elif not _set_aggregates(state, provider, event, out):
+        return
     state.reshaped.add(pid)
     out.emit(Kind.APPLIED, pid)
 
@@ -142,29 +143,30 @@ def _register(
     out.emit(Kind.APPLIED, pid)
 
 
+def _set_aggregates(
+    state: PartitionState, provider: ProviderState, event: AggregatesSet, out: Emitter
+) -> bool:
+    """Replace the provider's aggregates, unless the allocation ratios they
+    set would leave it below what it holds."""
+    before = provider.aggregates
+    provider.aggregates = event.aggregates
+    layout = effective_layout(state, provider, provider.own)
+    reasons = over_capacity(provider, layout)
+    if reasons:
+        provider.aggregates = before
+        out.emit(Kind.REJECTED, provider.provider_id, tuple(reasons))
+        return False
+    relayout(state, provider, layout)
+    return True
+
+
 def _set_inventory(
     state: PartitionState, provider: ProviderState, event: InventorySet, out: Emitter
 ) -> bool:
-    layout = state.layout_for(event.inventories)
+    own = state.layout_for(event.inventories)
+    layout = effective_layout(state, provider, own)
     old = provider.layout
-    reasons: list[Reason] = []
-    for i, rc in enumerate(old.classes):
-        used = provider.held[i] + provider.consumed[i]
-        if not used:
-            continue
-        j = layout.index.get(rc)
-        capacity = layout.limits[j].capacity if j is not None else 0
-        if used > capacity:
-            reasons.append(
-                Reason(
-                    Code.INVENTORY_IN_USE,
-                    provider.provider_id,
-                    rc,
-                    used,
-                    capacity,
-                    detail="new capacity is below what is held and consumed",
-                )
-            )
+    reasons = over_capacity(provider, layout)
     if reasons:
         out.emit(Kind.REJECTED, provider.provider_id, tuple(reasons))
         return False
@@ -175,6 +177,7 @@ def _set_inventory(
         if j is not None:
             held[j] = provider.held[i]
             consumed[j] = provider.consumed[i]
+    provider.own = own
     provider.layout = layout
     provider.held = held
     provider.consumed = consumed

@@ -124,6 +124,9 @@ class ProviderState:
     group_counts: dict[str, int] | None = None
     description: Description = NO_DESCRIPTION
     metrics: Metrics = NO_METRICS
+    own: Layout = EMPTY_LAYOUT
+    """The layout of its inventory as set; ``layout`` is that with the
+    allocation ratios of its aggregates (the same object when they set none)."""
 
     def take(
         self, amounts: Amounts, used: list[int], tags: frozenset[str], group: str | None
@@ -248,6 +251,10 @@ class PartitionState:
     reshaped: set[str] = field(default_factory=set)
     """Providers registered, retired or otherwise changed beyond usage."""
     pools: dict[str, PoolState] = field(default_factory=dict)
+    aggregates: dict[str, dict[str, str]] = field(default_factory=dict)
+    """Aggregate id -> its metadata, as this partition's copy says."""
+    aggregates_touched: set[str] = field(default_factory=set)
+    """Aggregates defined since the view last drained this set."""
     metered: set[str] = field(default_factory=set)
     """Providers whose metrics changed (and nothing else about them) since
     the view last drained this set."""

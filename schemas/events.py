@@ -224,6 +224,33 @@ class MetricsReported(ProviderEvent):
         return self
 
 
+class AggregateDefined(EventBase):
+    """An aggregate's metadata, as a whole (Nova's host aggregate:
+    ``availability_zone``, ``filter_tenant_id``, ``instance_type``,
+    ``*_weight_multiplier``, ``*_allocation_ratio``, ``trait:NAME=required``
+    and anything AggregateInstanceExtraSpecs matches). An aggregate spans
+    partitions: the edge appends a copy to every partition, so each writer
+    applies its allocation ratios to its own members in its log order."""
+
+    type: Literal["aggregate_defined"] = "aggregate_defined"
+    aggregate_id: Identifier
+    metadata: dict[MetadataKey, MetadataValue] = Field(default_factory=dict, max_length=128)
+
+
+class AggregateMemberEvent(ProviderEvent):
+    aggregate_id: Identifier
+
+
+class AggregateMemberAdded(AggregateMemberEvent):
+    """The provider joins an aggregate its partition knows."""
+
+    type: Literal["aggregate_member_added"] = "aggregate_member_added"
+
+
+class AggregateMemberRemoved(AggregateMemberEvent):
+    type: Literal["aggregate_member_removed"] = "aggregate_member_removed"
+
+
 class ClaimItem(Model):
     provider_id: Identifier
     resources: dict[ResourceClass, Amount] = Field(min_length=1, max_length=64)
@@ -397,6 +424,9 @@ Event = Annotated[
     | AggregatesSet
     | ProviderDescribed
     | MetricsReported
+    | AggregateDefined
+    | AggregateMemberAdded
+    | AggregateMemberRemoved
     | Claim
     | ClaimSet
     | TransactionDecision

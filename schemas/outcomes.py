@@ -51,6 +51,8 @@ class Code(IntEnum):
     NOT_A_STEP_MULTIPLE = 23
     INSUFFICIENT_CAPACITY = 24
     INVENTORY_IN_USE = 25
+    AGGREGATE_NOT_FOUND = 26
+    """No definition of the aggregate has reached this partition."""
     ANTI_AFFINITY_CONFLICT = 30
     REQUIRED_TAG_ABSENT = 31
     FORBIDDEN_TAG_PRESENT = 32
@@ -76,6 +78,8 @@ class Code(IntEnum):
     NO_PENDING_CLAIMS = 56
     OLDER_REPORT = 57
     """A metrics report older than the one the provider's metrics are from."""
+    ALREADY_MEMBER = 58
+    NOT_A_MEMBER = 59
 
 
 class Reason(NamedTuple):

@@ -42,6 +42,7 @@ def test_help_lists_every_command_once_by_group(
         "serve and workers",
         "publish and request",
         "providers and pools",
+        "aggregates",
         "scheduling policies, set at run time",
         "read side",
         "the view: replay, prune, migrate",

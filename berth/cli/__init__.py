@@ -2,8 +2,8 @@
 
 One module per group of commands, in the order ``berth --help`` lists them:
 ``workers`` (serve and the workers it combines), ``publishing`` (publish
-and request), ``admin`` (providers and pools), ``policies`` (scheduling policies set at
-run time), ``reading`` (the read side),
+and request), ``admin`` (providers and pools), ``aggregates``, ``policies``
+(scheduling policies set at run time), ``reading`` (the read side),
 ``view`` (replay, prune, migrate), ``integrity`` (log verify and truncate,
 backup, restore) and ``demo``; ``common`` holds the options
 and the helpers they share. A group is a module with ``add_commands``.
@@ -15,10 +15,20 @@ import argparse
 import logging
 from collections.abc import Sequence
 
-from berth.cli import admin, demo, integrity, policies, publishing, reading, view, workers
+from berth.cli import (
+    admin,
+    aggregates,
+    demo,
+    integrity,
+    policies,
+    publishing,
+    reading,
+    view,
+    workers,
+)
 from berth.cli.common import Commands, Run
 
-GROUPS = (workers, publishing, admin, policies, reading, view, integrity, demo)
+GROUPS = (workers, publishing, admin, aggregates, policies, reading, view, integrity, demo)
 
 
 def build_parser() -> argparse.ArgumentParser:

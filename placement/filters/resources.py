@@ -7,7 +7,6 @@ provider's inventory constraints and its free capacity.
 
 from __future__ import annotations
 
-import math
 import operator
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -16,36 +15,9 @@ import numpy as np
 
 from placement.filters.base import Context, HostFilter
 from placement.model import BoolArray, FloatArray, IntArray, Snapshot, by_class
+from projections.aggregates import ratio_keys, ratio_override
 
-NOVA_RATIO_KEYS: Mapping[str, str] = {
-    "VCPU": "cpu_allocation_ratio",
-    "MEMORY_MB": "ram_allocation_ratio",
-    "DISK_GB": "disk_allocation_ratio",
-}
-"""The names Nova's AggregateCore/Ram/DiskFilter read, besides ``<class>_allocation_ratio``."""
-
-
-def ratio_keys(resource_class: str) -> tuple[str, ...]:
-    """Aggregate metadata keys that override ``resource_class``'s allocation ratio."""
-    generic = f"{resource_class.lower()}_allocation_ratio"
-    nova = NOVA_RATIO_KEYS.get(resource_class)
-    return (generic,) if nova is None else (generic, nova)
-
-
-def _override(values: set[str]) -> float | None:
-    """The smallest of the aggregates' ratios, or None to keep the inventory's."""
-    parsed: list[float] = []
-    for raw in values:
-        try:
-            ratio = float(raw)
-        except ValueError:
-            return None
-        if not math.isfinite(ratio) or ratio <= 0:
-            return None
-        parsed.append(ratio)
-    # Nova casts every value before taking the minimum, so one undecodable
-    # value discards the whole override rather than just itself.
-    return min(parsed) if parsed else None
+__all__ = ["ResourceFilter", "effective_ratios", "ratio_keys"]
 
 
 def effective_ratios(snapshot: Snapshot) -> FloatArray:
@@ -65,7 +37,7 @@ def effective_ratios(snapshot: Snapshot) -> FloatArray:
         aggregates = snapshot.aggregates_of(row)
         for j, keys in keyed.items():
             values = {a.metadata[k] for a in aggregates for k in keys if k in a.metadata}
-            ratio = _override(values)
+            ratio = ratio_override(values)
             if ratio is not None:
                 ratios[row, j] = ratio
     return ratios

@@ -14,6 +14,7 @@ from typing import Any
 
 from sqlalchemy import Connection, select
 
+from projections.aggregates import effective_layout
 from projections.pools import PoolState
 from projections.projector import claim_shapes, fingerprint
 from projections.state import (
@@ -30,6 +31,7 @@ from projections.state import (
     Taken,
 )
 from projections.view.tables import (
+    aggregates,
     inventories,
     partition_offsets,
     pools,
@@ -61,6 +63,7 @@ def load_state(conn: Connection, partition: int, partitions: int) -> tuple[Parti
     if row.partitions != partitions:
         raise ValueError(f"the view was built with {row.partitions} partitions, not {partitions}")
     state.clock_ms = row.clock_ms
+    _load_aggregates(conn, state)
     _load_providers(conn, state)
     _load_pools(conn, state)
     _load_reservations(conn, state)
@@ -79,20 +82,29 @@ def _load_providers(conn: Connection, state: PartitionState) -> None:
             allocation_ratio=inv.allocation_ratio,
         )
     for p in conn.execute(select(providers).where(providers.c.partition == state.partition)):
-        layout = state.layout_for(by_provider.get(p.provider_id, {}))
-        size = len(layout.classes)
-        state.providers[p.provider_id] = ProviderState(
+        own = state.layout_for(by_provider.get(p.provider_id, {}))
+        size = len(own.classes)
+        provider = ProviderState(
             provider_id=p.provider_id,
             name=p.name,
             state=p.state,
-            layout=layout,
+            layout=own,
             held=[0] * size,
             consumed=[0] * size,
             traits=frozenset(p.traits),
             aggregates=frozenset(p.aggregates),
             description=_description(p),
             metrics=_metrics(p),
+            own=own,
         )
+        provider.layout = effective_layout(state, provider, own)
+        state.providers[p.provider_id] = provider
+
+
+def _load_aggregates(conn: Connection, state: PartitionState) -> None:
+    query = select(aggregates).where(aggregates.c.partition == state.partition)
+    for row in conn.execute(query):
+        state.aggregates[row.aggregate_id] = dict(row.metadata)
 
 
 def _description(row: Any) -> Description:

@@ -84,6 +84,17 @@ providers = Table(
     Column("build_failures", BigInteger, nullable=False, server_default="0"),
 )
 
+aggregates = Table(
+    "aggregates",
+    metadata,
+    # one copy per partition: each partition's writer applies the aggregate
+    # to its own members at its copy's place in its log
+    Column("aggregate_id", String(255), primary_key=True),
+    Column("partition", Integer, primary_key=True),
+    Column("metadata", JSON, nullable=False),
+    Column("updated_offset", BigInteger, nullable=False),
+)
+
 inventories = Table(
     "inventories",
     metadata,
@@ -95,6 +106,8 @@ inventories = Table(
     Column("min_unit", BigInteger, nullable=False),
     Column("max_unit", BigInteger, nullable=False),
     Column("step_size", BigInteger, nullable=False),
+    # the inventory's own ratio; capacity and free are with the ratios of
+    # the provider's aggregates, as its writer decides
     Column("allocation_ratio", Float, nullable=False),
     Column("capacity", BigInteger, nullable=False),
     Column("held", BigInteger, nullable=False),

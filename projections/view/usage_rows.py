@@ -13,7 +13,7 @@ from sqlalchemy import bindparam, delete, update
 from projections.batch import Batch
 from projections.state import PartitionState, ProviderState
 from projections.view.plan import Plan, chunks
-from projections.view.tables import inventories, pools, providers
+from projections.view.tables import aggregates, inventories, pools, providers
 from schemas.events import PoolDefined
 from schemas.outcomes import Kind
 
@@ -144,6 +144,7 @@ def _inventory_rows(provider: ProviderState, partition: int) -> list[tuple[Any, 
     layout = provider.layout
     held, consumed = provider.held, provider.consumed
     pid = provider.provider_id
+    own = provider.own.limits
     rows = []
     for i, rc in enumerate(layout.classes):
         limits = layout.limits[i]
@@ -157,7 +158,7 @@ def _inventory_rows(provider: ProviderState, partition: int) -> list[tuple[Any, 
                 limits.min_unit,
                 limits.max_unit,
                 limits.step_size,
-                limits.allocation_ratio,
+                own[i].allocation_ratio,
                 limits.capacity,
                 held[i],
                 consumed[i],
@@ -165,6 +166,31 @@ def _inventory_rows(provider: ProviderState, partition: int) -> list[tuple[Any, 
             )
         )
     return rows
+
+
+def write_aggregates(plan: Plan, state: PartitionState, offset: int) -> None:
+    """Rewrite this partition's copies of the aggregates defined since the last batch."""
+    if not state.aggregates_touched:
+        return
+    touched = sorted(state.aggregates_touched)
+    state.aggregates_touched.clear()
+    partition = state.partition
+    for chunk in chunks(touched, 500):
+        plan.execute(
+            delete(aggregates).where(
+                aggregates.c.aggregate_id.in_(chunk), aggregates.c.partition == partition
+            )
+        )
+    plan.bulk(
+        _INSERT_AGGREGATE,
+        [(aid, partition, _json_column(state.aggregates[aid]), offset) for aid in touched],
+    )
+
+
+_INSERT_AGGREGATE = (
+    'INSERT INTO aggregates (aggregate_id, "partition", metadata, updated_offset) '
+    "VALUES (?, ?, ?, ?)"
+)
 
 
 def _definition(event: PoolDefined) -> dict[str, Any]:

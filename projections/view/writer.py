@@ -18,7 +18,7 @@ from projections.view.outcome_rows import write_dead_letters, write_outcomes
 from projections.view.plan import Plan, bulk
 from projections.view.rebuild import HeldBack
 from projections.view.reservation_rows import write_reservations
-from projections.view.usage_rows import write_pools, write_providers
+from projections.view.usage_rows import write_aggregates, write_pools, write_providers
 
 
 class StaleBatch(Exception):
@@ -62,6 +62,7 @@ class ViewWriter:
         plan = Plan()
         held = self.held_back
         write_outcomes(plan, batch)
+        write_aggregates(plan, state, batch.end)
         write_reservations(plan, state, batch, None if held is None else held.reservations)
         write_providers(plan, state, batch.end, None if held is None else held.usage)
         if held is not None and len(held.reservations) > held.at_most:

@@ -500,6 +500,7 @@ def _assert_same_state(a: PartitionState, b: PartitionState) -> None:
             zip(q.layout.classes, q.consumed, strict=True)
         )
         assert p.layout.limits == q.layout.limits
+        assert p.own.limits == q.own.limits
         assert (p.tag_counts or {}) == (q.tag_counts or {})
         assert (p.group_counts or {}) == (q.group_counts or {})
         mine, yours = p.description, q.description
@@ -520,6 +521,7 @@ def _assert_same_state(a: PartitionState, b: PartitionState) -> None:
             (p.provider_id, amounts) for p, amounts in s.items
         ]
     assert a.finished == b.finished
+    assert a.aggregates == b.aggregates
     assert _live_expiries(a) == _live_expiries(b)
     assert set(a.pools) == set(b.pools)
     for pid, pool_state in a.pools.items():
