@@ -1,5 +1,9 @@
 """The main job: a simulated cluster on the embedded default, end to end.
 
+The providers are described as Nova's compute nodes are (a zone, an
+address, a hypervisor and the architectures it runs, a rack), an edge
+aggregate overcommits CPU and is a zone of its own, every provider reports
+its metrics each wave, and some requests ask for a zone or an architecture.
 Requests go through the whole path: two schedulers (the placement engine with
 its default filters and weighers) rank providers on one snapshot of the SQL
 view per wave and race, claims are appended to the log, the partition writers
@@ -31,12 +35,15 @@ from placement.config import SchedulerConfig
 from placement.model import Snapshot
 from projections.view.tables import reservations
 from schemas.events import (
+    AggregateMemberAdded,
     Consume,
     Event,
     IdentifierItem,
     Inventory,
     InventorySet,
+    MetricsReported,
     PoolDefined,
+    ProviderDescribed,
     ProviderRegistered,
     Release,
 )
@@ -63,6 +70,12 @@ STEP_MS = 2  # simulated time between two requests
 DELETE_SHARE = 0.15  # of running instances deleted per wave
 NETWORK_SHARE = 0.3  # of batch members that also take an address and a VNI
 NETWORK = (IdentifierItem(pool_id="demo-net"), IdentifierItem(pool_id="demo-vnis"))
+ZONES = ("az1", "az2", "az3")
+EDGE = "edge"
+"""An aggregate of every tenth provider: a zone of its own, CPU overcommitted 8 to 1."""
+EDGE_METADATA = {"availability_zone": "az-edge", "cpu_allocation_ratio": "8.0"}
+ZONE_SHARE = 0.1  # of requests that name a zone
+ARM_SHARE = 0.05  # of requests for an aarch64 image
 
 
 @dataclass
@@ -80,6 +93,11 @@ class DemoConfig:
 class Tally:
     requested: int = 0
     placed: int = 0
+    asked: dict[str, tuple[str | None, str | None]] = field(default_factory=dict)
+    """Request id -> the zone and architecture it asked for, of those that asked."""
+    landed: dict[str, str] = field(default_factory=dict)
+    """Request id -> the provider it was placed on, of those that asked."""
+    metrics_reports: int = 0
     failed: Counter[str] = field(default_factory=Counter)
     """Requests that ended failed, by reason."""
     attempts: int = 0
@@ -136,6 +154,17 @@ def _build_cluster(cfg: DemoConfig, rng: random.Random, clock: SimClock) -> list
                 inventories=inventory,
             )
         )
+        events.append(_description(pid, n, clock()))
+        if n % 10 == 0:
+            events.append(
+                AggregateMemberAdded(
+                    event_id=f"edge-{pid}",
+                    ts_ms=clock(),
+                    partition_key=pid,
+                    provider_id=pid,
+                    aggregate_id=EDGE,
+                )
+            )
     events.append(
         PoolDefined(
             event_id="pool-net",
@@ -157,6 +186,26 @@ def _build_cluster(cfg: DemoConfig, rng: random.Random, clock: SimClock) -> list
         )
     )
     return events
+
+
+def _description(pid: str, n: int, ts_ms: int) -> ProviderDescribed:
+    """One in eight providers runs aarch64; hypervisors of three versions."""
+    arch = "aarch64" if n % 8 == 7 else "x86_64"
+    return ProviderDescribed(
+        event_id=f"desc-{pid}",
+        ts_ms=ts_ms,
+        partition_key=pid,
+        provider_id=pid,
+        availability_zone=ZONES[n % len(ZONES)],
+        host_ip=f"10.1.{n // 256 % 256}.{n % 256}",
+        capabilities={
+            "hypervisor_type": "QEMU",
+            "hypervisor_version": 8000000 + 1000 * (n % 3),
+            "supported_instances": [[arch, "qemu", "hvm"]],
+            "cpu_info": {"arch": arch},
+        },
+        metadata={"rack": f"r{n // 20}"},
+    )
 
 
 class _StaleOnce:
@@ -193,6 +242,8 @@ class Demo:
 
     def run(self) -> dict[str, Any]:
         cfg = self.cfg
+        # the aggregate first: its members join it in their own partitions
+        self.publisher.define_aggregate(EDGE, EDGE_METADATA, event_id="edge")
         self.publisher.publish(_build_cluster(cfg, self.rng, self.clock))
         self._drive()
         # two schedulers ranking on the same view snapshot, like two API
@@ -205,7 +256,7 @@ class Demo:
         done = 0
         while done < cfg.requests:
             wave = min(cfg.wave, cfg.requests - done)
-            self.publisher.publish(self._lifecycle_events())
+            self.publisher.publish(self._lifecycle_events() + self._metrics_reports())
             self._drive()
             shared = snapshot_from_view(self.app.engine, placements=False)
             for view in views:
@@ -296,14 +347,40 @@ class Demo:
 
     def _request(self, k: int) -> PlacementRequest:
         self.clock.now_ms += STEP_MS
-        _, _name, vcpus, memory_mb, disk_gb = self.rng.choices(FLAVORS, FLAVOR_WEIGHTS)[0]
+        _, name, vcpus, memory_mb, disk_gb = self.rng.choices(FLAVORS, FLAVOR_WEIGHTS)[0]
+        roll = self.rng.random()
+        zone = self.rng.choice((*ZONES, "az-edge")) if roll < ZONE_SHARE else None
+        arch = "aarch64" if ZONE_SHARE <= roll < ZONE_SHARE + ARM_SHARE else None
+        rid = f"req-{k:08d}"
+        if zone or arch:
+            self.tally.asked[rid] = (zone, arch)
         return PlacementRequest(
-            request_id=f"req-{k:08d}",
+            request_id=rid,
             ts_ms=self.clock.now_ms,
             project_id=f"project-{k % 17}",
+            name=f"vm-{k}",
             resources={"VCPU": vcpus, "MEMORY_MB": memory_mb, "DISK_GB": disk_gb},
+            flavor_name=name,
+            availability_zone=zone,
+            image_properties={"hw_architecture": arch} if arch else {},
             lease_ms=LEASE_MS,
         )
+
+    def _metrics_reports(self) -> list[Event]:
+        """Every provider's report as of now, as its agent would send it."""
+        now = self.clock.now_ms
+        self.tally.metrics_reports += self.cfg.providers
+        return [
+            MetricsReported(
+                event_id=f"m-{n}-{now}",
+                ts_ms=now,
+                partition_key=f"node-{n:05d}",
+                provider_id=f"node-{n:05d}",
+                metrics={"cpu.percent": float(self.rng.randrange(100))},
+                num_io_ops=self.rng.randrange(4),
+            )
+            for n in range(self.cfg.providers)
+        ]
 
     def _record(self, result: Scheduled) -> None:
         tally = self.tally
@@ -311,6 +388,8 @@ class Demo:
         if result.placed:
             tally.placed += 1
             self.pending.extend(result.reservations)
+            if result.request_id in tally.asked:
+                tally.landed[result.request_id] = result.reservations[0][1]
         else:
             tally.failed[result.reason.split(";")[0]] += 1
 
@@ -382,6 +461,30 @@ class Demo:
                 for pair in outcome.identifiers:
                     live.pop(pair, None)
 
+    def _nova(self) -> dict[str, Any]:
+        """The requests that asked for a zone or an architecture, how many
+        were placed, and how many landed where they should not (always 0),
+        checked against the view's descriptions and aggregates."""
+        snapshot = snapshot_from_view(self.app.engine, placements=False)
+        tally = self.tally
+        misplaced = 0
+        for rid, pid in tally.landed.items():
+            zone, arch = tally.asked[rid]
+            provider = snapshot.providers[snapshot.row_of[pid]]
+            zones = {provider.availability_zone} | {
+                a.metadata.get("availability_zone")
+                for a in snapshot.aggregates_of(snapshot.row_of[pid])
+            }
+            supported = {entry[0] for entry in provider.capabilities.get("supported_instances", ())}
+            if (zone and zone not in zones) or (arch and arch not in supported):
+                misplaced += 1
+        return {
+            "zone_or_arch_requests": len(tally.asked),
+            "zone_or_arch_placed": len(tally.landed),
+            "zone_or_arch_misplaced": misplaced,
+            "metrics_reports": tally.metrics_reports,
+        }
+
     def _summary(self, elapsed_s: float) -> dict[str, Any]:
         with self.app.engine.connect() as conn:
             totals = resource_totals(conn)
@@ -405,6 +508,7 @@ class Demo:
             "elapsed_s": round(elapsed_s, 3),
             "requests_per_s": round(tally.requested / elapsed_s, 1) if elapsed_s else None,
             "decisions": tally.decisions,
+            **self._nova(),
             "data_dir": str(self.app.settings.data_dir),
             **(
                 {
@@ -446,6 +550,11 @@ def render(summary: dict[str, Any]) -> str:
         + ", ".join(f"{rc} {share:.1%}" for rc, share in summary["utilisation"].items())
     )
     lines.append(f"overcommitted providers: {summary['overcommitted_providers']}")
+    lines.append(
+        f"zone or architecture asked by {summary['zone_or_arch_requests']} requests: "
+        f"{summary['zone_or_arch_placed']} placed, {summary['zone_or_arch_misplaced']} misplaced; "
+        f"{summary['metrics_reports']} metrics reports"
+    )
     if "batch_size" in summary:
         lines.append(
             f"batches of {summary['batch_size']}: committed {summary['batches_committed']}, "

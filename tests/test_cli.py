@@ -59,6 +59,12 @@ def test_demo_places_expires_and_never_overcommits(
     utilisation = summary["utilisation"]
     assert isinstance(utilisation, dict)
     assert set(utilisation) == {"VCPU", "MEMORY_MB", "DISK_GB"}
+    # the Nova features at work: zones (the edge aggregate's too) and
+    # architectures asked for are honoured, metrics reported every wave
+    placed = summary["zone_or_arch_placed"]
+    assert isinstance(placed, int) and placed > 50
+    assert summary["zone_or_arch_misplaced"] == 0
+    assert isinstance(summary["metrics_reports"], int) and summary["metrics_reports"] > 0
 
 
 def test_demo_in_batches_never_splits_a_batch_nor_an_identifier(

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from placement.filters.base import Context, HostFilter
-from placement.model import Request
+from placement.model import BoolArray, IntArray, Request, Snapshot
 
 KEY = "availability_zone"
 
@@ -21,6 +23,35 @@ class AvailabilityZoneFilter(HostFilter):
 
     def __init__(self, default_zone: str | None = "nova") -> None:
         self.default_zone = default_zone
+        self._known: tuple[object, object, dict[str, BoolArray]] | None = None
+        """(providers, aggregates, zone -> the rows in it) of the last
+        snapshot: its usage-only twins share both, and most requests that
+        name a zone name one of a few."""
+
+    def mask(self, ctx: Context, rows: IntArray) -> BoolArray:
+        wanted = ctx.request.availability_zone
+        if not wanted:
+            return np.ones(len(rows), dtype=np.bool_)
+        passing: BoolArray = self._in_zone(ctx.snapshot, wanted, ctx).take(rows)
+        return passing
+
+    def _in_zone(self, snapshot: Snapshot, zone: str, ctx: Context) -> BoolArray:
+        known = self._known
+        if (
+            known is None
+            or known[0] is not snapshot.providers
+            or known[1] is not snapshot.aggregates
+        ):
+            known = self._known = (snapshot.providers, snapshot.aggregates, {})
+        passing = known[2].get(zone)
+        if passing is None:
+            passing = np.fromiter(
+                (zone in self.zones(ctx, row) for row in range(snapshot.size)),
+                np.bool_,
+                snapshot.size,
+            )
+            known[2][zone] = passing
+        return passing
 
     def zones(self, ctx: Context, row: int) -> set[str]:
         provider = ctx.snapshot.providers[row]

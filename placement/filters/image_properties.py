@@ -7,8 +7,10 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from placement.filters.base import Context, HostFilter
-from placement.model import Request
+from placement.model import BoolArray, IntArray, Request
 
 # Old spellings Nova still accepts, by the canonical name they map to.
 _ARCH = {
@@ -120,6 +122,26 @@ class ImagePropertiesFilter(HostFilter):
 
     def __init__(self, default_architecture: str | None = None) -> None:
         self.default_architecture = default_architecture
+        self._known: tuple[object, dict[tuple[tuple[str, str], ...], BoolArray]] | None = None
+        """(providers, image properties -> the rows that pass) of the last
+        snapshot, which its usage-only twins share: images are few."""
+
+    def mask(self, ctx: Context, rows: IntArray) -> BoolArray:
+        snapshot = ctx.snapshot
+        known = self._known
+        if known is None or known[0] is not snapshot.providers:
+            known = self._known = (snapshot.providers, {})
+        image = tuple(sorted(ctx.request.image_properties.items()))
+        passing = known[1].get(image)
+        if passing is None:
+            passing = np.fromiter(
+                (self.reject(ctx, row) is None for row in range(snapshot.size)),
+                np.bool_,
+                snapshot.size,
+            )
+            known[1][image] = passing
+        taken: BoolArray = passing.take(rows)
+        return taken
 
     def applies(self, request: Request) -> bool:
         return bool(request.image_properties) or bool(self.default_architecture)
