@@ -9,6 +9,7 @@ the partition's writer has the last word on every claim.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -318,7 +319,10 @@ class LiveSnapshot:
                     changed += conn.execute(
                         select(providers).where(providers.c.provider_id.in_(sorted(touched)))
                     ).all()
+            reported = self._reported_since(conn, moved, {row.provider_id for row in changed})
             if not changed:
+                if reported:
+                    self.snapshot = _with_reports(self.snapshot, reported)
                 self.seen = offsets
                 return self.snapshot
             snapshot = self.snapshot
@@ -334,9 +338,28 @@ class LiveSnapshot:
         if updated is None:
             self.snapshot = None
             return self()  # a new resource class: rebuild
+        if reported:
+            updated = _with_reports(updated, reported)
         self.snapshot = updated
         self.seen = offsets
         return updated
+
+    def _reported_since(self, conn: Connection, moved: list[int], read: set[str]) -> list[Any]:
+        """The metrics columns of the providers that reported since the last
+        call, and changed in nothing else (those in ``read`` were read whole)."""
+        p = providers.c
+        rows = conn.execute(
+            select(p.provider_id, p.metrics, p.metrics_at_ms, p.num_io_ops, p.build_failures).where(
+                or_(
+                    *(
+                        (p.partition == partition)
+                        & (p.metrics_offset > self.seen.get(partition, -1))
+                        for partition in moved
+                    )
+                )
+            )
+        ).all()
+        return [row for row in rows if row.provider_id not in read]
 
     def _placed_since(
         self, conn: Connection, moved: list[int], offsets: Mapping[int, int]
@@ -440,6 +463,23 @@ class LiveSnapshot:
         self.snapshot = Snapshot.build(records, _usage(conn), _aggregates(conn))
         self.seen = offsets
         return self.snapshot
+
+
+def _with_reports(snapshot: Snapshot, reported: Sequence[Any]) -> Snapshot:
+    """``snapshot`` with the providers' latest reports in their records."""
+    records: dict[int, Provider] = {}
+    for row in reported:
+        i = snapshot.row_of.get(row.provider_id)
+        if i is None:
+            continue
+        records[i] = dataclasses.replace(
+            snapshot.providers[i],
+            metrics=row.metrics,
+            metrics_at_ms=row.metrics_at_ms,
+            num_io_ops=row.num_io_ops,
+            build_failures=row.build_failures,
+        )
+    return snapshot.with_records(records) if records else snapshot
 
 
 def _repeatable(conn: Connection) -> None:

@@ -82,6 +82,10 @@ providers = Table(
     Column("metrics_at_ms", BigInteger),
     Column("num_io_ops", BigInteger, nullable=False, server_default="0"),
     Column("build_failures", BigInteger, nullable=False, server_default="0"),
+    # the end offset of the batch that last changed only its metrics: a
+    # report does not move updated_offset, so a live snapshot reads just
+    # these columns of a provider that only reported
+    Column("metrics_offset", BigInteger, nullable=False, server_default="0"),
 )
 
 aggregates = Table(

@@ -70,13 +70,14 @@ def write_usage(plan: Plan, state: PartitionState, changed: list[tuple[str, int]
 
 _UPDATE_METRICS = (
     "UPDATE providers SET metrics = ?, metrics_at_ms = ?, num_io_ops = ?, build_failures = ?, "
-    "updated_offset = ? WHERE provider_id = ?"
+    "metrics_offset = ? WHERE provider_id = ?"
 )
 
 
 def _write_metrics(plan: Plan, state: PartitionState, metered: list[str], offset: int) -> None:
     """Update the metrics of providers whose latest report is all that
-    changed; the offset tells the schedulers' snapshots to read them again."""
+    changed; their metrics_offset tells the schedulers' live snapshots to
+    read these columns again, and only these."""
     rows = []
     for pid in metered:
         provider = state.providers.get(pid)
