@@ -19,7 +19,7 @@ from ledger.log import Append, Log
 from ledger.partitioner import partition_for
 from ledger.topics import DEFAULT_TOPICS, Topics
 from schemas.codec import encode_event, validate_event
-from schemas.events import Claim, ClaimSet, ClaimSpec, Event, Tick
+from schemas.events import AggregateDefined, Claim, ClaimSet, ClaimSpec, Event, Tick
 from schemas.requests import BatchRequest, PlacementRequest, request_key
 
 DEFAULT_MAX_SKEW_MS = 5_000
@@ -74,6 +74,12 @@ class Publisher:
         a claim set, names (providers, identifier pools) must live there too: the
         partition's writer decides alone, so it can only give out what it owns."""
         partition = self.partition_of(event.partition_key)
+        if isinstance(event, AggregateDefined):
+            raise PublishError(
+                f"event {event.event_id}: an aggregate is defined in every partition, not "
+                "one: define_aggregate (berth aggregate create|set, PUT /v1/aggregates/ID) "
+                "appends a copy to each"
+            )
         if isinstance(event, Claim):
             self._refuse_elsewhere(event, f"claim {event.reservation_id}", event, partition)
         elif isinstance(event, ClaimSet):

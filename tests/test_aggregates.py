@@ -12,6 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sqlalchemy import select
 
+from berth.api import Api
+from berth.api.credentials import Credentials, digest
 from berth.app import App, Settings
 from berth.client import Publisher
 from berth.replay import replay
@@ -37,6 +39,7 @@ from schemas.outcomes import Kind
 from tests.builders import aggregates, briefs, claim, fresh_state, inventory, provider, release, run
 from tests.conftest import Cli
 from tests.contracts.view_contract import _assert_same_state
+from tests.http_calls import call, deciding, serving
 from tests.processes import berth_running
 
 NOW_MS = 10**12
@@ -300,3 +303,39 @@ def test_the_aggregate_commands(tmp_path: Path, cli: Cli) -> None:
         assert code == 2 and "aggregate rack9: no such aggregate" in err
         code, out, _ = cli("aggregate", "remove", "rack1", "n3", *where, "--wait")
         assert code == 1 and '"NOT_A_MEMBER"' in out
+
+
+def test_the_api_defines_an_aggregate_in_every_partition(tmp_path: Path) -> None:
+    tokens = {"admin": "t-admin", "operator": "t-operator", "project:p1": "t-p1"}
+    credentials = Credentials({digest(token): role for role, token in tokens.items()})
+    with (
+        App(Settings(data_dir=tmp_path / "data", partitions=2)) as app,
+        deciding(app),
+        serving(Api(app, credentials=credentials)) as url,
+    ):
+        setup = [json.loads(e.model_dump_json()) for e in provider("n1", ts=1, VCPU=4)]
+        assert call(url, "/v1/events?wait=30", setup, token="t-operator")[0] == 200
+        body = {"metadata": {"availability_zone": "az1", "cpu_allocation_ratio": "2"}}
+        status, reply = call(
+            url, "/v1/aggregates/rack1?wait=30", body, token="t-operator", method="PUT"
+        )
+        assert status == 200 and len(reply["appended"]) == 2
+        assert {o[0]["kind"] for o in reply["decisions"].values()} == {"applied"}
+        joined = json.loads(join("n1", "rack1").model_dump_json())
+        assert call(url, "/v1/events?wait=30", joined, token="t-operator")[0] == 200
+        status, found = call(url, "/v1/aggregates/rack1", token="t-p1")
+        assert status == 200 and found == {
+            "aggregate_id": "rack1",
+            "metadata": body["metadata"],
+            "members": ["n1"],
+        }
+        assert call(url, "/v1/aggregates/rack9", token="t-p1")[0] == 404
+        status, _ = call(url, "/v1/aggregates/rack1", body, token="t-p1", method="PUT")
+        assert status == 403
+        status, reply = call(
+            url, "/v1/aggregates/r2", {"metadata": {"k": 1}}, token="t-admin", method="PUT"
+        )
+        assert status == 422 and reply["errors"][0]["pointer"] == "/metadata/k"
+        lone = json.loads(define("rack2", ts=1, availability_zone="az2").model_dump_json())
+        status, reply = call(url, "/v1/events", lone, token="t-admin")
+        assert status == 409 and "defined in every partition" in reply["detail"]

@@ -106,3 +106,11 @@ class HistoryOut(Reply):
     provider: dict[str, Any] | None
     pool: dict[str, Any] | None
     history: list[dict[str, Any]]
+
+
+class AggregateOut(Reply):
+    """An aggregate as the view holds it: the copy of its home partition."""
+
+    aggregate_id: str
+    metadata: dict[str, str]
+    members: list[str] = Field(description="the providers in it, by id")

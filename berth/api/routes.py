@@ -20,6 +20,7 @@ from starlette.concurrency import run_in_threadpool
 from berth.api.credentials import Caller
 from berth.api.problems import MEDIA_TYPE, Bounded, Problem, ProblemDocument, install
 from berth.api.replies import (
+    AggregateOut,
     Answered,
     Appended,
     Decided,
@@ -28,7 +29,7 @@ from berth.api.replies import (
     HistoryOut,
     Submitted,
 )
-from berth.api.service import EVENT, MAX_WAIT_S, REQUEST, Api
+from berth.api.service import AGGREGATE, EVENT, MAX_WAIT_S, REQUEST, Api
 from berth.api.streams import Stream, answers_shown, outcomes_shown, parse_cursor
 from berth.api.visibility import Visibility
 from ledger.log import LogError
@@ -142,6 +143,42 @@ def create_app(api: Api) -> FastAPI:
     async def post_requests(request: Request, who: Who, wait: Wait = None) -> Response:
         raw = await request.body()
         return _json(*await run_in_threadpool(api.post_requests, raw, wait, who))
+
+    AggregateId = Annotated[str, Path(min_length=1, max_length=255)]
+
+    @app.put(
+        "/v1/aggregates/{aggregate_id}",
+        summary="Define an aggregate's metadata, a copy in every partition (operators)",
+        status_code=202,
+        response_model=None,
+        responses={
+            202: {"model": Appended, "description": "appended to every partition"},
+            200: {"model": Decided, "description": "appended, and every copy decided"},
+            **_problems(*_POSTS),
+        },
+        openapi_extra={
+            "requestBody": {
+                "required": True,
+                "content": {
+                    "application/json": {"schema": {"$ref": _REF.format(model="AggregateIn")}}
+                },
+            }
+        },
+    )
+    async def put_aggregate(
+        request: Request, who: Who, aggregate_id: AggregateId, wait: Wait = None
+    ) -> Response:
+        raw = await request.body()
+        return _json(*await run_in_threadpool(api.define_aggregate, aggregate_id, raw, wait, who))
+
+    @app.get(
+        "/v1/aggregates/{aggregate_id}",
+        summary="An aggregate's metadata and members",
+        response_model=None,
+        responses={200: {"model": AggregateOut}, **_problems(*_READS, 404)},
+    )
+    async def get_aggregate(who: Who, aggregate_id: AggregateId) -> Response:
+        return _json(200, await run_in_threadpool(api.aggregate, aggregate_id))
 
     @app.get(
         "/v1/history/{id}",
@@ -307,6 +344,7 @@ def _document(app: FastAPI, api: Api) -> dict[str, Any]:
         if "type" in properties and "const" in properties["type"]:
             # a discriminated union needs its tag, though each model has it as a default
             schema["required"] = sorted({*schema.get("required", ()), "type"})
+    schemas["AggregateIn"] = AGGREGATE.json_schema(ref_template=_REF)
     _closed(schemas)
     schemas["ProblemDocument"] = ProblemDocument.model_json_schema(ref_template=_REF)
     schemas.update(ProblemDocument.model_json_schema(ref_template=_REF).pop("$defs", {}))

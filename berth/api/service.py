@@ -7,11 +7,12 @@ from worker threads. Errors are :class:`Problem` s."""
 from __future__ import annotations
 
 import threading
+import uuid
 from collections.abc import Sequence
 from http import HTTPStatus
 from typing import Annotated, Any
 
-from pydantic import Discriminator, Tag, TypeAdapter, ValidationError
+from pydantic import Discriminator, Field, Tag, TypeAdapter, ValidationError
 from pydantic_core import from_json
 
 from berth.api.credentials import Caller, Credentials
@@ -27,7 +28,8 @@ from consumers.snapshot_source import LiveSnapshot
 from placement.config import SchedulerConfig
 from placement.headroom import headroom
 from placement.model import Request
-from schemas.events import Claim, ClaimSet, Event
+from schemas.codec import EventDecodeError
+from schemas.events import Claim, ClaimSet, Event, MetadataKey, MetadataValue, Model
 from schemas.requests import BatchRequest, PlacementRequest, request_key
 
 MAX_WAIT_S = 300.0
@@ -40,15 +42,30 @@ OPERATOR_EVENTS = frozenset(
         "provider_state_set",
         "traits_set",
         "aggregates_set",
+        "provider_described",
+        "metrics_reported",
+        "aggregate_member_added",
+        "aggregate_member_removed",
         "pool_defined",
         "tick",
     }
 )
+"""An aggregate's definition is an operator's too, at ``PUT /v1/aggregates/ID``
+(a copy to every partition), not a lone event."""
 PROJECT_EVENTS = frozenset(
     {"claim", "claim_set", "consume", "release", "renew", "release_consumer"}
 )
 
 EVENT: TypeAdapter[Event] = TypeAdapter(Event)
+
+
+class AggregateIn(Model):
+    """An aggregate's metadata, as a whole."""
+
+    metadata: dict[MetadataKey, MetadataValue] = Field(default_factory=dict, max_length=128)
+
+
+AGGREGATE: TypeAdapter[AggregateIn] = TypeAdapter(AggregateIn)
 
 
 def _request_kind(data: Any) -> str:
@@ -143,6 +160,55 @@ class Api:
             # appended, not all decided yet: accepted, with what is still pending
             return HTTPStatus.ACCEPTED, {**reply, "pending": pending}
         return HTTPStatus.OK, reply
+
+    def define_aggregate(
+        self, aggregate_id: str, raw: bytes, wait: float | None, caller: Caller
+    ) -> tuple[int, Any]:
+        """Define an aggregate (its metadata as a whole): a copy appended to
+        every partition, each decided by its writer."""
+        if caller.project is not None and not caller.admin:
+            raise _forbidden(caller, "an aggregate is an operator's")
+        try:
+            body = from_json(raw)
+        except ValueError as error:
+            raise Problem(
+                HTTPStatus.BAD_REQUEST, f"the body is not JSON: {error}", "not-json"
+            ) from None
+        try:
+            metadata = AGGREGATE.validate_python(body, strict=False).metadata
+        except ValidationError as error:
+            raise invalid(error.errors(include_url=False, include_context=False)) from None
+        decisions = None if wait is None else Decisions(self.app.log, self.topics)
+        base = f"aggregate-{aggregate_id}-{uuid.uuid4().hex[:12]}"
+        try:
+            appended = self.publisher.define_aggregate(aggregate_id, metadata, base)
+        except (EventDecodeError, PublishError) as error:
+            raise Problem(
+                HTTPStatus.CONFLICT, str(error), "rule", title="Refused by a rule of the log"
+            ) from None
+        positions = [list(at) for at in appended]
+        if decisions is None or wait is None:
+            return HTTPStatus.ACCEPTED, {"appended": positions}
+        ids = [f"{base}-{p}" for p, _ in appended]
+        pending = decisions.wait(ids, wait, partitions={p for p, _ in appended})
+        decided = {
+            eid: [o.to_dict() for o in decisions.found[eid]]
+            for eid in ids
+            if eid in decisions.found
+        }
+        reply = {"appended": positions, "decisions": decided}
+        if pending:
+            return HTTPStatus.ACCEPTED, {**reply, "pending": pending}
+        return HTTPStatus.OK, reply
+
+    def aggregate(self, aggregate_id: str) -> dict[str, Any]:
+        with self._snapshot_lock:  # the live snapshot is one object, updated in place
+            snapshot = self._live()
+        found = snapshot.aggregates.get(aggregate_id)
+        if found is None:
+            raise Problem(HTTPStatus.NOT_FOUND, f"no aggregate {aggregate_id!r} in the view")
+        members = [p.provider_id for p in snapshot.providers if aggregate_id in p.aggregates]
+        return {"aggregate_id": aggregate_id, "metadata": dict(found.metadata), "members": members}
 
     def post_requests(self, raw: bytes, wait: float | None, caller: Caller) -> tuple[int, Any]:
         items, single = _items(raw, "requests")
