@@ -244,7 +244,7 @@ class BatchScheduler:
         self.pump()
         snapshot = self.snapshot()
         used = snapshot.used.copy()
-        working = snapshot.with_used(used)
+        working = snapshot.with_used(used, ())  # the same usage, for now
         rows = snapshot.row_of
         planned = _Planned([], {})
         explain = batch.explain
@@ -263,6 +263,8 @@ class BatchScheduler:
             for i, pid in enumerate(placement.providers):
                 planned.instances.append((m, i, pid))
                 used[rows[pid]] += demand
+            # changed in place: the twin says where, for the engine's index
+            working = working.with_used(used, [rows[pid] for pid in placement.providers])
         return planned
 
     def _parts(

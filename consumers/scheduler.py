@@ -265,8 +265,9 @@ class Scheduler:
         rows = snapshot.row_of
         used = snapshot.used.copy()
         demands: dict[tuple[tuple[str, int], ...], IntArray] = {}  # by request shape
-        self._add_unseen(snapshot, used, demands)
-        working = snapshot.with_used(used)
+        # each working twin says which rows it changed, so that the engine's
+        # feasibility index (bounded mode) follows it by re-reading those alone
+        working = snapshot.with_used(used, self._add_unseen(snapshot, used, demands))
         claims: list[Claim] = []
         for p in wave:
             p.attempts += 1
@@ -278,11 +279,14 @@ class Scheduler:
                 self._fail(p, placement.reason, tuple(trace))
                 continue
             demand = _demand(snapshot, p.request.resources, demands)
+            picked = []
             for instance, pid in zip(p.left, placement.providers, strict=True):
                 claim = _claim(p, instance, pid, self.generation)
                 p.proposed[claim.reservation_id] = (instance, pid)
                 claims.append(claim)
                 used[rows[pid]] += demand
+                picked.append(rows[pid])
+            working = working.with_used(used, picked)
         if not claims:
             return []
         where = self.publisher.publish(claims)
@@ -301,11 +305,12 @@ class Scheduler:
         snapshot: Snapshot,
         used: IntArray,
         demands: dict[tuple[tuple[str, int], ...], IntArray],
-    ) -> None:
+    ) -> list[int]:
         """Count on ``used`` the claims proposed after ``snapshot`` was read;
-        forget those it reflects (accepted or not, the view has the answer)."""
+        forget those it reflects (accepted or not, the view has the answer).
+        The rows it counted some on."""
         if not self._unseen or self._versioned is None:
-            return
+            return []
         seen = self._versioned.offsets()
         rows: list[int] = []
         amounts: list[IntArray] = []
@@ -319,6 +324,7 @@ class Scheduler:
                 amounts.append(_demand(snapshot, claim.resources, demands))
         if rows:
             np.add.at(used, np.asarray(rows, dtype=np.int64), np.stack(amounts))
+        return rows
 
     def _await(self, reservation_ids: list[str]) -> None:
         decided = self.follower.decided

@@ -451,9 +451,11 @@ class LiveSnapshot:
             record = _record(row, placements)
             if record != snapshot.providers[i]:
                 records[i] = record
+        # the rows changed, so that an index kept for the last snapshot (bounded
+        # placement) follows by re-reading those rows alone
         if records:
-            return snapshot.with_records(records, **arrays)
-        return snapshot.with_arrays(**arrays)  # the derived columns depend on the records only
+            return snapshot.with_records(records, rows, **arrays)
+        return snapshot.with_arrays(rows, **arrays)  # the derived columns read the records only
 
     def _full(self, conn: Connection, offsets: dict[int, int]) -> Snapshot:
         if self.keeps_placements:

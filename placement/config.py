@@ -6,6 +6,10 @@ Example::
     max_attempts = 3
     sample_percentage = 100      # weigh only this share of feasible providers
     sample_minimum = 100
+    mode = "auto"                # full, bounded, or auto: bounded from bounded_from providers
+    candidates = 64              # bounded: providers weighed, drawn from the feasibility index
+    bounded_from = 20000
+    levels = 256                 # bounded: how finely the index orders by free capacity
 
     [filters]
     enabled = ["ComputeFilter", "ResourceFilter", "AvailabilityZoneFilter"]
@@ -46,13 +50,13 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from placement.balance import BALANCE_UNITS, Balancer
 from placement.balancers.base import BalanceUnit
-from placement.engine import Engine, Sampling
+from placement.engine import Bounded, Engine, Sampling
 from placement.filters.base import HostFilter
 from placement.registry import DEFAULT_FILTERS, DEFAULT_WEIGHERS, FILTERS, WEIGHERS, resolve
 from placement.scriptlet import Scriptlet, ScriptletError
@@ -71,6 +75,10 @@ class _Scheduler(BaseModel):
     max_attempts: int = Field(default=3, ge=1, le=100)
     sample_percentage: float = Field(default=100.0, gt=0.0, le=100.0)
     sample_minimum: int = Field(default=100, ge=1)
+    mode: Literal["full", "bounded", "auto"] = "auto"
+    candidates: int = Field(default=64, ge=1, le=100_000)
+    bounded_from: int = Field(default=20_000, ge=0)
+    levels: int = Field(default=256, ge=1, le=65_536)
 
 
 class _ScriptletSection(BaseModel):
@@ -100,6 +108,7 @@ class SchedulerConfig:
         scriptlet: Scriptlet | None = None,
         balance: BalanceUnit | None = None,
         max_moves: int = 10,
+        bounded: Bounded | None = None,
     ) -> None:
         self.filters = filters
         self.weighers = weighers
@@ -108,9 +117,10 @@ class SchedulerConfig:
         self.scriptlet = scriptlet
         self.balance = balance
         self.max_moves = max_moves
+        self.bounded = bounded or Bounded()
 
     def engine(self) -> Engine:
-        return Engine(self.filters, self.weighers, self.sampling, self.scriptlet)
+        return Engine(self.filters, self.weighers, self.sampling, self.scriptlet, self.bounded)
 
     def balancer(self) -> Balancer:
         return Balancer(self.balance, self.engine(), self.max_moves)
@@ -150,6 +160,9 @@ class SchedulerConfig:
             scriptlet=_scriptlet(data.get("scriptlet"), base),
             balance=balance,
             max_moves=max_moves,
+            bounded=Bounded(
+                scheduler.mode, scheduler.candidates, scheduler.bounded_from, scheduler.levels
+            ),
         )
 
 

@@ -17,15 +17,18 @@ cannot be placed.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
 from placement.filters.base import Context, HostFilter
+from placement.filters.resources import ResourceFilter
+from placement.index import FeasibilityIndex
 from placement.model import BoolArray, FloatArray, IntArray, Request, Snapshot
 from placement.weighers.base import Weigher
 from placement.weighers.combine import weigh_all
+from placement.weighers.ram import FreeResourceWeigher
 
 if TYPE_CHECKING:
     from placement.scriptlet import Scriptlet
@@ -67,6 +70,13 @@ class Placement:
     trace: Trace | None = None
     refusal: str | None = None
     """Why the placement scriptlet refused the request, if it did."""
+    examined: int = 0
+    """Providers the decision looked at: every one (or the sample) in a
+    full scan; in bounded mode those the index read to find the candidates."""
+    scored: int = 0
+    """Providers weighed for the first instance."""
+    bounded: bool = False
+    """Whether the index found the candidates (bounded mode)."""
 
     @property
     def placed(self) -> bool:
@@ -100,6 +110,39 @@ class Sampling:
         if self.percentage >= 100.0:
             return feasible
         return min(feasible, max(self.minimum, int(feasible * self.percentage / 100.0)))
+
+
+@dataclass(frozen=True, slots=True)
+class Bounded:
+    """When to place in bounded mode, and how: ``mode`` ``full`` always
+    filters and weighs every provider (with ``Sampling``); ``bounded``
+    weighs at most ``candidates`` providers drawn from the feasibility
+    index (:mod:`placement.index`), in the order the resource weighers
+    prefer; ``auto`` is bounded from ``from_providers`` providers on, below
+    which a full scan costs less. ``levels``: how finely the index orders
+    providers by free capacity (more: closer to the full scan's choice,
+    more buckets to walk).
+
+    Nova normalises each weigher over the candidates it weighs: every
+    provider that passed the filters in a full scan, the ``candidates``
+    drawn in bounded mode. A request with ``explain``, one restricted to
+    given providers (``among``), one a filter judges by other providers
+    (server-group affinity) or one whose candidates cannot take all its
+    instances is placed by a full scan."""
+
+    mode: Literal["full", "bounded", "auto"] = "auto"
+    candidates: int = 64
+    from_providers: int = 20_000
+    levels: int = 256
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("full", "bounded", "auto"):
+            raise ValueError(f"mode must be full, bounded or auto, not {self.mode!r}")
+        if self.candidates < 1 or self.levels < 1 or self.from_providers < 0:
+            raise ValueError("candidates and levels must be at least 1, from_providers at least 0")
+
+    def applies(self, size: int) -> bool:
+        return self.mode == "bounded" or (self.mode == "auto" and size >= self.from_providers)
 
 
 @dataclass(slots=True)
@@ -153,6 +196,7 @@ class Engine:
         weighers: Sequence[Weigher] = (),
         sampling: Sampling | None = None,
         scriptlet: Scriptlet | None = None,
+        bounded: Bounded | None = None,
     ) -> None:
         ordered = sorted(filters, key=lambda f: f.cost)
         self.once = [f for f in ordered if not f.per_pick]
@@ -160,6 +204,11 @@ class Engine:
         self.weighers = list(weighers)
         self.sampling = sampling or Sampling()
         self.scriptlet = scriptlet
+        self.bounded = bounded or Bounded()
+        self._resources = next((f for f in ordered if isinstance(f, ResourceFilter)), None)
+        self._index: FeasibilityIndex | None = None
+        self.index_builds = 0
+        """How many times the index was built from scratch (not followed)."""
         self._next_start = 0  # where the next sample starts, so samples rotate
         self._rows: IntArray = np.arange(0, dtype=np.int64)
         """0 .. n-1 for the last snapshot size, read-only: windows are slices of it."""
@@ -176,6 +225,10 @@ class Engine:
         without sampling, and with a trace only if ``explain`` asks."""
         if among is not None:
             return self._place(snapshot, request, explain, among, None)
+        if not explain and self.bounded.applies(snapshot.size):
+            bounded = self._place_bounded(snapshot, request)
+            if bounded is not None:
+                return bounded
         window = self._window(snapshot.size)
         if window is not None and not explain:
             placement = self._place(snapshot, request, False, *window)
@@ -191,7 +244,14 @@ class Engine:
 
     def feasible(self, snapshot: Snapshot, request: Request) -> IntArray:
         """The rows every filter that applies to ``request`` lets through for
-        its first instance, all providers considered (no sampling)."""
+        its first instance, all providers considered (no sampling), in
+        ascending order; in bounded mode, found through the index."""
+        if self.bounded.applies(snapshot.size):
+            drawn = self._draw(snapshot, request, snapshot.size)
+            if drawn is not None:
+                rows = drawn[0]
+                rows.sort()
+                return rows
         ctx = Context(snapshot, request, snapshot.used)
         rows = self._all_rows(snapshot.size)
         ctx.consecutive(rows, 0)
@@ -221,6 +281,75 @@ class Engine:
             self._rows.flags.writeable = False
         return self._rows
 
+    def index(self, snapshot: Snapshot) -> FeasibilityIndex:
+        """The feasibility index, brought up to ``snapshot`` (rebuilt when
+        it cannot follow it there)."""
+        capacity = None if self._resources is None else self._resources.capacity(snapshot)
+        index = self._index
+        if index is None or not index.sync(snapshot, capacity):
+            weights: dict[str, float] = {}
+            for w in self.weighers:
+                if isinstance(w, FreeResourceWeigher):
+                    weights[w.resource_class] = weights.get(w.resource_class, 0.0) + w.multiplier
+            index = self._index = FeasibilityIndex(snapshot, weights, capacity, self.bounded.levels)
+            self.index_builds += 1
+        return index
+
+    def _place_bounded(self, snapshot: Snapshot, request: Request) -> Placement | None:
+        """Place ``request`` on candidates drawn from the index, or None when
+        a full scan must decide (see :class:`Bounded`)."""
+        drawn = self._draw(snapshot, request, max(self.bounded.candidates, request.num_instances))
+        if drawn is None or not len(drawn[0]):
+            return None  # nothing fits, or the index cannot tell: the full scan says
+        candidates, examined, checks = drawn
+        # in row order, so that ties go to the earliest row as in a full scan
+        candidates.sort()
+        each_pick = [f for f in self.each_pick if f in checks] if request.num_instances > 1 else []
+        placement = self._place(snapshot, request, False, candidates, None, (), each_pick, True)
+        if not placement.placed and placement.refusal is None:
+            return None  # the draw could not take every instance: decide on them all
+        return replace(placement, examined=examined, bounded=True)
+
+    def _draw(
+        self, snapshot: Snapshot, request: Request, wanted: int
+    ) -> tuple[IntArray, int, list[HostFilter]] | None:
+        """The first ``wanted`` providers that every filter lets through for
+        the request's first instance, in the index's order; how many the
+        index read to find them; and the filters checked one by one (those
+        the index does not answer for). None when the index cannot tell."""
+        applying = [f for f in (*self.once, *self.each_pick) if f.applies(request)]
+        if any(f.reads_others for f in applying):
+            return None
+        demand: list[tuple[int, int]] = []
+        for rc, amount in request.resources.items():
+            if amount > 0:
+                column = snapshot.column(rc)
+                if column is None:
+                    return None  # fits nowhere: the full scan says so
+                demand.append((column, amount))
+        index = self.index(snapshot)
+        capacity = None if self._resources is None else self._resources.capacity(snapshot)
+        passing = index.passing(snapshot, request, [f for f in applying if f.static])
+        checks = [f for f in applying if not f.static]
+        ctx = Context(snapshot, request, snapshot.used)
+        found: list[IntArray] = []
+        have = examined = 0
+        for rows in index.walk(snapshot, demand, passing, capacity):
+            examined += len(rows)
+            for f in checks:
+                rows = rows[f.mask(ctx, rows)]
+                if not len(rows):
+                    break
+            if len(rows):
+                found.append(rows)
+                have += len(rows)
+                if have >= wanted:
+                    break
+        if not found:
+            return np.zeros(0, dtype=np.int64), examined, checks
+        drawn = np.concatenate(found) if len(found) > 1 else found[0].copy()
+        return drawn[:wanted], examined, checks
+
     def _place(
         self,
         snapshot: Snapshot,
@@ -228,9 +357,15 @@ class Engine:
         explain: bool,
         rows: IntArray,
         start: int | None,
+        once: Sequence[HostFilter] | None = None,
+        each_pick: Sequence[HostFilter] | None = None,
+        aside: bool = False,
     ) -> Placement:
         """Place ``request`` on ``rows``; ``start`` is given when they are
-        consecutive, from ``start`` on."""
+        consecutive, from ``start`` on. ``once`` and ``each_pick``: the
+        filters to run (all that apply unless given); ``aside``: keep the
+        picks' virtual consumption in ``Context.extra`` rather than a copy of
+        the usage (for a few rows of a large snapshot)."""
         # the snapshot's usage is only read until a pick that a later pick of
         # this request must see, so most requests never copy it
         ctx = Context(snapshot, request, snapshot.used)
@@ -239,11 +374,13 @@ class Engine:
             ctx.consecutive(rows, start)
         run = _Run(ctx, explain)
         demand: IntArray | None = None  # only a pick that a later pick must see needs it
-        for f in self.once:
+        for f in self.once if once is None else once:
             if f.applies(request):
                 rows = run.apply(f, rows)
-        each_pick = [f for f in self.each_pick if f.applies(request)]
+        if each_pick is None:
+            each_pick = [f for f in self.each_pick if f.applies(request)]
         picks: list[str] = []
+        scored = 0
         weights: list[float] = []
         refusal: str | None = None
         for _ in range(request.num_instances):
@@ -252,6 +389,7 @@ class Engine:
                 candidates = run.apply(f, candidates)
             if len(candidates) == 0:
                 break
+            scored = scored or len(candidates)
             scores = self._weigh(ctx, candidates)
             best = int(scores.argmax())  # first maximum: the earliest row breaks ties
             if self.scriptlet is not None:
@@ -265,11 +403,15 @@ class Engine:
             picks.append(snapshot.providers[row].provider_id)
             weights.append(float(scores[best]))
             if len(picks) < request.num_instances:
-                if ctx.used is snapshot.used:
-                    ctx.used = snapshot.used.copy()
                 if demand is None:
                     demand = demand_row(snapshot, request.resources)
-                ctx.used[row] += demand
+                if aside:
+                    taken = ctx.extra.get(row)
+                    ctx.extra[row] = demand.copy() if taken is None else taken + demand
+                else:
+                    if ctx.used is snapshot.used:
+                        ctx.used = snapshot.used.copy()
+                    ctx.used[row] += demand
             ctx.picked.append(row)
         trace = None
         if explain:
@@ -279,7 +421,14 @@ class Engine:
                 counts=dict(run.counts),
             )
         return Placement(
-            request.request_id, tuple(picks), tuple(weights), request.num_instances, trace, refusal
+            request.request_id,
+            tuple(picks),
+            tuple(weights),
+            request.num_instances,
+            trace,
+            refusal,
+            examined=considered,
+            scored=scored,
         )
 
     def _weigh(self, ctx: Context, rows: IntArray) -> FloatArray:

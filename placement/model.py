@@ -8,7 +8,8 @@ resource filters and weighers work on whole columns at once.
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping, Sequence
+import itertools
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -104,6 +105,42 @@ def by_class(table: IntArray) -> IntArray:
     return out
 
 
+_TOKENS = itertools.count(1)
+"""Each snapshot's token: which snapshot an index was last brought up to."""
+
+
+@dataclass(frozen=True, slots=True)
+class Lineage:
+    """Which rows of a snapshot may differ from the snapshots it was made
+    from, so that an index kept for the parent is brought up to date by
+    those rows alone (:mod:`placement.index`).
+
+    ``rows`` may differ from the parent (token ``parent``); ``since`` from an
+    older snapshot (token ``anchor``): that set is shared by every twin made
+    since the anchor, each adding its rows in place, so it may also hold rows
+    of sibling twins, a superset, which is still true. It starts again from
+    the parent once it holds ``anchor_limit`` rows."""
+
+    parent: int
+    rows: IntArray
+    anchor: int
+    since: set[int]
+
+
+def _lineage(parent: Snapshot, changed: Iterable[int]) -> Lineage:
+    if isinstance(changed, np.ndarray):
+        rows = np.unique(changed.astype(np.int64, copy=False))
+    else:
+        rows = np.unique(np.fromiter(changed, dtype=np.int64))
+    rows.flags.writeable = False
+    before = parent.lineage
+    limit = max(1024, parent.size // 64)
+    if before is None or len(before.since) + len(rows) > limit:
+        return Lineage(parent.token, rows, parent.token, set(rows.tolist()))
+    before.since.update(rows.tolist())
+    return Lineage(parent.token, rows, before.anchor, before.since)
+
+
 def picks_per_row(ctx_picked: list[int], rows: IntArray, size: int) -> IntArray:
     """How many earlier picks of the request landed on each of ``rows``."""
     if not ctx_picked:
@@ -144,6 +181,12 @@ class Snapshot:
     """[total, reserved, allocation_ratio, capacity, capacity by class]:
     ``capacity()`` as of those arrays, and its transpose, shared with
     usage-only twins, recomputed when they change."""
+    token: int = field(init=False, repr=False, compare=False)
+    """Unique to this snapshot object (a twin gets its own)."""
+    lineage: Lineage | None = field(init=False, repr=False, compare=False)
+    """The rows in which it may differ from the snapshot it was made from,
+    when the twin's maker said (``changed``); None for a snapshot built
+    anew, or made without saying."""
 
     def __post_init__(self) -> None:
         providers = self.providers
@@ -159,6 +202,8 @@ class Snapshot:
             ),
         )
         object.__setattr__(self, "_capacity", [None, None, None, None, None])
+        object.__setattr__(self, "token", next(_TOKENS))
+        object.__setattr__(self, "lineage", None)
         object.__setattr__(self, "row_of", {p.provider_id: i for i, p in enumerate(providers)})
         shape = (len(self.providers), len(self.classes))
         for name in RESOURCE_ARRAYS:
@@ -182,16 +227,21 @@ class Snapshot:
     def size(self) -> int:
         return len(self.providers)
 
-    def with_used(self, used: IntArray) -> Snapshot:
-        """The same snapshot with other usage."""
-        return self.with_arrays(used=used)
+    def with_used(self, used: IntArray, changed: Iterable[int] | None = None) -> Snapshot:
+        """The same snapshot with other usage. ``changed`` names the rows in
+        which ``used`` may differ from this snapshot's (see
+        :meth:`with_arrays`)."""
+        return self.with_arrays(changed, used=used)
 
-    def with_placements(self, records: Mapping[int, Provider], used: IntArray) -> Snapshot:
+    def with_placements(
+        self, records: Mapping[int, Provider], used: IntArray, changed: Iterable[int] | None = None
+    ) -> Snapshot:
         """The same snapshot with other usage, and other records at some rows
         that differ only in what is placed there (instances, flavors,
         projects, groups, tags): the derived columns, which read the rest,
-        are shared rather than computed again."""
-        twin = self.with_used(used)
+        are shared rather than computed again. ``changed``: as for
+        :meth:`with_records`."""
+        twin = self.with_used(used, None if changed is None else [*changed, *records])
         providers = list(self.providers)
         for row, record in records.items():
             if _identity(record) != _identity(providers[row]):
@@ -201,14 +251,24 @@ class Snapshot:
         return twin
 
     def with_records(
-        self, records: Mapping[int, Provider], **arrays: IntArray | FloatArray
+        self,
+        records: Mapping[int, Provider],
+        changed: Iterable[int] | None = None,
+        **arrays: IntArray | FloatArray,
     ) -> Snapshot:
         """Other records at some rows (the same providers), and other arrays:
         the derived columns are changed only at rows whose record changed
         what they read (state, I/O, build failures, hypervisor version),
         copied first; a change of placements, traits or aggregates alone
-        shares them."""
-        twin = self.with_arrays(**arrays)
+        shares them. ``changed`` names the rows in which the arrays may
+        differ (the records' rows count too); without it, when arrays are
+        given, the twin's lineage is unknown."""
+        rows = (
+            None
+            if changed is None and arrays
+            else [*(() if changed is None else changed), *records]
+        )
+        twin = self.with_arrays(rows, **arrays)
         providers = list(self.providers)
         derived: list[Any] | None = None  # copied at the first row that needs it
         for row, record in records.items():
@@ -234,10 +294,18 @@ class Snapshot:
             twin._derive(*derived)
         return twin
 
-    def with_arrays(self, **arrays: IntArray | FloatArray) -> Snapshot:
+    def with_arrays(
+        self, changed: Iterable[int] | None = None, **arrays: IntArray | FloatArray
+    ) -> Snapshot:
         """The same snapshot with other per provider x class arrays (named as in
         :data:`RESOURCE_ARRAYS`): ``replace`` would recompute every derived
-        column, which only the providers determine. The others are shared."""
+        column, which only the providers determine. The others are shared.
+
+        ``changed`` names the rows in which the new arrays may differ from
+        this snapshot's, which lets an index kept for this snapshot follow
+        the twin by re-reading those rows only. An array may be this
+        snapshot's own, changed in place at those rows: this snapshot is then
+        superseded by the twin, which is the one to place on."""
         twin = copy.copy(self)
         for name, array in arrays.items():
             if name not in RESOURCE_ARRAYS:
@@ -246,6 +314,11 @@ class Snapshot:
             if array.shape != current.shape:
                 raise ValueError(f"{name} has shape {array.shape}, not {current.shape}")
             object.__setattr__(twin, name, array)
+        object.__setattr__(twin, "token", next(_TOKENS))
+        if changed is None and arrays:
+            object.__setattr__(twin, "lineage", None)
+        else:
+            object.__setattr__(twin, "lineage", _lineage(self, () if changed is None else changed))
         return twin
 
     def column(self, resource_class: str) -> int | None:

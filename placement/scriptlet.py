@@ -218,7 +218,7 @@ class Scriptlet:
             total = int(snapshot.total[row, column])
             if total == 0:
                 continue  # a class the provider has no inventory of
-            used = int(ctx.used[row, column])
+            used = ctx.used_at(row, column)
             out[rc] = {
                 "total": total,
                 "reserved": int(snapshot.reserved[row, column]),

@@ -32,6 +32,10 @@ def test_a_file_sets_filters_options_weighers_and_sampling(tmp_path: Path) -> No
 max_attempts = 5
 sample_percentage = 10
 sample_minimum = 50
+mode = "bounded"
+candidates = 16
+bounded_from = 1000
+levels = 64
 
 [filters]
 enabled = ["ComputeFilter", "ResourceFilter", "NumInstancesFilter"]
@@ -60,7 +64,10 @@ weight_setting = "cpu.percent=-1.0"
     ]
     assert config.max_attempts == 5
     assert config.sampling.size(1000) == 100
-    assert config.engine().each_pick  # the engine builds
+    engine = config.engine()
+    assert engine.each_pick  # the engine builds
+    assert (engine.bounded.mode, engine.bounded.candidates) == ("bounded", 16)
+    assert (engine.bounded.from_providers, engine.bounded.levels) == (1000, 64)
 
 
 @pytest.mark.parametrize(
@@ -75,6 +82,8 @@ weight_setting = "cpu.percent=-1.0"
         ),
         ("[scheduler]\nmax_attempts = 0", "max_attempts"),
         ("[scheduler]\nretries = 2", "retries"),
+        ("[scheduler]\nmode = 'sampled'", "mode"),
+        ("[scheduler]\ncandidates = 0", "candidates"),
         ("[placement]\nx = 1", "unknown sections"),
         ("[weighers]\nRAMWeigher = 'high'", "multiplier or a table"),
         ("[weighers.MetricsWeigher]\nweight_setting = 'cpu'", "[weighers.MetricsWeigher]"),

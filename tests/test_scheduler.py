@@ -184,6 +184,35 @@ def test_a_live_view_that_catches_up_forgets_the_claims_it_reflects(tmp_path: Pa
     assert scheduler._unseen and not any(rid.startswith("a") for rid in scheduler._unseen)
 
 
+def test_bounded_waves_fill_the_cluster_with_one_index_kept_up_to_date(tmp_path: Path) -> None:
+    """The scheduler's working twins and the live view's snapshots say which
+    rows they changed: the engine's feasibility index follows them across
+    waves instead of being built again, and bounded placement still fills
+    every place (no false "no valid host") without overcommitting."""
+    from placement.config import SchedulerConfig
+
+    config = SchedulerConfig.from_mapping({"scheduler": {"mode": "bounded", "candidates": 3}})
+    engine = config.engine()
+    with App(Settings(data_dir=tmp_path, partitions=3)) as app:
+        publisher = Publisher(app.log, clock_ms=lambda: NOW_MS)
+        pump = _providers_of_4_vcpus(app, publisher, 20)
+        scheduler = Scheduler(
+            publisher,
+            engine,
+            LiveSnapshot(app.engine, placements=True),
+            OutcomeFollower(app.log, app.settings.topics.outcomes),
+            pump=pump,
+            wave=7,
+        )
+        results = scheduler.schedule(_requests("a", 45))
+        with app.engine.connect() as conn:
+            usage = conn.execute(select(inventories.c.held, inventories.c.capacity)).all()
+    assert [r.placed for r in results] == [True] * 40 + [False] * 5  # 20 x 4 VCPU / 2
+    assert all(r.attempts == 1 for r in results[:40])
+    assert all(held == capacity for held, capacity in usage)
+    assert engine.index_builds == 1
+
+
 def test_the_placement_scriptlet_steers_claims_and_refuses_requests(tmp_path: Path) -> None:
     # the operator's program keeps n0 free and refuses project "x"; the writer
     # still decides every claim the scheduler proposes

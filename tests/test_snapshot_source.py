@@ -11,6 +11,7 @@ from consumers.snapshot_source import snapshot_from_view
 from ledger.embedded import EmbeddedLog
 from ledger.log import Append
 from ledger.topics import DEFAULT_TOPICS
+from placement.config import SchedulerConfig
 from placement.model import RESOURCE_ARRAYS
 from projections.view.engine import make_engine
 from projections.view.migrate import upgrade
@@ -124,7 +125,8 @@ def test_a_live_snapshot_keeps_what_is_placed_where_as_a_full_read_does(tmp_path
         edge.publish([e for n in nodes for e in provider(n, ts=1, VCPU=64, DISK_GB=1000)])
         catch_up_all(writers)
         live = LiveSnapshot(app.engine, placements=True)
-        live()
+        bounded = SchedulerConfig.from_mapping({"scheduler": {"mode": "bounded"}}).engine()
+        bounded.index(live())
         held: dict[str, str] = {}  # reservation -> a provider of it
         now = 10
         for round_ in range(40):
@@ -173,4 +175,8 @@ def test_a_live_snapshot_keeps_what_is_placed_where_as_a_full_read_does(tmp_path
             assert now_live.providers == full.providers, f"round {round_}"
             for name in RESOURCE_ARRAYS:
                 assert (getattr(now_live, name) == getattr(full, name)).all(), name
+            # bounded placement's index follows the live snapshot by the rows it re-read
+            index = bounded.index(now_live)
+            index.check(now_live, bounded._resources.capacity(now_live))  # type: ignore[union-attr]
         assert any(p.groups for p in full.providers) and any(p.tags for p in full.providers)
+        assert bounded.index_builds == 1

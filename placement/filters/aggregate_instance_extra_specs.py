@@ -20,6 +20,7 @@ class AggregateInstanceExtraSpecsFilter(HostFilter):
 
     name = "AggregateInstanceExtraSpecsFilter"
     cost = 6
+    static = True
 
     def reject(self, ctx: Context, row: int) -> str | None:
         specs = ctx.request.extra_specs

@@ -20,6 +20,7 @@ class AvailabilityZoneFilter(HostFilter):
 
     name = "AvailabilityZoneFilter"
     cost = 2
+    static = True
 
     def __init__(self, default_zone: str | None = "nova") -> None:
         self.default_zone = default_zone

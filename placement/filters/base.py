@@ -29,6 +29,11 @@ class Context:
     """``snapshot.used`` plus the virtual consumption of earlier picks."""
     picked: list[int] = field(default_factory=list)
     """Rows already picked for this request (one per earlier instance)."""
+    extra: dict[int, IntArray] = field(default_factory=dict)
+    """Row -> virtual consumption of earlier picks not in ``used``: bounded
+    placement keeps it aside, since copying a million providers' usage for
+    it would cost more than the decision. Read ``used`` through ``free``,
+    ``used_of`` and ``used_at``, which add it."""
     _free: tuple[IntArray, IntArray, int, IntArray] | None = None
     """(rows, capacity, picks so far, what is free) of the last ``free``
     call, or carried over to the rows a filter kept: the resource filter
@@ -62,8 +67,24 @@ class Context:
                 free = free.compress(keep, axis=1)
         else:
             free = capacity.take(rows, axis=1) - self.used.take(rows, axis=0).T
+        for row, amount in self.extra.items():
+            hits = np.flatnonzero(rows == row)
+            if len(hits):
+                free[:, hits] -= amount[:, None]
         self._free = (rows, capacity, len(self.picked), free)
         return free
+
+    def used_of(self, rows: IntArray, column: int) -> IntArray:
+        """What is used of class ``column`` on ``rows``, earlier picks included."""
+        used: IntArray = self.used[rows, column]  # a gather: a copy of its own
+        for row, amount in self.extra.items():
+            used[rows == row] += amount[column]
+        return used
+
+    def used_at(self, row: int, column: int) -> int:
+        """``used_of`` for one row."""
+        extra = self.extra.get(row)
+        return int(self.used[row, column]) + (0 if extra is None else int(extra[column]))
 
     def consecutive(self, rows: IntArray, start: int) -> None:
         """``rows`` are ``start``, ``start + 1``, ... (a sample that does not
@@ -117,6 +138,21 @@ class HostFilter(ABC):
     name: ClassVar[str]
     cost: ClassVar[int] = 10
     per_pick: ClassVar[bool] = False
+    static: ClassVar[bool] = False
+    """True when a provider's answer depends only on the request's
+    placement-wide fields (:func:`placement.index.signature`: zone, traits,
+    extra specs, image, project, user, flavor) and on what
+    :func:`placement.index.static_key` reads of the provider (state, zone,
+    traits, aggregates and their metadata, capabilities, metadata): bounded
+    placement then asks it once per group of providers alike in those,
+    instead of once per provider."""
+    reads_others: ClassVar[bool] = False
+    """True when a provider's answer depends on other providers (where a
+    server group's members are): bounded placement cannot judge a draw of
+    candidates on their own, so a request this filter applies to is placed
+    by a full scan. A filter that reads only its own provider's record and
+    numbers, and the request, leaves both False (the default, which suits
+    most plug-ins)."""
 
     def applies(self, request: Request) -> bool:
         """False when ``request`` asks nothing of this filter, so the engine

@@ -15,6 +15,7 @@ class ComputeFilter(HostFilter):
 
     name = "ComputeFilter"
     cost = 1
+    static = True
 
     def reject(self, ctx: Context, row: int) -> str | None:
         state = ctx.snapshot.providers[row].state

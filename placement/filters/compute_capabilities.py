@@ -15,6 +15,7 @@ class ComputeCapabilitiesFilter(HostFilter):
 
     name = "ComputeCapabilitiesFilter"
     cost = 5
+    static = True
 
     def applies(self, request: Request) -> bool:
         return bool(request.extra_specs)

@@ -119,6 +119,7 @@ class ImagePropertiesFilter(HostFilter):
 
     name = "ImagePropertiesFilter"
     cost = 5
+    static = True
 
     def __init__(self, default_architecture: str | None = None) -> None:
         self.default_architecture = default_architecture

@@ -24,6 +24,7 @@ def image_type_trait(request: Request) -> str | None:
 class ImageTypeSupportFilter(HostFilter):
     name = "ImageTypeSupportFilter"
     cost = 2
+    static = True
 
     def __init__(self) -> None:
         # which providers have a trait depends on the snapshot's records only

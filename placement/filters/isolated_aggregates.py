@@ -42,6 +42,7 @@ def requested_traits(request: Request) -> frozenset[str]:
 class IsolatedAggregatesFilter(HostFilter):
     name = "IsolatedAggregatesFilter"
     cost = 3
+    static = True
 
     def __init__(self) -> None:
         self._known: tuple[Mapping[str, Aggregate], tuple[Provider, ...], _Isolated] | None = None

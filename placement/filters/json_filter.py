@@ -111,7 +111,7 @@ def host_attributes(ctx: Context, row: int) -> dict[str, Any]:
         return (
             int(snapshot.total[row, column]),
             int(snapshot.reserved[row, column]),
-            int(ctx.used[row, column]),
+            ctx.used_at(row, column),
             float(snapshot.allocation_ratio[row, column]),
         )
 

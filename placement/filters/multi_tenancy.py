@@ -22,6 +22,7 @@ class AggregateMultiTenancyIsolation(HostFilter):
 
     name = "AggregateMultiTenancyIsolation"
     cost = 3
+    static = True
 
     def reject(self, ctx: Context, row: int) -> str | None:
         allowed: set[str] = set()

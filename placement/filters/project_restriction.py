@@ -32,6 +32,7 @@ class ProjectRestrictionFilter(HostFilter):
 
     name = "ProjectRestrictionFilter"
     cost = 3
+    static = True
 
     def __init__(self, member_groups: Mapping[str, Iterable[str]] | None = None) -> None:
         self.member_groups: dict[str, frozenset[str]] = {

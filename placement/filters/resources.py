@@ -132,8 +132,7 @@ class ResourceFilter(HostFilter):
 
     def _free(self, ctx: Context, rows: IntArray, column: int) -> IntArray:
         capacity = self._tables(ctx.snapshot)[column, rows]
-        used: IntArray = ctx.used[rows, column]
-        free: IntArray = capacity - used
+        free: IntArray = capacity - ctx.used_of(rows, column)
         return free
 
     def _demand(self, snapshot: Snapshot, resources: Mapping[str, int]) -> _Demand:

@@ -37,6 +37,7 @@ class ServerGroupAffinityFilter(HostFilter):
     name = "ServerGroupAffinityFilter"
     cost = 5
     per_pick = True
+    reads_others = True  # where the group's members are, anywhere
 
     def __init__(self) -> None:
         # The rows holding members depend only on the snapshot and the group,

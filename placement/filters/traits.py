@@ -33,6 +33,7 @@ class TraitsFilter(HostFilter):
 
     name = "TraitsFilter"
     cost = 2
+    static = True
 
     def applies(self, request: Request) -> bool:
         if not (request.required_traits or request.forbidden_traits or request.extra_specs):

@@ -16,6 +16,7 @@ class AggregateTypeAffinityFilter(HostFilter):
 
     name = "AggregateTypeAffinityFilter"
     cost = 3
+    static = True
 
     def reject(self, ctx: Context, row: int) -> str | None:
         restricting = [a for a in ctx.snapshot.aggregates_of(row) if KEY in a.metadata]

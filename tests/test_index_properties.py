@@ -1,0 +1,333 @@
+"""Properties of bounded placement and its feasibility index
+(placement/index.py): the index finds exactly the providers a full scan
+lets through, bounded mode never answers "no valid host" when a full scan
+places the request, with room for every candidate it decides as a full scan
+does, and an index kept up to date twin after twin draws what a fresh one
+draws."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+from hypothesis import Phase, given, settings
+from hypothesis import strategies as st
+
+from placement.engine import Bounded, Engine
+from placement.filters.base import Context, HostFilter
+from placement.model import Aggregate, Hints, Provider, Request, Snapshot, TagRules
+from placement.registry import DEFAULT_FILTERS, DEFAULT_WEIGHERS, FILTERS, WEIGHERS
+
+MORE_FILTERS = (
+    "AggregateInstanceExtraSpecsFilter",
+    "AggregateMultiTenancyIsolation",
+    "AggregateTypeAffinityFilter",
+    "ProjectRestrictionFilter",
+    "NumInstancesFilter",
+    "IoOpsFilter",
+    "IsolatedAggregatesFilter",
+    "ImageTypeSupportFilter",
+)
+STATES = ("enabled", "enabled", "enabled", "disabled")
+TRAITS = ("HW_GPU", "SSD", "COMPUTE_IMAGE_TYPE_RAW")
+AGGREGATES = {
+    "fast": Aggregate("fast", {"cpu_allocation_ratio": "8.0", "availability_zone": "az3"}),
+    "tenants": Aggregate("tenants", {"filter_tenant_id": "p1,p2", "instance_type": "small"}),
+    "gpu": Aggregate("gpu", {"trait:HW_GPU": "required", "ram_weight_multiplier": "2.0"}),
+    "plain": Aggregate("plain", {"allowed_projects": "p1"}),
+}
+CLASSES = ("VCPU", "MEMORY_MB", "DISK_GB")
+_PHASES = (Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink)
+"""Without explain, whose tracing makes shrinking a failure here take minutes."""
+
+
+_SHARES = (0.0, 0.25, 0.5, 1.0)
+_INVENTORY = st.tuples(
+    st.integers(0, 9),  # 0: the provider lacks the class
+    st.sampled_from(_SHARES[1:]),  # total, as a share of the class's largest
+    st.sampled_from((*_SHARES, 1.25)),  # used, as a share of the total
+    st.sampled_from((1.0, 4.0)),
+    st.sampled_from((1, 1, 1, 4)),
+    st.sampled_from((2**31 - 1, 16)),
+)
+_PROVIDER = st.tuples(
+    st.sampled_from(STATES),
+    st.sampled_from((None, "az1", "az2")),
+    st.sets(st.sampled_from(TRAITS), max_size=2),
+    st.sampled_from(
+        (
+            frozenset(),
+            frozenset(),
+            frozenset({"fast"}),
+            frozenset({"fast", "tenants"}),
+            *(frozenset({name}) for name in AGGREGATES),
+        )
+    ),
+    st.booleans(),
+    st.integers(0, 9),
+    st.booleans(),
+    st.integers(0, 1),
+    st.integers(0, 1),
+    st.tuples(_INVENTORY, _INVENTORY, _INVENTORY),
+)
+_LARGEST = (64, 16_384, 2_048)
+
+
+def _built(drawn: list[Any]) -> Snapshot:
+    records: list[Provider] = []
+    inventories: dict[str, dict[str, dict[str, Any]]] = {}
+    for i, (state, zone, traits, aggs, kvm, io, hosts, group, web, inv) in enumerate(drawn):
+        pid = f"p{i:02d}"
+        records.append(
+            Provider(
+                pid,
+                host=pid,
+                state=state,
+                availability_zone=zone,
+                traits=frozenset(traits),
+                aggregates=frozenset(aggs),
+                capabilities={"hypervisor_type": "kvm"} if kvm else {},
+                num_io_ops=io,
+                instances=frozenset({"i1"}) if hosts else frozenset(),
+                groups={"g": group},
+                tags={"web": web},
+            )
+        )
+        inventories[pid] = {}
+        for rc, high, (lack, total, used, ratio, step, most) in zip(
+            CLASSES, _LARGEST, inv, strict=True
+        ):
+            if lack:
+                amount = int(total * high)
+                inventories[pid][rc] = {
+                    "total": amount,
+                    "used": int(used * amount),
+                    "allocation_ratio": ratio,
+                    "step_size": step,
+                    "max_unit": most,
+                }
+    return Snapshot.build(records, inventories, AGGREGATES)
+
+
+def snapshots() -> st.SearchStrategy[Snapshot]:
+    return st.lists(_PROVIDER, min_size=1, max_size=24).map(_built)
+
+
+_AMOUNT = st.sampled_from((None, 0, 1, 4, 16, 512, 4096))
+
+
+def _rarely(*values: Any) -> st.SearchStrategy[Any]:
+    """The first of ``values`` most of the time: each constraint is rare, so
+    that most requests have providers to choose from."""
+    return st.sampled_from((values[0],) * (12 * len(values)) + values[1:])
+
+
+_REQUEST = st.tuples(
+    st.tuples(_AMOUNT, _AMOUNT, _AMOUNT),
+    _rarely("p1", "p3"),
+    st.integers(1, 4),
+    _rarely("small", "large"),
+    _rarely(False, True),
+    _rarely(False, True),
+    _rarely(None, "az1", "az3"),
+    _rarely(frozenset(), *(frozenset({t}) for t in TRAITS)),
+    _rarely(frozenset(), *(frozenset({t}) for t in TRAITS)),
+    _rarely(False, True),
+    _rarely(None, "anti-affinity", "affinity"),
+    _rarely(False, True),
+    _rarely(frozenset(), frozenset({"p00"}), frozenset({"p03"})),
+)
+
+
+def _request(drawn: Any) -> Request:
+    amounts, project, instances, flavor, kvm, raw, zone, required, forbidden = drawn[:9]
+    avoid, policy, not_web, tried = drawn[9:]
+    resources = {rc: a for rc, a in zip(CLASSES, amounts, strict=True) if a is not None}
+    return Request(
+        "r",
+        resources or {"VCPU": 1},
+        project_id=project,
+        num_instances=instances,
+        flavor_name=flavor,
+        extra_specs={"capabilities:hypervisor_type": "kvm"} if kvm else {},
+        image_properties={"disk_format": "raw"} if raw else {},
+        availability_zone=zone,
+        required_traits=frozenset(required),
+        forbidden_traits=frozenset(forbidden),
+        hints=Hints(different_host=frozenset({"i1"}) if avoid else frozenset()),
+        group_id="g",
+        group_policy=policy,
+        tags=TagRules(require_without=frozenset({"web"}) if not_web else frozenset()),
+        tried_providers=frozenset(tried),
+    )
+
+
+def requests() -> st.SearchStrategy[Request]:
+    return _REQUEST.map(_request)
+
+
+def _filters() -> list[HostFilter]:
+    return [FILTERS[name]() for name in (*DEFAULT_FILTERS, *MORE_FILTERS)]
+
+
+def _engine(mode: str, candidates: int = 64, levels: int = 4, packing: bool = False) -> Engine:
+    sign = -1.0 if packing else 1.0
+    weighers = [
+        WEIGHERS[name](multiplier=m * (sign if name in ("RAMWeigher", "CPUWeigher") else 1.0))
+        for name, m in DEFAULT_WEIGHERS.items()
+    ]
+    bounded = Bounded(mode, candidates=candidates, levels=levels)  # type: ignore[arg-type]
+    return Engine(_filters(), weighers, bounded=bounded)
+
+
+@settings(phases=_PHASES, max_examples=300, deadline=None, derandomize=True)
+@given(snapshots(), requests(), st.sampled_from((1, 3, 256)), st.booleans())
+def test_the_index_finds_exactly_what_a_full_scan_lets_through(
+    snapshot: Snapshot, request: Request, levels: int, packing: bool
+) -> None:
+    full = _engine("full").feasible(snapshot, request)
+    indexed = _engine("bounded", levels=levels, packing=packing).feasible(snapshot, request)
+    assert indexed.tolist() == full.tolist()
+
+
+@settings(phases=_PHASES, max_examples=300, deadline=None, derandomize=True)
+@given(snapshots(), requests(), st.booleans())
+def test_with_room_for_every_candidate_bounded_decides_as_a_full_scan(
+    snapshot: Snapshot, request: Request, packing: bool
+) -> None:
+    full = _engine("full", packing=packing).place(snapshot, request)
+    bounded = _engine("bounded", candidates=1000, packing=packing).place(snapshot, request)
+    assert (bounded.providers, bounded.weights) == (full.providers, full.weights)
+    assert bounded.placed == full.placed
+
+
+@settings(phases=_PHASES, max_examples=300, deadline=None, derandomize=True)
+@given(snapshots(), requests(), st.integers(1, 3), st.booleans())
+def test_bounded_never_says_no_valid_host_when_a_full_scan_places(
+    snapshot: Snapshot, request: Request, candidates: int, packing: bool
+) -> None:
+    full = _engine("full", packing=packing).place(snapshot, request)
+    engine = _engine("bounded", candidates=candidates, packing=packing)
+    bounded = engine.place(snapshot, request)
+    assert bounded.placed == full.placed
+    if bounded.bounded:
+        assert bounded.scored <= max(candidates, request.num_instances)
+    # every pick passes every filter after the earlier picks
+    ctx = Context.start(snapshot, request)
+    demand = np.array([request.resources.get(rc, 0) for rc in snapshot.classes], dtype=np.int64)
+    for pid in bounded.providers:
+        row = snapshot.row_of[pid]
+        for f in engine.once + engine.each_pick:
+            assert f.reject(ctx, row) is None, f"{f.name} rejects {pid}"
+        ctx.used[row] += demand
+        ctx.picked.append(row)
+
+
+_STATE = st.sampled_from(STATES)
+_TRAITS = st.sets(st.sampled_from(TRAITS), max_size=2)
+_OPS = st.lists(
+    st.tuples(
+        st.sampled_from(("use", "use", "in-place", "record", "inventory", "back", "anew")),
+        st.integers(0, 23),
+        st.integers(-8, 8),
+    ),
+    max_size=12,
+)
+
+
+def _apply(history: list[Snapshot], op: tuple[str, int, int], data: st.DataObject) -> Snapshot:
+    """One twin of the latest snapshot (or an earlier one again); the
+    snapshots of ``history`` may be placed on again."""
+    kind, row, amount = op
+    latest = history[-1]
+    row %= latest.size
+    if kind == "use":  # a share of the row's capacity taken or given back
+        used = latest.used.copy()
+        step = latest.capacity()[row] // 8
+        used[row] = np.maximum(used[row] + amount * step, 0)
+        return latest.with_used(used, [row])
+    if kind == "in-place":  # the scheduler's way: its own copy, changed in place
+        history.pop()  # superseded by its twin: never placed on again
+        latest.used[row] += abs(amount) * (latest.capacity()[row] // 8)
+        return latest.with_used(latest.used, [row])
+    if kind == "record":
+        before = latest.providers[row]
+        record = dataclasses.replace(
+            before, state=data.draw(_STATE), traits=frozenset(data.draw(_TRAITS))
+        )
+        return latest.with_records({row: record})
+    if kind == "inventory":
+        total = latest.total.copy()
+        total[row] = np.maximum(total[row] + amount * (total[row] // 4 + 1), 0)
+        return latest.with_arrays([row], total=total)
+    if kind == "back":
+        return history[amount % len(history)]
+    return latest.with_used(latest.used.copy())  # lineage unknown: a rebuild
+
+
+@settings(phases=_PHASES, max_examples=150, deadline=None, derandomize=True)
+@given(snapshots(), _OPS, st.lists(requests(), min_size=1, max_size=3), st.data())
+def test_an_index_kept_up_to_date_draws_what_a_fresh_one_draws(
+    first: Snapshot, ops: list[tuple[str, int, int]], asked: list[Request], data: st.DataObject
+) -> None:
+    kept = _engine("bounded", candidates=2, levels=8)
+    history = [first]
+    for op in ops:
+        history.append(_apply(history, op, data))
+        snapshot = history[-1]
+        fresh = _engine("bounded", candidates=2, levels=8)
+        index, capacity = kept.index(snapshot), kept._resources.capacity(snapshot)  # type: ignore[union-attr]
+        index.check(snapshot, capacity)
+        rows = range(snapshot.size)
+        assert [index.where(r) for r in rows] == [fresh.index(snapshot).where(r) for r in rows]
+        for request in asked:
+            assert kept.feasible(snapshot, request).tolist() == (
+                _engine("full").feasible(snapshot, request).tolist()
+            )
+            assert kept.place(snapshot, request) == fresh.place(snapshot, request)
+
+
+@settings(phases=_PHASES, max_examples=200, deadline=None, derandomize=True)
+@given(snapshots(), st.integers(0, 23), st.sampled_from((1, 2, 256)), st.booleans())
+def test_a_request_for_exactly_what_a_provider_has_free_finds_it(
+    snapshot: Snapshot, row: int, levels: int, packing: bool
+) -> None:
+    """Exact fits are where a bound off by one would lose a provider."""
+    row %= snapshot.size
+    free = snapshot.capacity()[row] - snapshot.used[row]
+    resources = {rc: max(int(free[j]), 1) for j, rc in enumerate(snapshot.classes)}
+    request = Request("exact", resources or {"VCPU": 1})
+    full = _engine("full").feasible(snapshot, request)
+    indexed = _engine("bounded", levels=levels, packing=packing).feasible(snapshot, request)
+    assert indexed.tolist() == full.tolist()
+
+
+@settings(phases=_PHASES, max_examples=200, deadline=None, derandomize=True)
+@given(
+    st.lists(st.integers(0, 199), max_size=60, unique=True),
+    st.lists(st.tuples(st.booleans(), st.integers(0, 199)), max_size=120),
+    st.lists(st.integers(1, 40), min_size=1, max_size=5),
+)
+def test_a_bucket_reads_its_rows_in_order_as_they_come_and_go(
+    first: list[int], moves: list[tuple[bool, int]], heads: list[int]
+) -> None:
+    from placement.index import _Bucket
+
+    b = 7
+    bucket_of = np.full(200, 3, dtype=np.int64)
+    bucket_of[first] = b
+    bucket = _Bucket(np.asarray(sorted(first), dtype=np.int64))
+    for arrive, row in moves:
+        if arrive and bucket_of[row] != b:
+            bucket_of[row] = b
+            bucket.added.append(row)
+        elif not arrive and bucket_of[row] == b:
+            bucket_of[row] = 3
+            bucket.stale += 1
+        for m in heads:
+            rows, complete = bucket.head(m, bucket_of, b)
+            everyone = np.flatnonzero(bucket_of == b).tolist()
+            assert rows.tolist() == everyone[: len(rows)]
+            assert len(rows) >= min(m, len(everyone))
+            assert not complete or rows.tolist() == everyone
