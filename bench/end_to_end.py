@@ -44,7 +44,7 @@ from consumers.snapshot_source import LiveSnapshot
 from ledger.log import Append
 from ledger.partitioner import partition_for
 from placement.config import SchedulerConfig
-from placement.engine import Sampling
+from placement.engine import Bounded, Sampling
 from projections.view.engine import sqlite_url
 from projections.view.loader import committed_offsets
 from projections.view.tables import inventories
@@ -198,6 +198,7 @@ def sustained(
     wave: int = 2000,
     writer_processes: int = 0,
     described: bool = False,
+    bounded: Bounded | None = None,
 ) -> dict[str, Any]:
     """The scheduler ranks its next wave (one snapshot each) while the writers
     decide the previous one, and only their decisions count as placements.
@@ -212,6 +213,7 @@ def sustained(
         config = SchedulerConfig.default()
         engine = config.engine()
         engine.sampling = Sampling(percentage=sample, minimum=100)
+        engine.bounded = bounded or Bounded("full")
         snapshots = LiveSnapshot(app.engine)
         snapshots()  # a running scheduler read the whole view once, when it started
         scheduler = Scheduler(

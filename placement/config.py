@@ -9,7 +9,7 @@ Example::
     mode = "auto"                # full, bounded, or auto: bounded from bounded_from providers
     candidates = 64              # bounded: providers weighed, drawn from the feasibility index
     bounded_from = 20000
-    levels = 256                 # bounded: how finely the index orders by free capacity
+    levels = 64                  # bounded: how finely the index orders by free capacity
 
     [filters]
     enabled = ["ComputeFilter", "ResourceFilter", "AvailabilityZoneFilter"]
@@ -78,7 +78,7 @@ class _Scheduler(BaseModel):
     mode: Literal["full", "bounded", "auto"] = "auto"
     candidates: int = Field(default=64, ge=1, le=100_000)
     bounded_from: int = Field(default=20_000, ge=0)
-    levels: int = Field(default=256, ge=1, le=65_536)
+    levels: int = Field(default=64, ge=1, le=65_536)
 
 
 class _ScriptletSection(BaseModel):

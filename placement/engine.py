@@ -133,7 +133,7 @@ class Bounded:
     mode: Literal["full", "bounded", "auto"] = "auto"
     candidates: int = 64
     from_providers: int = 20_000
-    levels: int = 256
+    levels: int = 64
 
     def __post_init__(self) -> None:
         if self.mode not in ("full", "bounded", "auto"):
@@ -291,7 +291,10 @@ class Engine:
             for w in self.weighers:
                 if isinstance(w, FreeResourceWeigher):
                     weights[w.resource_class] = weights.get(w.resource_class, 0.0) + w.multiplier
-            index = self._index = FeasibilityIndex(snapshot, weights, capacity, self.bounded.levels)
+            statics = [f for f in (*self.once, *self.each_pick) if f.static]
+            index = self._index = FeasibilityIndex(
+                snapshot, weights, capacity, self.bounded.levels, statics
+            )
             self.index_builds += 1
         return index
 
@@ -334,7 +337,7 @@ class Engine:
         ctx = Context(snapshot, request, snapshot.used)
         found: list[IntArray] = []
         have = examined = 0
-        for rows in index.walk(snapshot, demand, passing, capacity):
+        for rows in index.walk(snapshot, demand, passing, capacity, wanted - have):
             examined += len(rows)
             for f in checks:
                 rows = rows[f.mask(ctx, rows)]

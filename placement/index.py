@@ -7,20 +7,24 @@ a request, in the order the weighers would rank them, and weighs only the
 first ``candidates`` of them. Feasibility stays exact; only the scoring is
 bounded.
 
-**Groups.** Providers alike in everything the static filters read
-(:func:`static_key`: state, zone, traits, aggregates, capabilities, metadata)
-form a group. A static filter answers for a whole group by asking one of
-its providers, once per request signature (:func:`signature`: the
+**Groups.** Providers alike in everything the enabled static filters read
+(each filter's ``group_key``: the compute filter reads the state, the zone
+filter the zones, the traits filter the traits...) form a group. A static
+filter answers for a whole group by asking one of its providers, once per
+request signature (:func:`signature`: the
 request's zone, traits, extra specs, image, project, user and flavor) and
 group, remembered until the snapshot's aggregates change: requests of the
 same kind share the answer (Borg's equivalence classes). A new attribute
-joins the grouping by being read by ``static_key``.
+joins the grouping through the ``group_key`` of the filter that reads it.
 
 **Levels.** Within a group, providers are bucketed by a level of their
-free capacity as the resource weighers see it: ``s = sum(m_c x free_c /
+free capacity as the resource weighers see it (capacity with the
+inventories' allocation ratios, not the aggregates' overrides, which only
+the resource filter applies): ``s = sum(m_c x free_c /
 scale_c)`` over the classes the RAM, CPU and disk weighers weigh (``m_c``
-their multipliers, ``scale_c`` the power of two at or above the largest
-capacity of the class, ``free_c`` clamped to [0, scale_c]), cut into
+their multipliers, ``scale_c`` the largest capacity of the class, as
+Nova's normalisation divides by the largest free amount among the
+candidates, ``free_c`` clamped to [0, scale_c]), cut into
 ``levels`` equal steps; level 0 holds what the weighers like best: the
 emptiest when spreading, the fullest when packing. Each bucket keeps, per
 class, an upper bound of its providers' free capacity, so a request skips
@@ -28,8 +32,9 @@ the buckets that cannot hold it; the rest are read provider by provider
 and checked exactly.
 
 **Order.** ``walk`` yields the providers a request can take, level by
-level, and within a level in row order, whatever the index's history: the
-same snapshot and request draw the same candidates, so decisions replay.
+level, within a level group by group in the canonical order of their keys,
+and within a group in row order, whatever the index's history: the same
+snapshot and request draw the same candidates, so decisions replay.
 
 **Kept up to date.** A snapshot made from another by ``with_used``,
 ``with_arrays`` or ``with_records`` with ``changed`` rows says which rows
@@ -38,19 +43,23 @@ those, O(changes). The index also remembers, for the last few snapshots it
 reflected, which rows it has re-read since, so it can follow a twin of an
 earlier snapshot too (a scheduler's working copies branch off the view's
 snapshots and come back). Anything else (a snapshot built anew, other
-classes or aggregates, a new largest provider) is a rebuild, O(providers).
+classes or aggregates, a new largest capacity of a weighed class) is a rebuild, O(providers).
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Hashable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
-from placement.filters.base import Context, HostFilter
-from placement.model import BoolArray, FloatArray, IntArray, Provider, Request, Snapshot
+from placement.filters.base import Context, HostFilter, frozen, static_key
+from placement.model import FloatArray, IntArray, Provider, Request, Snapshot
 
+_WHOLE = 64
+"""Buckets of up to this many rows are read whole at once."""
 _STEPS = 4
 """Recent snapshots the index remembers how to return to (a scheduler's
 working copies, one per request, each made from the one before)..."""
@@ -60,27 +69,14 @@ to (the view's snapshots a wave of requests started from), kept apart so
 the steps of a long wave do not push them out."""
 
 
-def _frozen(value: Any) -> Hashable:
-    if isinstance(value, Mapping):
-        return tuple(sorted((str(k), _frozen(v)) for k, v in value.items()))
-    if isinstance(value, list | tuple):
-        return tuple(_frozen(v) for v in value)
-    if isinstance(value, set | frozenset):
-        return frozenset(_frozen(v) for v in value)
-    return value  # type: ignore[no-any-return]
-
-
-def static_key(provider: Provider) -> Hashable:
-    """What static filters may read of a provider: providers with the same
-    key get the same answer from every one of them."""
-    return (
-        provider.state,
-        provider.availability_zone,
-        provider.traits,
-        provider.aggregates,
-        _frozen(provider.capabilities) if provider.capabilities else (),
-        _frozen(provider.metadata) if provider.metadata else (),
-    )
+def _canonical(value: Any) -> str:
+    """``value`` written out the same way in every process (a frozenset's
+    own order follows string hashing, which differs between processes)."""
+    if isinstance(value, frozenset | set):
+        return "{" + ",".join(sorted(_canonical(v) for v in value)) + "}"
+    if isinstance(value, tuple | list):
+        return "(" + ",".join(_canonical(v) for v in value) + ")"
+    return repr(value)
 
 
 def signature(request: Request) -> Hashable:
@@ -89,19 +85,12 @@ def signature(request: Request) -> Hashable:
         request.availability_zone,
         request.required_traits,
         request.forbidden_traits,
-        _frozen(request.extra_specs),
-        _frozen(request.image_properties),
+        frozen(request.extra_specs),
+        frozen(request.image_properties),
         request.project_id,
         request.user_id,
         request.flavor_name,
     )
-
-
-def _exponents(capacity: IntArray) -> IntArray:
-    """Per value, the least e with 2**e >= value (0 for values up to 1)."""
-    _, e = np.frexp(np.maximum(capacity - 1, 0).astype(np.float64))
-    exponents: IntArray = e.astype(np.int64)
-    return exponents
 
 
 class _Bucket:
@@ -130,8 +119,12 @@ class _Bucket:
     def head(self, m: int, bucket_of: IntArray, b: int) -> tuple[IntArray, bool]:
         """The first ``m`` rows (or more) in the bucket, ascending, and
         whether they are all of them."""
-        if len(self.added) > 64 or self.stale > max(64, (len(self.rows) - self.start) // 2):
-            self.compact(bucket_of, b)
+        live = len(self.rows) - self.start
+        if not self.added and not self.stale:  # every row in ``rows`` is in the bucket
+            return self.rows[self.start : self.start + m], live <= m
+        if (self.added and live <= 512) or len(self.added) > 64 or self.stale > max(64, live // 2):
+            self.compact(bucket_of, b)  # small buckets at once: cheaper than merging each read
+            return self.rows[:m], len(self.rows) <= m
         end = self.start + m + self.stale
         main = self.rows[self.start : end]
         valid = bucket_of[main] == b
@@ -157,6 +150,35 @@ class _Bucket:
         return main, complete
 
 
+class Verdicts:
+    """Per group of an index: 1 when the static filters let a request's
+    providers through, 0 when not, -1 when not asked yet."""
+
+    def __init__(
+        self,
+        index: FeasibilityIndex,
+        snapshot: Snapshot,
+        request: Request,
+        statics: Sequence[HostFilter],
+        known: npt.NDArray[np.int8],
+    ) -> None:
+        self.index, self.snapshot, self.request = index, snapshot, request
+        self.statics, self.known = statics, known
+
+    def admit(self, gids: IntArray) -> IntArray:
+        """Those of ``gids`` whose providers the static filters let through."""
+        verdicts = self.known[gids]
+        unknown = verdicts < 0
+        if unknown.any():
+            ctx = Context(self.snapshot, self.request, self.snapshot.used)
+            for k in np.flatnonzero(unknown).tolist():
+                rep = self.index._member(int(gids[k]))
+                ok = rep is not None and all(f.reject(ctx, rep) is None for f in self.statics)
+                verdicts[k] = self.known[gids[k]] = ok
+        admitted: IntArray = gids[verdicts > 0]
+        return admitted
+
+
 class FeasibilityIndex:
     """The index of one snapshot (and, through ``sync``, of its twins)."""
 
@@ -165,13 +187,19 @@ class FeasibilityIndex:
         snapshot: Snapshot,
         weights: Mapping[str, float],
         capacity: IntArray | None,
-        levels: int = 256,
+        levels: int = 64,
+        statics: Sequence[HostFilter] = (),
     ) -> None:
         """``weights``: resource class -> multiplier of the weighers that
         weigh its free capacity; ``capacity``: the snapshot's capacity by
         class as the resource filter measures it (None when no filter
-        checks capacity: nothing is pruned by it then)."""
+        checks capacity: nothing is pruned by it then); ``statics``: the
+        static filters enabled, whose ``group_key`` groups the providers."""
         self.levels = levels
+        self.statics = tuple(statics)
+        self._keys: dict[Hashable, int] = {}
+        """What static filters may read of a provider -> its group, so the
+        filters' keys are worked out once per kind of provider."""
         self.classes = snapshot.classes
         self.size = snapshot.size
         self.aggregates = snapshot.aggregates
@@ -185,9 +213,13 @@ class FeasibilityIndex:
         self.low = sum(min(m, 0.0) for _, m in self.proxy)
         self._groups: dict[Hashable, int] = {}
         self._reps: list[int] = []
-        self._passing: dict[Hashable, BoolArray] = {}
-        """Request signature -> per group, whether the static filters pass it
-        (as long as the group count when it was worked out)."""
+        self._names: list[str] = []
+        """Per group, its key written out canonically."""
+        self._order = np.zeros(0, dtype=np.int64)
+        self._order_stale = True
+        self._passing: dict[Hashable, npt.NDArray[np.int8]] = {}
+        """Request signature -> per group, the static filters' verdict
+        (see :class:`Verdicts`)."""
         self.rebuilds = 0
         self.refreshed = 0
         """Rows re-read by ``sync`` since the index was built."""
@@ -197,21 +229,26 @@ class FeasibilityIndex:
 
     def _build(self, snapshot: Snapshot, capacity: IntArray | None) -> None:
         n, c = snapshot.size, len(snapshot.classes)
-        cap = snapshot.capacity_by_class() if capacity is None else capacity
+        weighed = snapshot.capacity_by_class()  # what the weighers measure free against
+        cap = weighed if capacity is None else capacity
         self._providers = snapshot.providers
         self.group_of = np.fromiter(
-            (self._group(static_key(p), row) for row, p in enumerate(snapshot.providers)),
-            np.int64,
-            n,
+            (self._group(p, row) for row, p in enumerate(snapshot.providers)), np.int64, n
         )
         proxied = [j for j, _ in self.proxy]
-        self.exponents = _exponents(cap[proxied]) if proxied else np.zeros((0, n), np.int64)
-        self.histogram = np.zeros((len(proxied), 64), dtype=np.int64)
+        self.capacities = weighed[proxied] if proxied else np.zeros((0, n), np.int64)
+        """The capacity of each proxied class, per row: what the scales
+        are the largest of."""
+        self.tally: list[Counter[int]] = []
+        """Per proxied class, how many rows have each capacity, so the
+        largest is known exactly as rows change."""
         for k in range(len(proxied)):
-            self.histogram[k] = np.bincount(self.exponents[k], minlength=64)[:64]
+            values, counts = np.unique(self.capacities[k], return_counts=True)
+            self.tally.append(Counter(dict(zip(values.tolist(), counts.tolist(), strict=True))))
         self.scale = self._scales()
-        free: IntArray = cap - snapshot.used.T
-        ranks = self._ranks(free)
+        used = snapshot.used.T
+        free: IntArray = cap - used
+        ranks = self._ranks(free if cap is weighed else weighed - used)
         slots = max(len(self._reps), 1)
         self.bucket_of = self.group_of * self.levels + ranks
         self.count = np.bincount(self.bucket_of, minlength=slots * self.levels)
@@ -241,8 +278,8 @@ class FeasibilityIndex:
         self.level_ub = by_level.max(axis=0)
 
     def _scales(self) -> FloatArray:
-        tops = [int(np.flatnonzero(h)[-1]) if h.any() else 0 for h in self.histogram]
-        return np.asarray([float(2**t) for t in tops], dtype=np.float64)
+        tops = [max((v for v, c in tally.items() if c > 0), default=1) for tally in self.tally]
+        return np.asarray([float(max(top, 1)) for top in tops], dtype=np.float64)
 
     def _ranks(self, free: IntArray) -> IntArray:
         """The level of each column of ``free`` (classes x rows)."""
@@ -257,12 +294,30 @@ class FeasibilityIndex:
         ranks: IntArray = np.clip(steps, 0, self.levels - 1).astype(np.int64)
         return ranks
 
-    def _group(self, key: Hashable, row: int) -> int:
+    def _group(self, provider: Provider, row: int) -> int:
+        everything = static_key(provider)
+        gid = self._keys.get(everything)
+        if gid is not None:
+            return gid
+        key = tuple(f.group_key(provider, self.aggregates) for f in self.statics)
         gid = self._groups.get(key)
         if gid is None:
             gid = self._groups[key] = len(self._reps)
             self._reps.append(row)
+            self._names.append(_canonical(key))
+            self._order_stale = True
+        self._keys[everything] = gid
         return gid
+
+    def _group_order(self) -> IntArray:
+        """Per group, its place in the canonical order of the groups (their
+        keys written out, sorted), which orders the buckets of one level."""
+        if self._order_stale:
+            order = sorted(range(len(self._names)), key=self._names.__getitem__)
+            self._order = np.empty(len(order), dtype=np.int64)
+            self._order[order] = np.arange(len(order))
+            self._order_stale = False
+        return self._order
 
     @property
     def group_count(self) -> int:
@@ -335,29 +390,29 @@ class FeasibilityIndex:
         self.refreshed += len(rows)
         if not len(rows):
             return True
-        cap = snapshot.capacity_by_class() if capacity is None else capacity
+        weighed = snapshot.capacity_by_class()[:, rows]
+        cap = weighed if capacity is None else capacity[:, rows]
         groups = self.group_of[rows]
         if snapshot.providers is not self._providers:
             providers = snapshot.providers
             groups = np.fromiter(
-                (self._group(static_key(providers[r]), r) for r in rows.tolist()),
-                np.int64,
-                len(rows),
+                (self._group(providers[r], r) for r in rows.tolist()), np.int64, len(rows)
             )
             self._providers = providers
             self._grow()
         if self.proxy:
-            fresh = _exponents(cap[[j for j, _ in self.proxy]][:, rows])
-            old = self.exponents[:, rows]
+            fresh = weighed[[j for j, _ in self.proxy]]
+            old = self.capacities[:, rows]
             if not np.array_equal(fresh, old):
-                for k in range(len(self.proxy)):
-                    np.add.at(self.histogram[k], old[k], -1)
-                    np.add.at(self.histogram[k], fresh[k], 1)
-                self.exponents[:, rows] = fresh
+                for k, tally in enumerate(self.tally):
+                    tally.subtract(old[k].tolist())
+                    tally.update(fresh[k].tolist())
+                self.capacities[:, rows] = fresh
                 if not np.array_equal(self._scales(), self.scale):
                     return False
-        free: IntArray = cap[:, rows] - snapshot.used[rows].T
-        new = groups * self.levels + self._ranks(free)
+        used = snapshot.used[rows].T
+        free: IntArray = cap - used
+        new = groups * self.levels + self._ranks(weighed - used)
         old_b = self.bucket_of[rows]
         moved = np.flatnonzero(new != old_b)
         self.group_of[rows] = groups
@@ -400,28 +455,22 @@ class FeasibilityIndex:
 
     def passing(
         self, snapshot: Snapshot, request: Request, statics: Sequence[HostFilter]
-    ) -> BoolArray:
-        """Per group, whether every static filter in ``statics`` (those that
-        apply to ``request``) lets its providers through."""
+    ) -> Verdicts:
+        """Whether every static filter in ``statics`` (those that apply to
+        ``request``) lets each group's providers through, decided for a group
+        when a walk first reaches it and remembered for requests of the same
+        signature."""
         groups = self.group_count
-        if not statics:
-            return np.ones(groups, dtype=np.bool_)
         key = (signature(request), tuple(id(f) for f in statics))
         known = self._passing.get(key)
-        if known is not None and len(known) == groups:
-            return known
-        done = 0 if known is None else len(known)
-        answers = np.empty(groups, dtype=np.bool_)
-        if known is not None:
-            answers[:done] = known
-        ctx = Context(snapshot, request, snapshot.used)
-        for gid in range(done, groups):
-            rep = self._member(gid)
-            answers[gid] = rep is not None and all(f.reject(ctx, rep) is None for f in statics)
-        if len(self._passing) > 4096:
-            self._passing.clear()
-        self._passing[key] = answers
-        return answers
+        if known is None or len(known) < groups:
+            grown = np.full(max(groups, 1), -1 if statics else 1, dtype=np.int8)
+            if known is not None:
+                grown[: len(known)] = known
+            if len(self._passing) > 4096:
+                self._passing.clear()
+            known = self._passing[key] = grown
+        return Verdicts(self, snapshot, request, statics, known)
 
     def _member(self, gid: int) -> int | None:
         """A row in group ``gid`` now, or None when it has none."""
@@ -441,77 +490,127 @@ class FeasibilityIndex:
         self,
         snapshot: Snapshot,
         demand: Sequence[tuple[int, int]],
-        passing: BoolArray,
+        passing: Verdicts,
         capacity: IntArray | None,
+        batch: int = 1,
     ) -> Iterator[IntArray]:
         """The rows of groups ``passing`` whose free capacity holds
         ``demand`` ((column, amount) of each class asked), best level first
-        and ascending within a level, in chunks. ``snapshot`` is the one the
-        index was last synced to."""
+        and ascending within a level, in chunks of ``batch`` rows or more
+        (the last may be smaller). ``snapshot`` is the one the index was
+        last synced to."""
+        held: list[IntArray] = []
+        have = 0
+        for rows in self._walk(snapshot, demand, passing, capacity, batch):
+            held.append(rows)
+            have += len(rows)
+            if have >= batch:
+                yield np.concatenate(held) if len(held) > 1 else rows
+                held, have = [], 0
+        if held:
+            yield np.concatenate(held) if len(held) > 1 else held[0]
+
+    def _walk(
+        self,
+        snapshot: Snapshot,
+        demand: Sequence[tuple[int, int]],
+        passing: Verdicts,
+        capacity: IntArray | None,
+        batch: int,
+    ) -> Iterator[IntArray]:
         if not self.prunes:
             demand = ()
         levels, c = self.levels, len(self.classes)
-        groups = min(self.group_count, len(passing))
+        groups = min(self.group_count, len(passing.known))
         count = self.count[: groups * levels].reshape(groups, levels)
         ub = self.ub[: groups * levels].reshape(groups, levels, c)
         open_levels = self.level_count > 0
         for j, amount in demand:
             open_levels &= self.level_ub[:, j] >= amount
         cap = snapshot.capacity_by_class() if capacity is None else capacity
+        order = self._group_order()
         for rank in np.flatnonzero(open_levels).tolist():
-            ok = passing[:groups] & (count[:, rank] > 0)
+            ok = (passing.known[:groups] != 0) & (count[:, rank] > 0)
             for j, amount in demand:
                 ok &= ub[:, rank, j] >= amount
-            gids = np.flatnonzero(ok)
-            if not len(gids):
-                continue
-            yield from self._level(snapshot, cap, (gids * levels + rank).tolist(), demand)
+            gids = passing.admit(np.flatnonzero(ok))
+            if len(gids) > 1:
+                gids = gids[np.argsort(order[gids])]
+            # small buckets read whole are checked together; a large one is
+            # read a growing prefix at a time, after those before it
+            whole: list[tuple[int, IntArray]] = []
+            held = 0
+            for b in (gids * levels + rank).tolist():
+                rows, complete = self.buckets[b].head(_WHOLE, self.bucket_of, b)
+                if complete:
+                    whole.append((b, rows))
+                    held += len(rows)
+                    if held < batch:
+                        continue
+                if whole:
+                    yield from self._fitting(snapshot, cap, whole, demand)
+                    whole, held = [], 0
+                if not complete:
+                    yield from self._bucket(snapshot, cap, b, demand, rows)
+            if whole:
+                yield from self._fitting(snapshot, cap, whole, demand)
 
-    def _level(
-        self, snapshot: Snapshot, cap: IntArray, bids: list[int], demand: Sequence[tuple[int, int]]
+    def _fitting(
+        self,
+        snapshot: Snapshot,
+        cap: IntArray,
+        whole: list[tuple[int, IntArray]],
+        demand: Sequence[tuple[int, int]],
     ) -> Iterator[IntArray]:
-        """The rows of buckets ``bids`` (one level) that hold ``demand``,
-        merged in ascending order, read a growing prefix at a time."""
-        m, emitted, first = 16, -1, True
+        """The rows of buckets read whole (one level, in order) that hold
+        ``demand``; a bucket none of whose rows does had a loose bound,
+        brought down to what its rows hold."""
+        rows = np.concatenate([r for _, r in whole]) if len(whole) > 1 else whole[0][1]
+        free: IntArray = cap[:, rows] - snapshot.used[rows].T
+        fits = np.ones(len(rows), dtype=np.bool_)
+        for j, amount in demand:
+            fits &= free[j] >= amount
+        if demand and len(rows):
+            sizes = np.fromiter((len(r) for _, r in whole), np.int64, len(whole))
+            full = np.flatnonzero(sizes)
+            starts = np.cumsum(sizes)[full] - sizes[full]
+            loose = np.flatnonzero(np.add.reduceat(fits, starts) == 0)
+            if len(loose):
+                bounds = np.maximum.reduceat(free, starts, axis=1)[:, loose].T
+                self.ub[[whole[k][0] for k in full[loose].tolist()]] = bounds
+                self._level_bound(whole[0][0] % self.levels)
+        fitting = rows[fits]
+        if len(fitting):
+            yield fitting
+
+    def _bucket(
+        self,
+        snapshot: Snapshot,
+        cap: IntArray,
+        b: int,
+        demand: Sequence[tuple[int, int]],
+        first: IntArray,
+    ) -> Iterator[IntArray]:
+        """The rows of a large bucket ``b`` that hold ``demand``, ascending,
+        read a growing prefix at a time (``first`` the first prefix)."""
+        rows, complete, m, emitted = first, False, _WHOLE, 0
         while True:
-            parts, bound = [], None
-            for b in bids:
-                rows, complete = self.buckets[b].head(m, self.bucket_of, b)
-                parts.append(rows)
-                if not complete and len(rows):
-                    bound = int(rows[-1]) if bound is None else min(bound, int(rows[-1]))
-            merged = np.concatenate(parts) if len(parts) > 1 else parts[0]
-            if len(parts) > 1:
-                merged = np.sort(merged)
-            keep = merged > emitted
-            if bound is not None:
-                keep &= merged <= bound
-            safe = merged[keep]
-            if len(safe):
-                emitted = int(safe[-1])
-                free: IntArray = cap[:, safe] - snapshot.used[safe].T
-                fits = np.ones(len(safe), dtype=np.bool_)
+            fresh = rows[emitted:]
+            if len(fresh):
+                free: IntArray = cap[:, fresh] - snapshot.used[fresh].T
+                fits = np.ones(len(fresh), dtype=np.bool_)
                 for j, amount in demand:
                     fits &= free[j] >= amount
-                if first and bound is None:
-                    self._tighten(bids, safe, free)  # every row of the level read at once
-                fitting = safe[fits]
+                fitting = fresh[fits]
                 if len(fitting):
                     yield fitting
-            if bound is None:
+            if complete:
                 return
-            m, first = m * 4, False
+            emitted, m = len(rows), m * 4
+            rows, complete = self.buckets[b].head(m, self.bucket_of, b)
 
-    def _tighten(self, bids: list[int], rows: IntArray, free: IntArray) -> None:
-        """Bring the upper bounds of buckets ``bids``, all of whose ``rows``
-        were read, down to what those rows hold (bounds only rise as rows
-        arrive, so they loosen as rows leave), and their level's with them."""
-        where = self.bucket_of[rows]
-        for b in bids:
-            mine = where == b
-            if mine.any():
-                self.ub[b] = free[:, mine].max(axis=1)
-        rank = bids[0] % self.levels
+    def _level_bound(self, rank: int) -> None:
+        """Level ``rank``'s bounds, again from its buckets'."""
         c, groups = len(self.classes), self.group_count
         by_level = self.ub[: groups * self.levels].reshape(groups, self.levels, c)
         self.level_ub[rank] = by_level[:, rank].max(axis=0)
@@ -527,13 +626,20 @@ class FeasibilityIndex:
         """Raise AssertionError unless the index holds ``snapshot`` (it was
         last synced to it): every row in the bucket of its group and level,
         the counts right, and every bound at or above what it bounds."""
-        cap = snapshot.capacity_by_class() if capacity is None else capacity
+        weighed = snapshot.capacity_by_class()
+        cap = weighed if capacity is None else capacity
         free: IntArray = cap - snapshot.used.T
         groups = np.fromiter(
-            (self._groups[static_key(p)] for p in snapshot.providers), np.int64, snapshot.size
+            (
+                self._groups[tuple(f.group_key(p, self.aggregates) for f in self.statics)]
+                for p in snapshot.providers
+            ),
+            np.int64,
+            snapshot.size,
         )
         assert (self.group_of == groups).all(), "a row in the wrong group"
-        assert (self.bucket_of == groups * self.levels + self._ranks(free)).all(), "wrong level"
+        ranks = self._ranks(weighed - snapshot.used.T)
+        assert (self.bucket_of == groups * self.levels + ranks).all(), "wrong level"
         assert (np.bincount(self.bucket_of, minlength=len(self.count)) == self.count).all()
         if self.prunes and len(self.classes):
             assert (self.ub[self.bucket_of] >= free.T).all(), "a bucket's bound below a row"
@@ -547,7 +653,7 @@ class FeasibilityIndex:
         arrays = (
             self.group_of,
             self.bucket_of,
-            self.exponents,
+            self.capacities,
             self.count,
             self.ub,
             self.level_count,

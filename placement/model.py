@@ -7,10 +7,9 @@ resource filters and weighers work on whole columns at once.
 
 from __future__ import annotations
 
-import copy
 import itertools
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 import numpy as np
@@ -306,7 +305,9 @@ class Snapshot:
         the twin by re-reading those rows only. An array may be this
         snapshot's own, changed in place at those rows: this snapshot is then
         superseded by the twin, which is the one to place on."""
-        twin = copy.copy(self)
+        twin = object.__new__(Snapshot)
+        for name in _SLOTS:  # what copy.copy does, in a twentieth of the time
+            object.__setattr__(twin, name, getattr(self, name))
         for name, array in arrays.items():
             if name not in RESOURCE_ARRAYS:
                 raise ValueError(f"{name} is not one of the snapshot's arrays")
@@ -413,6 +414,9 @@ class Snapshot:
             step_size=arrays["step_size"],
             aggregates=dict(aggregates or {}),
         )
+
+
+_SLOTS = tuple(f.name for f in fields(Snapshot))
 
 
 @dataclass(frozen=True, slots=True)

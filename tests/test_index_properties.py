@@ -70,6 +70,7 @@ _PROVIDER = st.tuples(
     st.integers(0, 1),
     st.integers(0, 1),
     st.tuples(_INVENTORY, _INVENTORY, _INVENTORY),
+    st.sampled_from(({}, {}, {"allowed_projects": "p1"})),
 )
 _LARGEST = (64, 16_384, 2_048)
 
@@ -77,7 +78,7 @@ _LARGEST = (64, 16_384, 2_048)
 def _built(drawn: list[Any]) -> Snapshot:
     records: list[Provider] = []
     inventories: dict[str, dict[str, dict[str, Any]]] = {}
-    for i, (state, zone, traits, aggs, kvm, io, hosts, group, web, inv) in enumerate(drawn):
+    for i, (state, zone, traits, aggs, kvm, io, hosts, group, web, inv, meta) in enumerate(drawn):
         pid = f"p{i:02d}"
         records.append(
             Provider(
@@ -92,6 +93,7 @@ def _built(drawn: list[Any]) -> Snapshot:
                 instances=frozenset({"i1"}) if hosts else frozenset(),
                 groups={"g": group},
                 tags={"web": web},
+                metadata=meta,
             )
         )
         inventories[pid] = {}

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Hashable, Mapping
 
 from placement.extra_specs import matches
 from placement.filters.base import Context, HostFilter
+from placement.model import Aggregate, Provider
 
 SCOPE = "aggregate_instance_extra_specs"
 
@@ -21,6 +23,9 @@ class AggregateInstanceExtraSpecsFilter(HostFilter):
     name = "AggregateInstanceExtraSpecsFilter"
     cost = 6
     static = True
+
+    def group_key(self, provider: Provider, aggregates: Mapping[str, Aggregate]) -> Hashable:
+        return provider.aggregates
 
     def reject(self, ctx: Context, row: int) -> str | None:
         specs = ctx.request.extra_specs

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Mapping
+
 import numpy as np
 
 from placement.filters.base import Context, HostFilter
-from placement.model import BoolArray, IntArray, Request, Snapshot
+from placement.model import Aggregate, BoolArray, IntArray, Provider, Request, Snapshot
 
 KEY = "availability_zone"
 
@@ -55,18 +57,23 @@ class AvailabilityZoneFilter(HostFilter):
         return passing
 
     def zones(self, ctx: Context, row: int) -> set[str]:
-        provider = ctx.snapshot.providers[row]
+        return self._zones(ctx.snapshot.providers[row], ctx.snapshot.aggregates)
+
+    def _zones(self, provider: Provider, aggregates: Mapping[str, Aggregate]) -> set[str]:
         found = {
             zone.strip()
-            for aggregate in ctx.snapshot.aggregates_of(row)
-            if KEY in aggregate.metadata
-            for zone in aggregate.metadata[KEY].split(",")
+            for name in sorted(provider.aggregates)
+            if name in aggregates and KEY in aggregates[name].metadata
+            for zone in aggregates[name].metadata[KEY].split(",")
         }
         if provider.availability_zone is not None:
             found.add(provider.availability_zone)
         if not found and self.default_zone is not None:
             found.add(self.default_zone)
         return found
+
+    def group_key(self, provider: Provider, aggregates: Mapping[str, Aggregate]) -> Hashable:
+        return frozenset(self._zones(provider, aggregates))
 
     def applies(self, request: Request) -> bool:
         return bool(request.availability_zone)

@@ -10,12 +10,37 @@ whole-array NumPy operations.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
-from placement.model import BoolArray, FloatArray, IntArray, Request, Snapshot
+from placement.model import Aggregate, BoolArray, FloatArray, IntArray, Provider, Request, Snapshot
+
+
+def frozen(value: Any) -> Hashable:
+    """``value`` (mappings, lists and sets within) as something hashable."""
+    if isinstance(value, Mapping):
+        return tuple(sorted((str(k), frozen(v)) for k, v in value.items()))
+    if isinstance(value, list | tuple):
+        return tuple(frozen(v) for v in value)
+    if isinstance(value, set | frozenset):
+        return frozenset(frozen(v) for v in value)
+    return value  # type: ignore[no-any-return]
+
+
+def static_key(provider: Provider) -> Hashable:
+    """Everything a static filter may read of a provider (see
+    ``HostFilter.static``)."""
+    return (
+        provider.state,
+        provider.availability_zone,
+        provider.traits,
+        provider.aggregates,
+        frozen(provider.capabilities) if provider.capabilities else (),
+        frozen(provider.metadata) if provider.metadata else (),
+    )
 
 
 @dataclass(slots=True)
@@ -146,6 +171,16 @@ class HostFilter(ABC):
     traits, aggregates and their metadata, capabilities, metadata): bounded
     placement then asks it once per group of providers alike in those,
     instead of once per provider."""
+
+    def group_key(self, provider: Provider, aggregates: Mapping[str, Aggregate]) -> Hashable:
+        """For a static filter, what it reads of ``provider`` (with the
+        snapshot's ``aggregates``): providers with equal keys get the same
+        answer to every request, so bounded placement groups them by the
+        keys of the static filters enabled. By default everything a static
+        filter may read; a filter that reads less says so, and the groups
+        are fewer and larger."""
+        return static_key(provider)
+
     reads_others: ClassVar[bool] = False
     """True when a provider's answer depends on other providers (where a
     server group's members are): bounded placement cannot judge a draw of

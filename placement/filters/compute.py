@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Mapping
+
 from placement.filters.base import Context, HostFilter
-from placement.model import BoolArray, IntArray
+from placement.model import Aggregate, BoolArray, IntArray, Provider
 
 ENABLED = "enabled"
 
@@ -16,6 +18,9 @@ class ComputeFilter(HostFilter):
     name = "ComputeFilter"
     cost = 1
     static = True
+
+    def group_key(self, provider: Provider, aggregates: Mapping[str, Aggregate]) -> Hashable:
+        return provider.state
 
     def reject(self, ctx: Context, row: int) -> str | None:
         state = ctx.snapshot.providers[row].state

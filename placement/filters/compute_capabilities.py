@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Mapping
+
 from placement.extra_specs import capability_value, matches, spec_applies
-from placement.filters.base import Context, HostFilter
-from placement.model import Request
+from placement.filters.base import Context, HostFilter, frozen
+from placement.model import Aggregate, Provider, Request
 
 
 class ComputeCapabilitiesFilter(HostFilter):
@@ -16,6 +18,9 @@ class ComputeCapabilitiesFilter(HostFilter):
     name = "ComputeCapabilitiesFilter"
     cost = 5
     static = True
+
+    def group_key(self, provider: Provider, aggregates: Mapping[str, Aggregate]) -> Hashable:
+        return frozen(provider.capabilities)
 
     def applies(self, request: Request) -> bool:
         return bool(request.extra_specs)

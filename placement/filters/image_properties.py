@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import operator
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from placement.filters.base import Context, HostFilter
-from placement.model import BoolArray, IntArray, Request
+from placement.filters.base import Context, HostFilter, frozen
+from placement.model import Aggregate, BoolArray, IntArray, Provider, Request
 
 # Old spellings Nova still accepts, by the canonical name they map to.
 _ARCH = {
@@ -120,6 +120,9 @@ class ImagePropertiesFilter(HostFilter):
     name = "ImagePropertiesFilter"
     cost = 5
     static = True
+
+    def group_key(self, provider: Provider, aggregates: Mapping[str, Aggregate]) -> Hashable:
+        return frozen(provider.capabilities)
 
     def __init__(self, default_architecture: str | None = None) -> None:
         self.default_architecture = default_architecture

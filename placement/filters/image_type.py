@@ -10,10 +10,12 @@ conversion). A request without one is not restricted.
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Mapping
+
 import numpy as np
 
 from placement.filters.base import Context, HostFilter
-from placement.model import BoolArray, IntArray, Provider, Request
+from placement.model import Aggregate, BoolArray, IntArray, Provider, Request
 
 
 def image_type_trait(request: Request) -> str | None:
@@ -25,6 +27,9 @@ class ImageTypeSupportFilter(HostFilter):
     name = "ImageTypeSupportFilter"
     cost = 2
     static = True
+
+    def group_key(self, provider: Provider, aggregates: Mapping[str, Aggregate]) -> Hashable:
+        return provider.traits
 
     def __init__(self) -> None:
         # which providers have a trait depends on the snapshot's records only

@@ -10,7 +10,7 @@ needs the request to require the traits of them all.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -43,6 +43,9 @@ class IsolatedAggregatesFilter(HostFilter):
     name = "IsolatedAggregatesFilter"
     cost = 3
     static = True
+
+    def group_key(self, provider: Provider, aggregates: Mapping[str, Aggregate]) -> Hashable:
+        return provider.aggregates
 
     def __init__(self) -> None:
         self._known: tuple[Mapping[str, Aggregate], tuple[Provider, ...], _Isolated] | None = None

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Mapping
+
 from placement.filters.base import Context, HostFilter
+from placement.model import Aggregate, Provider
 
 PREFIX = "filter_tenant_id"
 
@@ -23,6 +26,9 @@ class AggregateMultiTenancyIsolation(HostFilter):
     name = "AggregateMultiTenancyIsolation"
     cost = 3
     static = True
+
+    def group_key(self, provider: Provider, aggregates: Mapping[str, Aggregate]) -> Hashable:
+        return provider.aggregates
 
     def reject(self, ctx: Context, row: int) -> str | None:
         allowed: set[str] = set()

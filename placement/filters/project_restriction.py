@@ -9,9 +9,10 @@ configured with for that name.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
 
-from placement.filters.base import Context, HostFilter
+from placement.filters.base import Context, HostFilter, frozen
+from placement.model import Aggregate, Provider
 
 PROJECTS = "allowed_projects"
 MEMBER_GROUPS = "allowed_member_groups"
@@ -33,6 +34,9 @@ class ProjectRestrictionFilter(HostFilter):
     name = "ProjectRestrictionFilter"
     cost = 3
     static = True
+
+    def group_key(self, provider: Provider, aggregates: Mapping[str, Aggregate]) -> Hashable:
+        return (frozen(provider.metadata), provider.aggregates)
 
     def __init__(self, member_groups: Mapping[str, Iterable[str]] | None = None) -> None:
         self.member_groups: dict[str, frozenset[str]] = {

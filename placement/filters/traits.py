@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Hashable, Mapping
 
 from placement.filters.base import Context, HostFilter
-from placement.model import Request
+from placement.model import Aggregate, Provider, Request
 
 # "trait:NAME", or a granular group's "trait1:NAME" / "trait_foo:NAME"; a flat
 # provider has to satisfy every group itself, so the suffix does not matter.
@@ -34,6 +35,9 @@ class TraitsFilter(HostFilter):
     name = "TraitsFilter"
     cost = 2
     static = True
+
+    def group_key(self, provider: Provider, aggregates: Mapping[str, Aggregate]) -> Hashable:
+        return provider.traits
 
     def applies(self, request: Request) -> bool:
         if not (request.required_traits or request.forbidden_traits or request.extra_specs):

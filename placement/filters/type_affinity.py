@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Mapping
+
 from placement.filters.base import Context, HostFilter
+from placement.model import Aggregate, Provider
 
 KEY = "instance_type"
 
@@ -17,6 +20,9 @@ class AggregateTypeAffinityFilter(HostFilter):
     name = "AggregateTypeAffinityFilter"
     cost = 3
     static = True
+
+    def group_key(self, provider: Provider, aggregates: Mapping[str, Aggregate]) -> Hashable:
+        return provider.aggregates
 
     def reject(self, ctx: Context, row: int) -> str | None:
         restricting = [a for a in ctx.snapshot.aggregates_of(row) if KEY in a.metadata]

@@ -1,0 +1,457 @@
+"""A million providers: bounded placement against the full scan.
+
+    python -m bench.scale [--sizes 100000,1000000] [--decisions 2000]
+                          [--full-every 20] [--quality-providers 2000]
+                          [--writers-providers 100000] [--writers-requests 20000]
+
+For each size, a realistic cluster (five node types, four zones, traits,
+hardware-generation, overcommit and tenant aggregates, 2% disabled, each
+provider 0-100% full, 65% on average) is built as a snapshot, and a stream
+of mixed requests (seven shapes, a quarter asking a zone, some SSD or GPU)
+is placed in bounded mode, each pick applied to the snapshot as the
+scheduler applies it (a twin that says which row changed). Every
+``full-every``-th request is also placed by the full scan on the same
+snapshot, alternated in the same run, and the bounded pick is scored
+against the full scan's best (regret: the score lost, as a share of the
+spread between the full scan's best and worst feasible provider). Each
+latency is given in wall time and in the thread's CPU time: on a machine
+shared with other work the wall time's tail is mostly waiting for a core.
+
+The quality replay then drives a smaller cluster to saturation with a
+synthetic trace (Poisson arrivals, the shape mix, lognormal lifetimes), in
+full and in bounded mode alternately, spreading (the default weighers) and
+packing (the RAM, CPU and disk weighers negated): regret, stranded capacity
+(free capacity on providers that no shape of the mix fits any more, as a
+share of all capacity) and false "no valid host" (a bounded failure that a
+full scan on the same state places).
+
+Last, sustained placements through the real writers (bench.end_to_end's
+scenario: embedded log, SQLite view, the scheduler on a live snapshot, the
+writers in a thread), full and bounded alternately.
+
+Progress goes to stderr; the figures are one JSON object on the last line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import heapq
+import json
+import math
+import os
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from bench.common import note, timed
+from berth.app import tune_gc
+from berth.compile import compiled
+from placement.config import SchedulerConfig
+from placement.engine import Bounded, Engine, Placement, demand_row
+from placement.filters.base import Context
+from placement.model import Aggregate, IntArray, Provider, Request, Snapshot
+from placement.weighers.combine import weigh_all
+
+CLASSES = ("DISK_GB", "MEMORY_MB", "VCPU")
+NODE_TYPES = (
+    # name, share, VCPU, MEMORY_MB, DISK_GB, traits
+    ("general", 0.45, 64, 262_144, 2_000, ("AVX2",)),
+    ("compute", 0.20, 96, 196_608, 1_000, ("AVX2", "AVX512")),
+    ("memory", 0.15, 48, 786_432, 2_000, ("AVX2",)),
+    ("small", 0.15, 16, 65_536, 500, ()),
+    ("gpu", 0.05, 32, 393_216, 4_000, ("AVX2", "HW_GPU")),
+)
+ZONES = ("az1", "az2", "az3", "az4")
+AGGREGATES = {
+    "gen-2019": Aggregate("gen-2019"),
+    "gen-2021": Aggregate("gen-2021"),
+    "gen-2023": Aggregate("gen-2023"),
+    "overcommit": Aggregate("overcommit", {"cpu_allocation_ratio": "8.0"}),
+    "tenant-blue": Aggregate("tenant-blue", {"filter_tenant_id": "blue"}),
+}
+SHAPES = (
+    # share, VCPU, MEMORY_MB, DISK_GB
+    (0.30, 1, 2_048, 20),
+    (0.25, 2, 4_096, 40),
+    (0.20, 4, 8_192, 80),
+    (0.12, 8, 16_384, 160),
+    (0.08, 16, 65_536, 320),
+    (0.04, 32, 131_072, 640),
+    (0.01, 8, 65_536, 200),  # with a GPU
+)
+
+
+def cluster(n: int, seed: int = 7) -> Snapshot:
+    """``n`` providers of the realistic mix, built straight into arrays."""
+    rng = np.random.default_rng(seed)
+    kinds = rng.choice(len(NODE_TYPES), size=n, p=[t[1] for t in NODE_TYPES])
+    sizes = np.asarray([(t[4], t[3], t[2]) for t in NODE_TYPES], dtype=np.int64)[kinds]
+    ratio = np.ones((n, 3), dtype=np.float64)
+    ratio[:, 2] = 4.0
+    reserved = np.zeros((n, 3), dtype=np.int64)
+    reserved[:, 1] = 4_096
+    fill = rng.beta(2.6, 1.4, size=n)
+    capacity = ((sizes - reserved) * ratio).astype(np.int64)
+    jitter = rng.uniform(0.8, 1.0, size=(n, 3))
+    used = np.floor(capacity * fill[:, None] * jitter).astype(np.int64)
+    providers = _records(n, kinds, rng)
+    ones = np.ones((n, 3), dtype=np.int64)
+    return Snapshot(
+        providers=providers,
+        classes=CLASSES,
+        total=sizes,
+        reserved=reserved,
+        used=used,
+        allocation_ratio=ratio,
+        min_unit=ones,
+        max_unit=ones * (2**31 - 1),
+        step_size=ones.copy(),
+        aggregates=AGGREGATES,
+    )
+
+
+def _records(n: int, kinds: IntArray, rng: np.random.Generator) -> tuple[Provider, ...]:
+    zones = rng.integers(0, len(ZONES), size=n).tolist()
+    ssd = (rng.random(n) < 0.5).tolist()
+    disabled = (rng.random(n) < 0.02).tolist()
+    generation = rng.integers(0, 3, size=n).tolist()
+    overcommit = (rng.random(n) < 0.1).tolist()
+    tenant = (rng.random(n) < 0.05).tolist()
+    io = np.where(rng.random(n) < 0.05, rng.integers(1, 4, size=n), 0).tolist()
+    traits: dict[tuple[int, bool], frozenset[str]] = {}
+    aggregates: dict[tuple[int, bool, bool], frozenset[str]] = {}
+    records = []
+    for i, kind in enumerate(kinds.tolist()):
+        t = traits.setdefault(
+            (kind, ssd[i]), frozenset(NODE_TYPES[kind][5] + (("SSD",) if ssd[i] else ()))
+        )
+        key = (generation[i], overcommit[i] and kind != 4, tenant[i])
+        a = aggregates.get(key)
+        if a is None:
+            names = [f"gen-{2019 + 2 * key[0]}"]
+            names += ["overcommit"] * key[1] + ["tenant-blue"] * key[2]
+            a = aggregates[key] = frozenset(names)
+        pid = f"node-{i:07d}"
+        records.append(
+            Provider(
+                pid,
+                host=pid,
+                state="disabled" if disabled[i] else "enabled",
+                availability_zone=ZONES[zones[i]],
+                traits=t,
+                aggregates=a,
+                num_io_ops=io[i],
+            )
+        )
+    return tuple(records)
+
+
+def requests(count: int, seed: int = 11) -> list[Request]:
+    """The mix: seven shapes, a quarter asking a zone, a tenth SSD, the GPU
+    shape a GPU."""
+    rng = random.Random(seed)
+    shares = [s[0] for s in SHAPES]
+    out = []
+    for k in range(count):
+        (i,) = rng.choices(range(len(SHAPES)), shares)
+        _, vcpu, memory, disk = SHAPES[i]
+        traits = {"HW_GPU"} if i == len(SHAPES) - 1 else set()
+        if rng.random() < 0.1:
+            traits.add("SSD")
+        zone = rng.choice(ZONES) if rng.random() < 0.25 else None
+        out.append(
+            Request(
+                f"r{k}",
+                {"VCPU": vcpu, "MEMORY_MB": memory, "DISK_GB": disk},
+                project_id="blue" if rng.random() < 0.05 else "default",
+                availability_zone=zone,
+                required_traits=frozenset(traits),
+            )
+        )
+    return out
+
+
+def engines(packing: bool = False, levels: int = 64) -> tuple[Engine, Engine]:
+    """(full scan, bounded) with the default filters and weighers, or the
+    resource weighers negated (packing)."""
+    data: dict[str, Any] = {}
+    if packing:
+        data["weighers"] = {"RAMWeigher": -1.0, "CPUWeigher": -1.0, "DiskWeigher": -1.0}
+        data["weighers"] |= {"IoOpsWeigher": -1.0, "BuildFailureWeigher": 1_000_000.0}
+    full = SchedulerConfig.from_mapping({**data, "scheduler": {"mode": "full"}}).engine()
+    scheduler = {"mode": "bounded", "levels": levels}
+    return full, SchedulerConfig.from_mapping({**data, "scheduler": scheduler}).engine()
+
+
+def regret(full: Engine, snapshot: Snapshot, request: Request, row: int) -> float:
+    """The score ``row`` loses against the full scan's best, as a share of
+    the spread of the full scan's scores over every feasible provider."""
+    rows = full.feasible(snapshot, request)
+    scores = weigh_all(full.weighers, Context(snapshot, request, snapshot.used), rows)
+    best, worst = float(scores.max()), float(scores.min())
+    if best == worst:
+        return 0.0
+    chosen = float(scores[int(np.searchsorted(rows, row))])
+    return (best - chosen) / (best - worst)
+
+
+def _rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _ms(samples: Sequence[float]) -> dict[str, float]:
+    ms = np.asarray(samples) * 1000
+    return {
+        "p50_ms": round(float(np.percentile(ms, 50)), 3),
+        "p99_ms": round(float(np.percentile(ms, 99)), 3),
+    }
+
+
+@dataclass(slots=True)
+class _Stream:
+    """A snapshot that takes each bounded pick, as the scheduler's wave does."""
+
+    snapshot: Snapshot
+    used: IntArray
+
+    @classmethod
+    def of(cls, snapshot: Snapshot) -> _Stream:
+        used = snapshot.used.copy()
+        return cls(snapshot.with_used(used, ()), used)
+
+    def take(self, placement: Placement, request: Request) -> None:
+        demand = demand_row(self.snapshot, request.resources)
+        rows = [self.snapshot.row_of[pid] for pid in placement.providers]
+        for row in rows:
+            self.used[row] += demand
+        self.snapshot = self.snapshot.with_used(self.used, rows)
+
+
+def decisions(n: int, count: int, full_every: int) -> dict[str, Any]:
+    """Decision latency at ``n`` providers, bounded and full alternated."""
+    gc.collect()
+    before = _rss()
+    with timed() as built:
+        snapshot = cluster(n)
+    held = _rss() - before
+    full, bounded = engines()
+    with timed() as indexed:
+        index = bounded.index(snapshot)
+    stream = _Stream.of(snapshot)
+    asked = requests(count)
+    full.place(stream.snapshot, asked[0])  # the filters' tables, as a running scheduler has
+    samples: dict[str, list[float]] = {
+        "bounded": [],
+        "bounded_cpu": [],
+        "full": [],
+        "full_cpu": [],
+        "sync": [],
+        "regret": [],
+    }
+    seen: dict[str, list[int]] = {"examined": [], "scored": [], "full_scored": []}
+    for k, request in enumerate(asked):
+        started, cpu = time.perf_counter(), time.thread_time()
+        bounded.index(stream.snapshot)  # the last pick's row re-read: the update
+        synced = time.perf_counter()
+        placement = bounded.place(stream.snapshot, request)
+        samples["sync"].append(synced - started)
+        samples["bounded"].append(time.perf_counter() - started)
+        samples["bounded_cpu"].append(time.thread_time() - cpu)
+        seen["examined"].append(placement.examined)
+        seen["scored"].append(placement.scored)
+        if k % full_every == 0:
+            started, cpu = time.perf_counter(), time.thread_time()
+            best = full.place(stream.snapshot, request)
+            samples["full"].append(time.perf_counter() - started)
+            samples["full_cpu"].append(time.thread_time() - cpu)
+            seen["full_scored"].append(best.scored)
+            assert best.placed == placement.placed, "a false no valid host"
+            if placement.placed:
+                row = stream.snapshot.row_of[placement.providers[0]]
+                samples["regret"].append(regret(full, stream.snapshot, request, row))
+        if placement.placed:
+            stream.take(placement, request)
+    figures = {
+        "snapshot_build_s": round(built[0], 2),
+        "snapshot_bytes_per_provider": round(held / n),
+        "index_build_s": round(indexed[0], 2),
+        "index_bytes": index.memory_bytes(),
+        "index_bytes_per_provider": round(index.memory_bytes() / n, 1),
+        "index_groups": index.group_count,
+        "index_buckets": len(index.buckets),
+        "index_rebuilds": bounded.index_builds - 1,
+        "index_update_us_per_record": round(1e6 * float(np.median(samples["sync"])), 1),
+        "examined_mean": round(float(np.mean(seen["examined"])), 1),
+        "examined_p99": float(np.percentile(seen["examined"], 99)),
+        "scored_max": max(seen["scored"]),
+        "full_scored_mean": round(float(np.mean(seen["full_scored"])), 1),
+        "regret_mean": round(float(np.mean(samples["regret"])), 5),
+        "regret_p99": round(float(np.percentile(samples["regret"], 99)), 5),
+        "full_decisions": len(samples["full"]),
+    }
+    for mode in ("bounded", "bounded_cpu", "full", "full_cpu"):
+        figures |= {f"{mode}_{k}": v for k, v in _ms(samples[mode]).items()}
+    return figures
+
+
+# -- quality: a trace driven to saturation -------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Arrival:
+    at: float
+    request: Request
+    lifetime: float
+
+
+def trace(count: int, providers: int, seed: int = 3) -> list[Arrival]:
+    """Poisson arrivals of the request mix with lognormal lifetimes (a heavy
+    tail: most short, a few living through the whole trace), at a rate that
+    fills ``providers`` empty providers past saturation by the end."""
+    rng = random.Random(seed)
+    mix = requests(count, seed)
+    mean_life = 50.0
+    rate = count / 100.0
+    at, out = 0.0, []
+    for request in mix:
+        at += rng.expovariate(rate)
+        life = rng.lognormvariate(math.log(mean_life) - 1.0, 1.4)
+        out.append(Arrival(at, request, life))
+    return out
+
+
+def _empty(snapshot: Snapshot) -> Snapshot:
+    return snapshot.with_used(np.zeros_like(snapshot.used))
+
+
+def replay(
+    snapshot: Snapshot, arrivals: Sequence[Arrival], engine: Engine, full: Engine, score: bool
+) -> dict[str, Any]:
+    """Place the trace on ``snapshot`` with ``engine``; with ``score``,
+    every decision's regret against the full scan on the same state."""
+    stream = _Stream.of(_empty(snapshot))
+    leaving: list[tuple[float, int, int, IntArray]] = []
+    placed = failed = false_no = 0
+    lost: list[float] = []
+    for k, arrival in enumerate(arrivals):
+        while leaving and leaving[0][0] <= arrival.at:
+            _, _, row, demand = heapq.heappop(leaving)
+            stream.used[row] -= demand
+            stream.snapshot = stream.snapshot.with_used(stream.used, [row])
+        placement = engine.place(stream.snapshot, arrival.request)
+        if not placement.placed:
+            failed += 1
+            if engine is not full and full.place(stream.snapshot, arrival.request).placed:
+                false_no += 1
+            continue
+        placed += 1
+        row = stream.snapshot.row_of[placement.providers[0]]
+        if score:
+            lost.append(regret(full, stream.snapshot, arrival.request, row))
+        demand = demand_row(stream.snapshot, arrival.request.resources)
+        heapq.heappush(leaving, (arrival.at + arrival.lifetime, k, row, demand))
+        stream.take(placement, arrival.request)
+    return {
+        "placed": placed,
+        "failed": failed,
+        "false_no_valid_host": false_no,
+        "stranded_pct": round(stranded(stream.snapshot), 3),
+        "used_pct": round(used_share(stream.snapshot), 3),
+        **(
+            {
+                "regret_mean": round(float(np.mean(lost)), 5),
+                "regret_p99": round(float(np.percentile(lost, 99)), 5),
+            }
+            if lost
+            else {}
+        ),
+    }
+
+
+def stranded(snapshot: Snapshot) -> float:
+    """Free capacity on enabled providers that no shape of the mix fits any
+    more, as a percentage of all capacity (the mean over classes)."""
+    free = np.maximum(snapshot.capacity() - snapshot.used, 0)
+    smallest = np.asarray([[s[3], s[2], s[1]] for s in SHAPES], dtype=np.int64)
+    fits = (free[:, None, :] >= smallest[None, :, :]).all(axis=2).any(axis=1)
+    stuck = ~fits & snapshot.enabled
+    share = free[stuck].sum(axis=0) / np.maximum(snapshot.capacity().sum(axis=0), 1)
+    return 100.0 * float(share.mean())
+
+
+def used_share(snapshot: Snapshot) -> float:
+    share = snapshot.used.sum(axis=0) / np.maximum(snapshot.capacity().sum(axis=0), 1)
+    return 100.0 * float(share.mean())
+
+
+def quality(providers: int, count: int, rounds: int) -> dict[str, Any]:
+    """Full scan and bounded mode alternated on the same trace, per policy."""
+    snapshot = cluster(providers, seed=17)
+    arrivals = trace(count, providers)
+    figures: dict[str, Any] = {"quality_providers": providers, "quality_requests": count}
+    for policy, packing in (("spread", False), ("pack", True)):
+        full, bounded = engines(packing)
+        runs: dict[str, list[dict[str, Any]]] = {"full": [], "bounded": []}
+        for _ in range(rounds):
+            note(f"quality: {policy}, full scan ...")
+            runs["full"].append(replay(snapshot, arrivals, full, full, False))
+            note(f"quality: {policy}, bounded ...")
+            runs["bounded"].append(replay(snapshot, arrivals, bounded, full, True))
+        for mode, results in runs.items():
+            for key, value in results[-1].items():
+                figures[f"quality_{policy}_{mode}_{key}"] = value
+    return figures
+
+
+# -- sustained placements through the real writers ---------------------------------
+
+
+def through_writers(providers: int, count: int, rounds: int) -> dict[str, Any]:
+    from bench.end_to_end import sustained
+
+    figures: dict[str, Any] = {"writers_providers": providers, "writers_requests": count}
+    runs: dict[str, list[float]] = {"full": [], "bounded": []}
+    for _ in range(rounds):
+        for mode in ("full", "bounded"):
+            note(f"through the writers, {providers} providers, {mode} ...")
+            result = sustained(providers, count, 100.0, False, bounded=Bounded(mode))
+            assert result["overcommitted_providers"] == 0
+            runs[mode].append(result["placements_per_s"])
+            figures[f"writers_{mode}_failed"] = result["failed"]
+    for mode, rates in runs.items():
+        figures[f"writers_{mode}_placements_per_s"] = rates
+    return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--sizes", default="100000,1000000")
+    parser.add_argument("--decisions", type=int, default=2000)
+    parser.add_argument("--full-every", type=int, default=20)
+    parser.add_argument("--quality-providers", type=int, default=2000)
+    parser.add_argument("--quality-requests", type=int, default=60000)
+    parser.add_argument("--rounds", type=int, default=1, help="alternations of full and bounded")
+    parser.add_argument("--writers-providers", type=int, default=100_000)
+    parser.add_argument("--writers-requests", type=int, default=20_000)
+    args = parser.parse_args()
+    tune_gc()
+    figures: dict[str, Any] = {"compiled": compiled()}
+    for n in (int(s) for s in args.sizes.split(",") if s):
+        note(f"{n} providers: decisions, bounded and full alternated ...")
+        figures |= {f"{k}_{n}": v for k, v in decisions(n, args.decisions, args.full_every).items()}
+        gc.collect()
+    if args.quality_providers:
+        figures |= quality(args.quality_providers, args.quality_requests, args.rounds)
+    if args.writers_providers:
+        figures |= through_writers(args.writers_providers, args.writers_requests, args.rounds)
+    print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    main()
