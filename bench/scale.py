@@ -1,7 +1,7 @@
 """A million providers: bounded placement against the full scan.
 
     python -m bench.scale [--sizes 100000,1000000] [--decisions 2000]
-                          [--full-every 20] [--quality-providers 2000]
+                          [--full-every 20] [--quality-providers 1000] [--rounds 1]
                           [--writers-providers 100000] [--writers-requests 20000]
 
 For each size, a realistic cluster (five node types, four zones, traits,
@@ -17,8 +17,9 @@ spread between the full scan's best and worst feasible provider). Each
 latency is given in wall time and in the thread's CPU time: on a machine
 shared with other work the wall time's tail is mostly waiting for a core.
 
-The quality replay then drives a smaller cluster to saturation with a
-synthetic trace (Poisson arrivals, the shape mix, lognormal lifetimes), in
+The quality replay then drives a smaller cluster, empty at first, into
+saturation with a synthetic trace (Poisson arrivals of the shape mix,
+lognormal lifetimes offering 1.2 times what the cluster holds), in
 full and in bounded mode alternately, spreading (the default weighers) and
 packing (the RAM, CPU and disk weighers negated): regret, stranded capacity
 (free capacity on providers that no shape of the mix fits any more, as a
@@ -310,18 +311,28 @@ class Arrival:
     lifetime: float
 
 
-def trace(count: int, providers: int, seed: int = 3) -> list[Arrival]:
-    """Poisson arrivals of the request mix with lognormal lifetimes (a heavy
-    tail: most short, a few living through the whole trace), at a rate that
-    fills ``providers`` empty providers past saturation by the end."""
+def holds(snapshot: Snapshot) -> int:
+    """About how many requests of the mix the snapshot's providers hold when
+    empty: each provider by its scarcest class against the mix's mean."""
+    shares = np.asarray([s[0] for s in SHAPES])
+    mean = np.asarray([[s[3], s[2], s[1]] for s in SHAPES]).T @ shares / shares.sum()
+    capacity = snapshot.capacity()[snapshot.enabled]
+    return int((capacity / mean).min(axis=1).sum())
+
+
+def trace(snapshot: Snapshot, load: float = 1.2, seed: int = 3) -> list[Arrival]:
+    """Poisson arrivals of the request mix (one per unit of time) with
+    lognormal lifetimes (a heavy tail: most short, a few living through the
+    whole trace) whose mean offers ``load`` times what the snapshot holds
+    empty; four times that many arrivals, to run well into saturation."""
     rng = random.Random(seed)
-    mix = requests(count, seed)
-    mean_life = 50.0
-    rate = count / 100.0
+    mean_life = load * holds(snapshot)
+    mix = requests(4 * int(mean_life), seed)
+    sigma = 1.4
     at, out = 0.0, []
     for request in mix:
-        at += rng.expovariate(rate)
-        life = rng.lognormvariate(math.log(mean_life) - 1.0, 1.4)
+        at += rng.expovariate(1.0)
+        life = rng.lognormvariate(math.log(mean_life) - sigma**2 / 2, sigma)
         out.append(Arrival(at, request, life))
     return out
 
@@ -390,11 +401,11 @@ def used_share(snapshot: Snapshot) -> float:
     return 100.0 * float(share.mean())
 
 
-def quality(providers: int, count: int, rounds: int) -> dict[str, Any]:
+def quality(providers: int, rounds: int) -> dict[str, Any]:
     """Full scan and bounded mode alternated on the same trace, per policy."""
     snapshot = cluster(providers, seed=17)
-    arrivals = trace(count, providers)
-    figures: dict[str, Any] = {"quality_providers": providers, "quality_requests": count}
+    arrivals = trace(snapshot)
+    figures: dict[str, Any] = {"quality_providers": providers, "quality_requests": len(arrivals)}
     for policy, packing in (("spread", False), ("pack", True)):
         full, bounded = engines(packing)
         runs: dict[str, list[dict[str, Any]]] = {"full": [], "bounded": []}
@@ -434,8 +445,7 @@ def main() -> None:
     parser.add_argument("--sizes", default="100000,1000000")
     parser.add_argument("--decisions", type=int, default=2000)
     parser.add_argument("--full-every", type=int, default=20)
-    parser.add_argument("--quality-providers", type=int, default=2000)
-    parser.add_argument("--quality-requests", type=int, default=60000)
+    parser.add_argument("--quality-providers", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=1, help="alternations of full and bounded")
     parser.add_argument("--writers-providers", type=int, default=100_000)
     parser.add_argument("--writers-requests", type=int, default=20_000)
@@ -447,7 +457,7 @@ def main() -> None:
         figures |= {f"{k}_{n}": v for k, v in decisions(n, args.decisions, args.full_every).items()}
         gc.collect()
     if args.quality_providers:
-        figures |= quality(args.quality_providers, args.quality_requests, args.rounds)
+        figures |= quality(args.quality_providers, args.rounds)
     if args.writers_providers:
         figures |= through_writers(args.writers_providers, args.writers_requests, args.rounds)
     print(json.dumps(figures))

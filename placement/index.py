@@ -50,6 +50,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Hashable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -150,6 +151,19 @@ class _Bucket:
         return main, complete
 
 
+@dataclass(frozen=True, slots=True)
+class _Drawn:
+    """What a walk found: ``rows`` that fit, in the walk's order (``keys``),
+    every one there is up to ``boundary`` (None: to the end), as of refresh
+    number ``epoch`` and group order ``layout``."""
+
+    epoch: int
+    layout: int
+    rows: IntArray
+    keys: IntArray
+    boundary: int | None
+
+
 class Verdicts:
     """Per group of an index: 1 when the static filters let a request's
     providers through, 0 when not, -1 when not asked yet."""
@@ -161,9 +175,10 @@ class Verdicts:
         request: Request,
         statics: Sequence[HostFilter],
         known: npt.NDArray[np.int8],
+        key: Hashable = None,
     ) -> None:
         self.index, self.snapshot, self.request = index, snapshot, request
-        self.statics, self.known = statics, known
+        self.statics, self.known, self.key = statics, known, key
 
     def admit(self, gids: IntArray) -> IntArray:
         """Those of ``gids`` whose providers the static filters let through."""
@@ -217,6 +232,15 @@ class FeasibilityIndex:
         """Per group, its key written out canonically."""
         self._order = np.zeros(0, dtype=np.int64)
         self._order_stale = True
+        self._layout = 0
+        self._drawn: dict[Hashable, _Drawn] = {}
+        """(Request signature, shape) -> the rows its last walk found."""
+        self._logged: list[IntArray] = []
+        """The rows of each refresh, oldest first..."""
+        self._log_base = 0
+        """...the first of them being refresh number ``_log_base``."""
+        self._logged_rows = 0
+        self._mark = np.zeros(snapshot.size, dtype=np.bool_)
         self._passing: dict[Hashable, npt.NDArray[np.int8]] = {}
         """Request signature -> per group, the static filters' verdict
         (see :class:`Verdicts`)."""
@@ -306,6 +330,7 @@ class FeasibilityIndex:
             self._reps.append(row)
             self._names.append(_canonical(key))
             self._order_stale = True
+            self._layout += 1  # the walks kept read groups in the order before
         self._keys[everything] = gid
         return gid
 
@@ -390,6 +415,7 @@ class FeasibilityIndex:
         self.refreshed += len(rows)
         if not len(rows):
             return True
+        self._note(rows)
         weighed = snapshot.capacity_by_class()[:, rows]
         cap = weighed if capacity is None else capacity[:, rows]
         groups = self.group_of[rows]
@@ -470,7 +496,7 @@ class FeasibilityIndex:
             if len(self._passing) > 4096:
                 self._passing.clear()
             known = self._passing[key] = grown
-        return Verdicts(self, snapshot, request, statics, known)
+        return Verdicts(self, snapshot, request, statics, known, key)
 
     def _member(self, gid: int) -> int | None:
         """A row in group ``gid`` now, or None when it has none."""
@@ -495,20 +521,122 @@ class FeasibilityIndex:
         batch: int = 1,
     ) -> Iterator[IntArray]:
         """The rows of groups ``passing`` whose free capacity holds
-        ``demand`` ((column, amount) of each class asked), best level first
-        and ascending within a level, in chunks of ``batch`` rows or more
-        (the last may be smaller). ``snapshot`` is the one the index was
-        last synced to."""
+        ``demand`` ((column, amount) of each class asked), best level first,
+        within a level group by group, ascending within a group, in chunks
+        of ``batch`` rows or more (the last may be smaller). ``snapshot`` is
+        the one the index was last synced to.
+
+        Requests of the same kind and shape share the walk: the rows the
+        last one found, as far as it read, are kept with the rows re-read
+        since then, which are all that can have changed among them; the
+        next takes those, updated, and walks on only if it needs more."""
+        key = (passing.key, tuple(demand))
+        keep = min(max(2 * batch, 64), 4096)  # kept for the next: enough, cheap to update
+        drawn = self._drawn.pop(key, None)
+        if drawn is not None and drawn.layout == self._layout and drawn.epoch >= self._log_base:
+            drawn = self._update(drawn, snapshot, demand, passing, capacity)
+            if len(drawn.rows) >= batch or drawn.boundary is None:
+                self._keep(key, drawn)
+                if len(drawn.rows):
+                    yield drawn.rows
+                if drawn.boundary is None:
+                    return  # the whole walk: nothing further
+                batch = 1  # more wanted: walk on past what was kept
+                skip = drawn.boundary
+            else:
+                skip = None
+        else:
+            skip = None
+        found: list[IntArray] = []
         held: list[IntArray] = []
-        have = 0
-        for rows in self._walk(snapshot, demand, passing, capacity, batch):
-            held.append(rows)
-            have += len(rows)
-            if have >= batch:
-                yield np.concatenate(held) if len(held) > 1 else rows
-                held, have = [], 0
-        if held:
-            yield np.concatenate(held) if len(held) > 1 else held[0]
+        have, exhausted = 0, False
+        try:
+            for rows in self._walk(snapshot, demand, passing, capacity, batch):
+                if skip is not None:
+                    rows = rows[self._order_keys(rows) > skip]
+                    if not len(rows):
+                        continue
+                found.append(rows)
+                held.append(rows)
+                have += len(rows)
+                if have >= batch:
+                    yield np.concatenate(held) if len(held) > 1 else rows
+                    held, have = [], 0
+            if held:
+                yield np.concatenate(held) if len(held) > 1 else held[0]
+            exhausted = True
+        finally:
+            if skip is None and found:  # what was read from the start, kept for the next
+                rows = np.concatenate(found) if len(found) > 1 else found[0]
+                self._keep(key, self._drawn_of(rows, exhausted, keep))
+
+    def _drawn_of(self, rows: IntArray, exhausted: bool, keep: int) -> _Drawn:
+        """``rows`` (a walk's, from its start) as kept: the first ``keep``,
+        every row there is up to the last of those."""
+        if len(rows) > keep:
+            rows, exhausted = rows[:keep], False
+        keys = self._order_keys(rows)
+        boundary = None if exhausted else int(keys[-1])
+        return _Drawn(self._epoch(), self._layout, rows, keys, boundary)
+
+    def _keep(self, key: Hashable, drawn: _Drawn) -> None:
+        if len(self._drawn) >= 256:
+            self._drawn.pop(next(iter(self._drawn)))
+        self._drawn[key] = drawn
+
+    def _order_keys(self, rows: IntArray) -> IntArray:
+        """Each row's place in the walk's order: (level, group, row)."""
+        b = self.bucket_of[rows]
+        keys: IntArray = ((b % self.levels) << 48) | (self._group_order()[b // self.levels] << 24)
+        return keys | rows
+
+    def _update(
+        self,
+        drawn: _Drawn,
+        snapshot: Snapshot,
+        demand: Sequence[tuple[int, int]],
+        passing: Verdicts,
+        capacity: IntArray | None,
+    ) -> _Drawn:
+        """``drawn`` as of now: the rows re-read since it was taken leave it,
+        and come back where they belong if they still fit before its end."""
+        since = self._logged[drawn.epoch - self._log_base :]
+        if not since:
+            return drawn
+        changed = np.unique(np.concatenate(since)) if len(since) > 1 else since[0]
+        mark = self._mark
+        mark[changed] = True  # a row per provider, all False between calls
+        stay = ~mark[drawn.rows]
+        mark[changed] = False
+        keys = self._order_keys(changed)
+        ok = np.ones(len(changed), dtype=np.bool_)
+        if drawn.boundary is not None:
+            ok &= keys <= drawn.boundary
+        cap = snapshot.capacity_by_class() if capacity is None else capacity
+        for j, amount in demand:
+            ok &= cap[j, changed] - snapshot.used[changed, j] >= amount
+        gids = self.bucket_of[changed] // self.levels
+        if ok.any():
+            passing.admit(np.unique(gids[ok]))  # decides the groups not asked yet
+            ok &= passing.known[gids] > 0
+        rows = np.concatenate((drawn.rows[stay], changed[ok]))
+        merged = np.concatenate((drawn.keys[stay], keys[ok]))
+        order = np.argsort(merged, kind="stable")
+        return _Drawn(self._epoch(), drawn.layout, rows[order], merged[order], drawn.boundary)
+
+    def _note(self, rows: IntArray) -> None:
+        """Note rows re-read, for the walks kept; forget the oldest half
+        once the log is long (the walks kept from before then start again)."""
+        self._logged.append(rows)
+        self._logged_rows += len(rows)
+        if len(self._logged) > 4096 or self._logged_rows > 65_536:
+            half = len(self._logged) // 2
+            self._log_base += half
+            self._logged_rows -= sum(len(r) for r in self._logged[:half])
+            del self._logged[:half]
+
+    def _epoch(self) -> int:
+        return self._log_base + len(self._logged)
 
     def _walk(
         self,

@@ -287,7 +287,10 @@ def test_an_index_kept_up_to_date_draws_what_a_fresh_one_draws(
             assert kept.feasible(snapshot, request).tolist() == (
                 _engine("full").feasible(snapshot, request).tolist()
             )
-            assert kept.place(snapshot, request) == fresh.place(snapshot, request)
+            decided, again = kept.place(snapshot, request), fresh.place(snapshot, request)
+            # the same decision (how many providers were read to reach it may differ:
+            # the kept engine shares the walk of requests of the same kind)
+            assert (decided.providers, decided.weights) == (again.providers, again.weights)
 
 
 @settings(phases=_PHASES, max_examples=200, deadline=None, derandomize=True)
