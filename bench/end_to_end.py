@@ -215,7 +215,10 @@ def sustained(
         engine.sampling = Sampling(percentage=sample, minimum=100)
         engine.bounded = bounded or Bounded("full")
         snapshots = LiveSnapshot(app.engine)
-        snapshots()  # a running scheduler read the whole view once, when it started
+        with timed() as startup:
+            first = snapshots()  # a running scheduler read the whole view once, when it started
+            if engine.bounded.applies(first.size):
+                engine.index(first)
         scheduler = Scheduler(
             Publisher(app.log, clock_ms=lambda: NOW_MS),
             engine,
@@ -261,6 +264,7 @@ def sustained(
         overcommitted = _overcommitted(app)
         app.close()
     return {
+        "startup_s": round(startup[0], 2),
         "placements_per_s": round(placed / t[0], 1),
         "placed": placed,
         "failed": failed,

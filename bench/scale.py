@@ -435,6 +435,7 @@ def through_writers(providers: int, count: int, rounds: int) -> dict[str, Any]:
             assert result["overcommitted_providers"] == 0
             runs[mode].append(result["placements_per_s"])
             figures[f"writers_{mode}_failed"] = result["failed"]
+            figures[f"writers_{mode}_startup_s"] = result["startup_s"]
     for mode, rates in runs.items():
         figures[f"writers_{mode}_placements_per_s"] = rates
     return figures

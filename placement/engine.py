@@ -208,6 +208,10 @@ class Engine:
         self._resources = next((f for f in ordered if isinstance(f, ResourceFilter)), None)
         self._index: FeasibilityIndex | None = None
         self.index_builds = 0
+        self._drew: FeasibilityIndex | None = None
+        """The last draw's index, for what its candidates are normalised by
+        (see ``Context.reference``)."""
+        self._io: tuple[IntArray | None, float] = (None, 0.0)
         """How many times the index was built from scratch (not followed)."""
         self._next_start = 0  # where the next sample starts, so samples rotate
         self._rows: IntArray = np.arange(0, dtype=np.int64)
@@ -298,28 +302,46 @@ class Engine:
             self.index_builds += 1
         return index
 
+    def _most_io(self, snapshot: Snapshot) -> float:
+        """The most I/O operations in flight on any provider (once per
+        snapshot's counts, which usage-only twins share)."""
+        counts, most = self._io
+        if counts is not snapshot.num_io_ops:
+            most = float(max(int(snapshot.num_io_ops.max(initial=0)), 0))
+            self._io = (snapshot.num_io_ops, most)
+        return most
+
     def _place_bounded(self, snapshot: Snapshot, request: Request) -> Placement | None:
         """Place ``request`` on candidates drawn from the index, or None when
         a full scan must decide (see :class:`Bounded`)."""
         drawn = self._draw(snapshot, request, max(self.bounded.candidates, request.num_instances))
         if drawn is None or not len(drawn[0]):
             return None  # nothing fits, or the index cannot tell: the full scan says
-        candidates, examined, checks = drawn
+        candidates, examined, checks, everyone = drawn
         # in row order, so that ties go to the earliest row as in a full scan
         candidates.sort()
         each_pick = [f for f in self.each_pick if f in checks] if request.num_instances > 1 else []
-        placement = self._place(snapshot, request, False, candidates, None, (), each_pick, True)
+        # all that fit drawn: their own largest values are the full scan's
+        reference = None
+        if not everyone:
+            index = self._drew
+            assert index is not None
+            reference = (index.reference(), self._most_io(snapshot))
+        placement = self._place(
+            snapshot, request, False, candidates, None, (), each_pick, True, reference
+        )
         if not placement.placed and placement.refusal is None:
             return None  # the draw could not take every instance: decide on them all
         return replace(placement, examined=examined, bounded=True)
 
     def _draw(
         self, snapshot: Snapshot, request: Request, wanted: int
-    ) -> tuple[IntArray, int, list[HostFilter]] | None:
+    ) -> tuple[IntArray, int, list[HostFilter], bool] | None:
         """The first ``wanted`` providers that every filter lets through for
         the request's first instance, in the index's order; how many the
-        index read to find them; and the filters checked one by one (those
-        the index does not answer for). None when the index cannot tell."""
+        index read to find them; the filters checked one by one (those the
+        index does not answer for); and whether those are all there are.
+        None when the index cannot tell."""
         applying = [f for f in (*self.once, *self.each_pick) if f.applies(request)]
         if any(f.reads_others for f in applying):
             return None
@@ -333,10 +355,12 @@ class Engine:
         index = self.index(snapshot)
         capacity = None if self._resources is None else self._resources.capacity(snapshot)
         passing = index.passing(snapshot, request, [f for f in applying if f.static])
+        self._drew = index
         checks = [f for f in applying if not f.static]
         ctx = Context(snapshot, request, snapshot.used)
         found: list[IntArray] = []
         have = examined = 0
+        everyone = False
         for rows in index.walk(snapshot, demand, passing, capacity, wanted - have):
             examined += len(rows)
             for f in checks:
@@ -348,10 +372,12 @@ class Engine:
                 have += len(rows)
                 if have >= wanted:
                     break
+        else:
+            everyone = True  # the walk ended before finding as many as wanted
         if not found:
-            return np.zeros(0, dtype=np.int64), examined, checks
+            return np.zeros(0, dtype=np.int64), examined, checks, True
         drawn = np.concatenate(found) if len(found) > 1 else found[0].copy()
-        return drawn[:wanted], examined, checks
+        return drawn[:wanted], examined, checks, everyone
 
     def _place(
         self,
@@ -363,6 +389,7 @@ class Engine:
         once: Sequence[HostFilter] | None = None,
         each_pick: Sequence[HostFilter] | None = None,
         aside: bool = False,
+        reference: tuple[FloatArray, float] | None = None,
     ) -> Placement:
         """Place ``request`` on ``rows``; ``start`` is given when they are
         consecutive, from ``start`` on. ``once`` and ``each_pick``: the
@@ -372,6 +399,8 @@ class Engine:
         # the snapshot's usage is only read until a pick that a later pick of
         # this request must see, so most requests never copy it
         ctx = Context(snapshot, request, snapshot.used)
+        if reference is not None:
+            ctx.reference, ctx.io_reference = reference
         considered = len(rows)
         if start is not None:
             ctx.consecutive(rows, start)

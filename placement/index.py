@@ -444,18 +444,24 @@ class FeasibilityIndex:
         self.group_of[rows] = groups
         if len(moved):
             self._move(rows[moved], old_b[moved], new[moved])
-        np.maximum.at(self.ub, new, free.T)
         ranks = new % self.levels
-        np.maximum.at(self.level_ub, ranks, free.T)
+        if len(rows) <= 8:  # a pick or two: row by row costs less than ufunc.at
+            for k, (b, rank) in enumerate(zip(new.tolist(), ranks.tolist(), strict=True)):
+                np.maximum(self.ub[b], free[:, k], out=self.ub[b])
+                np.maximum(self.level_ub[rank], free[:, k], out=self.level_ub[rank])
+        else:
+            np.maximum.at(self.ub, new, free.T)
+            np.maximum.at(self.level_ub, ranks, free.T)
         return True
 
     def _move(self, rows: IntArray, old: IntArray, new: IntArray) -> None:
         self.bucket_of[rows] = new
-        np.add.at(self.count, old, -1)
-        np.add.at(self.count, new, 1)
-        np.add.at(self.level_count, old % self.levels, -1)
-        np.add.at(self.level_count, new % self.levels, 1)
+        count, level_count, levels = self.count, self.level_count, self.levels
         for row, b_old, b_new in zip(rows.tolist(), old.tolist(), new.tolist(), strict=True):
+            count[b_old] -= 1
+            count[b_new] += 1
+            level_count[b_old % levels] -= 1
+            level_count[b_new % levels] += 1
             self.buckets[b_old].stale += 1
             bucket = self.buckets.get(b_new)
             if bucket is None:
@@ -742,6 +748,20 @@ class FeasibilityIndex:
         c, groups = len(self.classes), self.group_count
         by_level = self.ub[: groups * self.levels].reshape(groups, self.levels, c)
         self.level_ub[rank] = by_level[:, rank].max(axis=0)
+
+    def reference(self) -> FloatArray:
+        """Per class, the largest capacity of any provider, for the classes
+        the resource weighers weigh (0 for the others): what bounded mode
+        normalises free capacity by, as the full scan's weighers normalise
+        by the largest free among every provider the request can take, of
+        which a large cluster has some nearly empty of the largest size.
+        The candidates alone, the fullest or emptiest of them, would weigh
+        the classes otherwise. A function of the snapshot, as decisions
+        must be."""
+        out = np.zeros(len(self.classes), dtype=np.float64)
+        for k, (j, _) in enumerate(self.proxy):
+            out[j] = self.scale[k]
+        return out
 
     def where(self, row: int) -> tuple[Hashable, int]:
         """The static key and the level under which ``row`` is kept (for

@@ -59,6 +59,12 @@ class Context:
     placement keeps it aside, since copying a million providers' usage for
     it would cost more than the decision. Read ``used`` through ``free``,
     ``used_of`` and ``used_at``, which add it."""
+    reference: FloatArray | None = None
+    """Per class, what to normalise free capacity by at least (bounded
+    placement: the largest among every provider the request can take, not
+    only among the candidates weighed), or None: the candidates' largest."""
+    io_reference: float = 0.0
+    """The same for I/O operations in flight."""
     _free: tuple[IntArray, IntArray, int, IntArray] | None = None
     """(rows, capacity, picks so far, what is free) of the last ``free``
     call, or carried over to the rows a filter kept: the resource filter
@@ -141,6 +147,8 @@ class Context:
         # clamped as ints, then cast: the same numbers as casting first, quicker
         scaled: FloatArray = np.maximum(self.free(rows, capacity), 0).astype(np.float64)
         highest = scaled.max(axis=1, keepdims=True)
+        if self.reference is not None:
+            highest = np.maximum(highest, self.reference[:, None])
         # (x - 0.0) / (high - 0.0) is exactly x / high: normalize's arithmetic
         if 0.0 not in highest.ravel().tolist():
             scaled /= highest

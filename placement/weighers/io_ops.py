@@ -45,7 +45,7 @@ class IoOpsWeigher(Weigher):
         # their clamped float form is worked out once per snapshot; what is
         # left of normalize is one division by the largest.
         values = self._clamped_counts(ctx.snapshot).take(rows)
-        high = float(values.max())
+        high = max(float(values.max()), ctx.io_reference)
         if high > 0.0:  # all 0 otherwise: a finite multiplier adds nothing
             values /= high
             accumulate(total, multiplier, values)
