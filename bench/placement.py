@@ -1,5 +1,6 @@
 """Placement engine latency: one decision with the default filters and
-weighers, at 1,000 / 10,000 / 100,000 providers; and with a placement
+weighers, scanning every provider, at 1,000 / 10,000 / 100,000 providers
+(bench.scale measures bounded mode); and with a placement
 scriptlet that packs (the README's example) at 1,000 and 10,000.
 
     python -m bench.placement [--decisions N]
@@ -19,6 +20,7 @@ import numpy as np
 
 from bench.common import note, timed
 from placement.config import SchedulerConfig
+from placement.engine import Bounded
 from placement.model import Provider, Request, Snapshot
 from placement.scriptlet import Scriptlet
 
@@ -68,6 +70,7 @@ def latencies(
 ) -> dict[str, float]:
     config = SchedulerConfig.default()
     config.scriptlet = scriptlet
+    config.bounded = Bounded("full")  # the full scan; bench.scale measures bounded mode
     engine = config.engine()
     flavors = (
         {"VCPU": 2, "MEMORY_MB": 4096, "DISK_GB": 40},

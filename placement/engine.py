@@ -315,9 +315,15 @@ class Engine:
         """Place ``request`` on candidates drawn from the index, or None when
         a full scan must decide (see :class:`Bounded`)."""
         drawn = self._draw(snapshot, request, max(self.bounded.candidates, request.num_instances))
-        if drawn is None or not len(drawn[0]):
-            return None  # nothing fits, or the index cannot tell: the full scan says
+        if drawn is None:
+            return None  # the index cannot tell: the full scan decides
         candidates, examined, checks, everyone = drawn
+        if not len(candidates):
+            # the exact index found none: "no valid host" without a scan of
+            # every provider to say why each one fails (``explain`` does)
+            return Placement(
+                request.request_id, (), (), request.num_instances, examined=examined, bounded=True
+            )
         # in row order, so that ties go to the earliest row as in a full scan
         candidates.sort()
         each_pick = [f for f in self.each_pick if f in checks] if request.num_instances > 1 else []

@@ -336,3 +336,17 @@ def test_a_bucket_reads_its_rows_in_order_as_they_come_and_go(
             assert rows.tolist() == everyone[: len(rows)]
             assert len(rows) >= min(m, len(everyone))
             assert not complete or rows.tolist() == everyone
+
+
+def test_no_valid_host_comes_from_the_index_and_explain_still_says_why() -> None:
+    records = [Provider(f"p{i}", state="disabled" if i % 5 == 0 else "enabled") for i in range(40)]
+    inventories = {p.provider_id: {"VCPU": {"total": 4, "used": 3}} for p in records}
+    snapshot = Snapshot.build(records, inventories)
+    engine = _engine("bounded")
+    placement = engine.place(snapshot, Request("big", {"VCPU": 2}))
+    assert not placement.placed and placement.bounded and placement.trace is None
+    assert placement.reason == "no valid host: 0 of 1 instances placed"
+    assert placement.examined == 0  # every bucket's bound said no: nobody read one by one
+    explained = engine.place(snapshot, Request("big", {"VCPU": 2}), explain=True)
+    assert not explained.bounded and explained.trace is not None
+    assert explained.trace.counts == {"ComputeFilter": 8, "ResourceFilter": 32}
