@@ -29,7 +29,7 @@ test: $(COMPILED)
 
 lint: $(BIN)/.installed
 	$(BIN)/ruff check .
-	$(BIN)/mypy schemas ledger projections consumers placement berth bench tests
+	$(BIN)/mypy schemas ledger projections consumers scheduling berth bench tests
 
 check: lint test
 

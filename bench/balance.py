@@ -18,9 +18,9 @@ import time
 from typing import Any
 
 from bench.common import note
-from placement.balancers.base import Instance
-from placement.config import SchedulerConfig
-from placement.model import Provider, Snapshot
+from scheduling.balancers.base import Instance
+from scheduling.config import SchedulerConfig
+from scheduling.model import Provider, Snapshot
 
 FLAVORS = (
     {"VCPU": 1, "MEMORY_MB": 2048},

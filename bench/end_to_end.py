@@ -43,8 +43,8 @@ from consumers.scheduler import OutcomeFollower, Scheduled, Scheduler
 from consumers.snapshot_source import LiveSnapshot
 from ledger.log import Append
 from ledger.partitioner import partition_for
-from placement.config import SchedulerConfig
-from placement.engine import Bounded, Sampling
+from scheduling.config import SchedulerConfig
+from scheduling.engine import Bounded, Sampling
 from projections.view.engine import sqlite_url
 from projections.view.loader import committed_offsets
 from projections.view.tables import inventories

@@ -19,10 +19,10 @@ from typing import Any
 import numpy as np
 
 from bench.common import note, timed
-from placement.config import SchedulerConfig
-from placement.engine import Bounded
-from placement.model import Provider, Request, Snapshot
-from placement.scriptlet import Scriptlet
+from scheduling.config import SchedulerConfig
+from scheduling.engine import Bounded
+from scheduling.model import Provider, Request, Snapshot
+from scheduling.scriptlet import Scriptlet
 
 SIZES = ((64, 4.0, 262_144, 2_000), (32, 4.0, 131_072, 1_000), (16, 4.0, 65_536, 500))
 

@@ -19,7 +19,7 @@ from berth.app import Settings, open_log
 from berth.client import Publisher
 from consumers.scheduler import OutcomeFollower, Scheduler
 from consumers.snapshot_source import LiveSnapshot
-from placement.config import SchedulerConfig
+from scheduling.config import SchedulerConfig
 from projections.view.engine import make_engine
 from schemas.requests import PlacementRequest
 

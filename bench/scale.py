@@ -52,11 +52,11 @@ import numpy as np
 from bench.common import note, timed
 from berth.app import tune_gc
 from berth.compile import compiled
-from placement.config import SchedulerConfig
-from placement.engine import Bounded, Engine, Placement, demand_row
-from placement.filters.base import Context
-from placement.model import Aggregate, IntArray, Provider, Request, Snapshot
-from placement.weighers.combine import weigh_all
+from scheduling.config import SchedulerConfig
+from scheduling.engine import Bounded, Engine, Placement, demand_row
+from scheduling.filters.base import Context
+from scheduling.model import Aggregate, IntArray, Provider, Request, Snapshot
+from scheduling.weighers.combine import weigh_all
 
 CLASSES = ("DISK_GB", "MEMORY_MB", "VCPU")
 NODE_TYPES = (

@@ -49,7 +49,7 @@ from consumers.coordinator import Coordinator, Part
 from consumers.partition_writer import PartitionWriter
 from consumers.scheduler import OutcomeFollower
 from consumers.snapshot_source import LiveSnapshot
-from placement.config import SchedulerConfig
+from scheduling.config import SchedulerConfig
 from projections.pools import IntervalPool
 from projections.projector import apply
 from projections.state import PartitionState

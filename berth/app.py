@@ -23,7 +23,7 @@ from projections.view.writer import ViewWriter
 if TYPE_CHECKING:  # the scheduler's parts load only in processes that schedule
     from berth.client import Publisher
     from consumers.scheduler_worker import SchedulerWorker
-    from placement.config import SchedulerConfig
+    from scheduling.config import SchedulerConfig
 
 DEFAULT_DATA_DIR = "berth-data"
 DEFAULT_PARTITIONS = 8

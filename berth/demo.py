@@ -31,8 +31,8 @@ from consumers.batches import BatchResult, BatchScheduler
 from consumers.coordinator import Coordinator
 from consumers.scheduler import OutcomeFollower, Scheduled, Scheduler
 from consumers.snapshot_source import LiveSnapshot, snapshot_from_view
-from placement.config import SchedulerConfig
-from placement.model import Snapshot
+from scheduling.config import SchedulerConfig
+from scheduling.model import Snapshot
 from projections.view.tables import reservations
 from schemas.events import (
     AggregateMemberAdded,

@@ -30,10 +30,10 @@ from consumers.queue_projector import read_depth
 from consumers.snapshot_source import LiveSnapshot
 from ledger.log import Log, Tail
 from ledger.topics import Topics
-from placement.config import SchedulerConfig
-from placement.engine import Engine as PlacementEngine
-from placement.headroom import Headroom, headroom
-from placement.model import Request
+from scheduling.config import SchedulerConfig
+from scheduling.engine import Engine as PlacementEngine
+from scheduling.headroom import Headroom, headroom
+from scheduling.model import Request
 from schemas.outcomes import Kind
 
 PROVIDER_STATES = ("enabled", "disabled", "offline", "evacuating")

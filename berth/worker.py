@@ -41,7 +41,7 @@ from ledger.log import Record
 
 if TYPE_CHECKING:
     from consumers.scheduler_worker import SchedulerWorker
-    from placement.config import SchedulerConfig
+    from scheduling.config import SchedulerConfig
 
 log = logging.getLogger(__name__)
 
@@ -308,7 +308,7 @@ _SCHEDULER_IDLE_S = 0.5
 def run_worker(settings: Settings, options: WorkerOptions) -> int:
     """Join the group and write the partitions it gives this process until
     SIGTERM or SIGINT; the exit status."""
-    from placement.config import SchedulerConfig
+    from scheduling.config import SchedulerConfig
 
     config = SchedulerConfig.load(options.config) if options.config else SchedulerConfig.default()
     with App(settings) as app:

@@ -21,8 +21,8 @@ from typing import Any
 from consumers.coordinator import Coordinator, Part, TxnResult, Vote
 from consumers.scheduler import engine_request
 from ledger.partitioner import partition_for
-from placement.engine import Engine, Placement, demand_row
-from placement.model import Snapshot
+from scheduling.engine import Engine, Placement, demand_row
+from scheduling.model import Snapshot
 from schemas.events import ClaimItem, ClaimSpec, IdentifierItem
 from schemas.outcomes import Code
 from schemas.requests import BatchRequest, PlacementRequest

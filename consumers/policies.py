@@ -3,7 +3,7 @@
 A policy is a scheduler configuration (filters in order with their options,
 weighers and multipliers, sampling, ``max_attempts``, the balance unit and
 the placement scriptlet's source), the same mapping a TOML file gives
-(:mod:`placement.config`), kept under a name on the ``berth.policies``
+(:mod:`scheduling.config`), kept under a name on the ``berth.policies``
 topic (one partition, so its records have one order). Its version is the
 offset of the record that set it. Records:
 
@@ -31,8 +31,8 @@ from typing import Any
 
 from ledger.log import Append, Log, Tail
 from ledger.topics import Topics
-from placement.config import ConfigError, SchedulerConfig
-from placement.engine import Engine
+from scheduling.config import ConfigError, SchedulerConfig
+from scheduling.engine import Engine
 
 DEFAULT = "default"
 POLICY_PARTITION = 0

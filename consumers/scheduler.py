@@ -21,8 +21,8 @@ import numpy as np
 from consumers.policies import Policy, PolicyBook, PolicyError
 from ledger.log import Log
 from ledger.publisher import Publisher
-from placement.engine import Engine, demand_row
-from placement.model import Hints, IntArray, Request, Snapshot, TagRules
+from scheduling.engine import Engine, demand_row
+from scheduling.model import Hints, IntArray, Request, Snapshot, TagRules
 from schemas.events import Claim, ClaimItem, Release
 from schemas.outcomes import Kind, Outcome
 from schemas.requests import PlacementRequest

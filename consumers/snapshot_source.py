@@ -19,8 +19,8 @@ import numpy as np
 from sqlalchemy import Connection, Engine, Row, func, or_, select
 
 from ledger.partitioner import partition_for
-from placement.balancers.base import Instance
-from placement.model import RESOURCE_ARRAYS, Aggregate, Provider, Snapshot
+from scheduling.balancers.base import Instance
+from scheduling.model import RESOURCE_ARRAYS, Aggregate, Provider, Snapshot
 from projections.view.loader import committed_offsets
 from projections.view.tables import (
     aggregates,

@@ -13,7 +13,7 @@ from typing import Any
 from berth.api import Api, serve
 from berth.app import App
 from consumers.partition_writer import catch_up_all, step_all
-from placement.config import SchedulerConfig
+from scheduling.config import SchedulerConfig
 
 
 def call(

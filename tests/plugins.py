@@ -7,10 +7,10 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from placement.balancers.base import BalanceUnit, Instance, Load, Source
-from placement.filters.base import Context, HostFilter
-from placement.model import BoolArray, FloatArray, IntArray
-from placement.weighers.base import Weigher
+from scheduling.balancers.base import BalanceUnit, Instance, Load, Source
+from scheduling.filters.base import Context, HostFilter
+from scheduling.model import BoolArray, FloatArray, IntArray
+from scheduling.weighers.base import Weigher
 
 
 class RackFilter(HostFilter):

@@ -19,9 +19,9 @@ from berth.client import Publisher
 from berth.replay import replay
 from consumers.partition_writer import catch_up_all
 from consumers.snapshot_source import LiveSnapshot, snapshot_from_view
-from placement.filters.availability_zone import AvailabilityZoneFilter
-from placement.filters.base import Context
-from placement.model import Request
+from scheduling.filters.availability_zone import AvailabilityZoneFilter
+from scheduling.filters.base import Context
+from scheduling.model import Request
 from projections.batch import Applied, Batch
 from projections.projector import apply
 from projections.view.engine import make_engine

@@ -1,4 +1,4 @@
-"""Load balancing (placement/balance.py and placement/balancers/): which
+"""Load balancing (scheduling/balance.py and scheduling/balancers/): which
 instances move where, by each policy, with the engine's filters having
 their say, and what no plan may ever do."""
 
@@ -15,13 +15,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from placement.balance import Balancer, Move, Plan
-from placement.balancers.base import BalanceUnit, Instance
-from placement.balancers.even_distribution import EvenDistribution
-from placement.balancers.even_guest_distribution import EvenGuestDistribution
-from placement.balancers.power_saving import PowerSaving
-from placement.config import ConfigError, SchedulerConfig
-from placement.model import Provider, Snapshot
+from scheduling.balance import Balancer, Move, Plan
+from scheduling.balancers.base import BalanceUnit, Instance
+from scheduling.balancers.even_distribution import EvenDistribution
+from scheduling.balancers.even_guest_distribution import EvenGuestDistribution
+from scheduling.balancers.power_saving import PowerSaving
+from scheduling.config import ConfigError, SchedulerConfig
+from scheduling.model import Provider, Snapshot
 
 ENGINE = SchedulerConfig.default().engine
 

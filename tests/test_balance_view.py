@@ -21,7 +21,7 @@ from consumers.snapshot_source import balance_inputs
 from ledger.embedded import EmbeddedLog
 from ledger.log import Append
 from ledger.topics import DEFAULT_TOPICS
-from placement.config import SchedulerConfig
+from scheduling.config import SchedulerConfig
 from projections.view.engine import make_engine
 from projections.view.migrate import upgrade
 from projections.view.tables import reservations

@@ -15,7 +15,7 @@ from berth.cli import main
 from ledger.embedded import EmbeddedLog
 from ledger.log import LogError
 from ledger.topics import DEFAULT_TOPICS
-from placement.config import SchedulerConfig
+from scheduling.config import SchedulerConfig
 from tests.builders import provider
 from tests.contracts.log_contract import read_all
 from tests.polling import wait_for

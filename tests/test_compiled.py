@@ -99,7 +99,7 @@ def test_the_core_imports_the_same_way_from_anywhere(tmp_path: Path) -> None:
     assert found.stdout.strip().endswith(".so") == here.endswith(".so")
 
 
-_PACKAGES = ("schemas", "ledger", "projections", "consumers", "placement", "berth", "bench")
+_PACKAGES = ("schemas", "ledger", "projections", "consumers", "scheduling", "berth", "bench")
 
 
 def _project_copy(root: Path, compiled_too: bool) -> Path:

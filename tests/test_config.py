@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from placement.config import ConfigError, SchedulerConfig
-from placement.registry import DEFAULT_FILTERS, DEFAULT_WEIGHERS
+from scheduling.config import ConfigError, SchedulerConfig
+from scheduling.registry import DEFAULT_FILTERS, DEFAULT_WEIGHERS
 
 
 def write(tmp_path: Path, text: str) -> Path:

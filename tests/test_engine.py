@@ -9,11 +9,11 @@ from typing import ClassVar
 import numpy as np
 import pytest
 
-from placement.config import SchedulerConfig
-from placement.engine import Engine, Sampling
-from placement.filters.base import Context, HostFilter
-from placement.model import FloatArray, IntArray, Provider, Request, Snapshot
-from placement.weighers.base import Weigher
+from scheduling.config import SchedulerConfig
+from scheduling.engine import Engine, Sampling
+from scheduling.filters.base import Context, HostFilter
+from scheduling.model import FloatArray, IntArray, Provider, Request, Snapshot
+from scheduling.weighers.base import Weigher
 
 CALLS: list[str] = []
 

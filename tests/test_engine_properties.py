@@ -9,10 +9,10 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from placement.engine import Engine
-from placement.filters.base import Context
-from placement.model import Provider, Request, Snapshot, TagRules
-from placement.registry import DEFAULT_FILTERS, FILTERS
+from scheduling.engine import Engine
+from scheduling.filters.base import Context
+from scheduling.model import Provider, Request, Snapshot, TagRules
+from scheduling.registry import DEFAULT_FILTERS, FILTERS
 
 REQUIRED_OPTIONS: dict[str, dict[str, Any]] = {
     "IsolatedHostsFilter": {"isolated_hosts": frozenset({"p0"}), "isolated_images": frozenset()},
@@ -113,8 +113,8 @@ def test_a_filter_that_does_not_apply_rejects_nothing(case: tuple[Snapshot, Requ
 def test_an_idle_weigher_would_have_added_nothing(case: tuple[Snapshot, Request]) -> None:
     """The handler skips weighers that say they are idle: their contribution
     must be exactly zero for every candidate."""
-    from placement.registry import WEIGHERS
-    from placement.weighers.base import normalize
+    from scheduling.registry import WEIGHERS
+    from scheduling.weighers.base import normalize
 
     snapshot, request = case
     ctx = Context.start(snapshot, request)

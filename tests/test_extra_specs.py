@@ -1,4 +1,4 @@
-"""Conformance of placement.extra_specs with Nova's extra-spec operators."""
+"""Conformance of scheduling.extra_specs with Nova's extra-spec operators."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from placement.extra_specs import capability_value, matches, spec_applies
+from scheduling.extra_specs import capability_value, matches, spec_applies
 
 FEATURES = str(["aes", "mmx", "aux"])  # how Nova stringifies a list capability
 

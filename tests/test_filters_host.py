@@ -10,23 +10,23 @@ from typing import Any
 import numpy as np
 import pytest
 
-from placement.filters.aggregate_instance_extra_specs import AggregateInstanceExtraSpecsFilter
-from placement.filters.availability_zone import AvailabilityZoneFilter
-from placement.filters.base import Context, HostFilter
-from placement.filters.compute import ComputeFilter
-from placement.filters.compute_capabilities import ComputeCapabilitiesFilter
-from placement.filters.image_properties import (
+from scheduling.filters.aggregate_instance_extra_specs import AggregateInstanceExtraSpecsFilter
+from scheduling.filters.availability_zone import AvailabilityZoneFilter
+from scheduling.filters.base import Context, HostFilter
+from scheduling.filters.compute import ComputeFilter
+from scheduling.filters.compute_capabilities import ComputeCapabilitiesFilter
+from scheduling.filters.image_properties import (
     ImagePropertiesFilter,
     int_to_version,
     parse_requirement,
     satisfies,
     version_to_int,
 )
-from placement.filters.io_ops import IoOpsFilter
-from placement.filters.num_instances import NumInstancesFilter
-from placement.filters.tags import TagRequirementsFilter
-from placement.filters.traits import TraitsFilter
-from placement.model import Aggregate, Provider, Request, Snapshot, TagRules
+from scheduling.filters.io_ops import IoOpsFilter
+from scheduling.filters.num_instances import NumInstancesFilter
+from scheduling.filters.tags import TagRequirementsFilter
+from scheduling.filters.traits import TraitsFilter
+from scheduling.model import Aggregate, Provider, Request, Snapshot, TagRules
 
 
 @dataclass(frozen=True)

@@ -6,11 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from placement.config import SchedulerConfig
-from placement.filters.base import Context, HostFilter
-from placement.filters.image_type import ImageTypeSupportFilter
-from placement.filters.isolated_aggregates import IsolatedAggregatesFilter
-from placement.model import Aggregate, Provider, Request, Snapshot
+from scheduling.config import SchedulerConfig
+from scheduling.filters.base import Context, HostFilter
+from scheduling.filters.image_type import ImageTypeSupportFilter
+from scheduling.filters.isolated_aggregates import IsolatedAggregatesFilter
+from scheduling.model import Aggregate, Provider, Request, Snapshot
 
 AGGREGATES = {
     "gpu": Aggregate("gpu", {"trait:CUSTOM_GPU": "required"}),

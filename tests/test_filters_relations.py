@@ -9,22 +9,22 @@ from typing import Any
 import numpy as np
 import pytest
 
-from placement.engine import Engine
-from placement.filters.base import Context, HostFilter
-from placement.filters.cidr_affinity import SimpleCIDRAffinityFilter
-from placement.filters.different_host import DifferentHostFilter
-from placement.filters.isolated_hosts import IsolatedHostsFilter
-from placement.filters.json_filter import JsonFilter, host_attributes
-from placement.filters.multi_tenancy import AggregateMultiTenancyIsolation
-from placement.filters.project_restriction import ProjectRestrictionFilter
-from placement.filters.retry import RetryFilter
-from placement.filters.same_host import SameHostFilter
-from placement.filters.server_group import (
+from scheduling.engine import Engine
+from scheduling.filters.base import Context, HostFilter
+from scheduling.filters.cidr_affinity import SimpleCIDRAffinityFilter
+from scheduling.filters.different_host import DifferentHostFilter
+from scheduling.filters.isolated_hosts import IsolatedHostsFilter
+from scheduling.filters.json_filter import JsonFilter, host_attributes
+from scheduling.filters.multi_tenancy import AggregateMultiTenancyIsolation
+from scheduling.filters.project_restriction import ProjectRestrictionFilter
+from scheduling.filters.retry import RetryFilter
+from scheduling.filters.same_host import SameHostFilter
+from scheduling.filters.server_group import (
     ServerGroupAffinityFilter,
     ServerGroupAntiAffinityFilter,
 )
-from placement.filters.type_affinity import AggregateTypeAffinityFilter
-from placement.model import Aggregate, GroupPolicy, Hints, Provider, Request, Snapshot
+from scheduling.filters.type_affinity import AggregateTypeAffinityFilter
+from scheduling.model import Aggregate, GroupPolicy, Hints, Provider, Request, Snapshot
 
 # --- helpers ------------------------------------------------------------------
 

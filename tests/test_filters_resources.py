@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from placement.engine import Engine
-from placement.filters.base import Context
-from placement.filters.resources import ResourceFilter, effective_ratios, ratio_keys
-from placement.model import Aggregate, Provider, Request, Snapshot
+from scheduling.engine import Engine
+from scheduling.filters.base import Context
+from scheduling.filters.resources import ResourceFilter, effective_ratios, ratio_keys
+from scheduling.model import Aggregate, Provider, Request, Snapshot
 
 Inventory = Mapping[str, Mapping[str, Any]]
 

@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 from berth.app import App, Settings
 from berth.client import Publisher
 from consumers.partition_writer import catch_up_all
-from placement.config import SchedulerConfig
-from placement.headroom import headroom
-from placement.model import Aggregate, Provider, Request, Snapshot
+from scheduling.config import SchedulerConfig
+from scheduling.headroom import headroom
+from scheduling.model import Aggregate, Provider, Request, Snapshot
 from tests.builders import claim, consume, provider
 from tests.conftest import Cli
 

@@ -1,5 +1,5 @@
 """Properties of bounded placement and its feasibility index
-(placement/index.py): the index finds exactly the providers a full scan
+(scheduling/index.py): the index finds exactly the providers a full scan
 lets through, bounded mode never answers "no valid host" when a full scan
 places the request, with room for every candidate it decides as a full scan
 does, and an index kept up to date twin after twin draws what a fresh one
@@ -14,10 +14,10 @@ import numpy as np
 from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
-from placement.engine import Bounded, Engine
-from placement.filters.base import Context, HostFilter
-from placement.model import Aggregate, Hints, Provider, Request, Snapshot, TagRules
-from placement.registry import DEFAULT_FILTERS, DEFAULT_WEIGHERS, FILTERS, WEIGHERS
+from scheduling.engine import Bounded, Engine
+from scheduling.filters.base import Context, HostFilter
+from scheduling.model import Aggregate, Hints, Provider, Request, Snapshot, TagRules
+from scheduling.registry import DEFAULT_FILTERS, DEFAULT_WEIGHERS, FILTERS, WEIGHERS
 
 MORE_FILTERS = (
     "AggregateInstanceExtraSpecsFilter",
@@ -317,7 +317,7 @@ def test_a_request_for_exactly_what_a_provider_has_free_finds_it(
 def test_a_bucket_reads_its_rows_in_order_as_they_come_and_go(
     first: list[int], moves: list[tuple[bool, int]], heads: list[int]
 ) -> None:
-    from placement.index import _Bucket
+    from scheduling.index import _Bucket
 
     b = 7
     bucket_of = np.full(200, 3, dtype=np.int64)

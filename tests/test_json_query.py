@@ -1,4 +1,4 @@
-"""Conformance of placement.json_query with Nova's JsonFilter."""
+"""Conformance of scheduling.json_query with Nova's JsonFilter."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from placement.json_query import InvalidQuery, evaluate
+from scheduling.json_query import InvalidQuery, evaluate
 
 HOST: dict[str, Any] = {
     "free_ram_mb": 2048,

@@ -118,7 +118,7 @@ def test_the_scheduler_worker_on_kafka_and_postgres(
     from consumers.scheduler import OutcomeFollower, Scheduler
     from consumers.scheduler_worker import SchedulerWorker
     from consumers.snapshot_source import snapshot_from_view
-    from placement.config import SchedulerConfig
+    from scheduling.config import SchedulerConfig
     from schemas.requests import PlacementRequest
 
     settings = _settings(kafka_bootstrap, postgres_url, partitions=2)
@@ -168,8 +168,8 @@ def test_batches_commit_whole_or_hold_nothing_on_kafka_and_postgres(
     from consumers.scheduler import OutcomeFollower, Scheduler
     from consumers.scheduler_worker import SchedulerWorker
     from consumers.snapshot_source import snapshot_from_view
-    from placement.config import SchedulerConfig
-    from placement.model import Snapshot
+    from scheduling.config import SchedulerConfig
+    from scheduling.model import Snapshot
     from projections.view.tables import reservations
     from schemas.events import IdentifierItem
     from schemas.requests import BatchMode, BatchRequest, PlacementRequest
@@ -248,7 +248,7 @@ def test_a_second_writer_of_a_kafka_partition_is_refused(
 
 def test_a_balance_round_on_kafka_and_postgres(kafka_bootstrap: str, postgres_url: str) -> None:
     from consumers.balance_worker import BalanceWorker
-    from placement.config import SchedulerConfig
+    from scheduling.config import SchedulerConfig
     from schemas.moves import MoveProposed
 
     settings = _settings(kafka_bootstrap, postgres_url, partitions=2)
@@ -298,7 +298,7 @@ def test_the_http_api_on_kafka_and_postgres(kafka_bootstrap: str, postgres_url: 
 
     from berth.api import Api
     from consumers.partition_writer import step_all
-    from placement.config import SchedulerConfig
+    from scheduling.config import SchedulerConfig
     from tests.http_calls import call, serving
 
     settings = _settings(kafka_bootstrap, postgres_url, partitions=2)

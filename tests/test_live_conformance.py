@@ -20,8 +20,8 @@ from berth.client import Publisher
 from consumers.partition_writer import catch_up_all
 from consumers.scheduler import engine_request
 from consumers.snapshot_source import snapshot_from_view
-from placement.config import SchedulerConfig
-from placement.registry import FILTERS, WEIGHERS
+from scheduling.config import SchedulerConfig
+from scheduling.registry import FILTERS, WEIGHERS
 from schemas.events import AggregateMemberAdded, Event
 from schemas.requests import PlacementRequest
 from tests.builders import describe, inventory, register, report, set_state, traits

@@ -22,9 +22,9 @@ from consumers.queue_projector import QueueProjector
 from consumers.snapshot_source import snapshot_from_view
 from ledger.log import Append
 from ledger.partitioner import partition_for
-from placement.config import SchedulerConfig
-from placement.headroom import headroom
-from placement.model import Request
+from scheduling.config import SchedulerConfig
+from scheduling.headroom import headroom
+from scheduling.model import Request
 from schemas.requests import BatchRequest, PlacementRequest
 from tests.builders import claim, consume, provider, release
 from tests.polling import wait_for

@@ -16,7 +16,7 @@ from sqlalchemy import Engine, text
 
 from berth.app import App, Settings
 from ledger.log import OwnedElsewhere
-from placement.config import SchedulerConfig
+from scheduling.config import SchedulerConfig
 from projections.view.engine import make_engine
 from projections.view.ownership import OwnershipLost, ViewOwnership, _topic_key
 from tests.polling import wait_for

@@ -9,11 +9,11 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from placement.filters.base import Context
-from placement.model import Aggregate, FloatArray, IntArray, Provider, Request, Snapshot
-from placement.registry import WEIGHERS
-from placement.weighers.base import Weigher, normalize
-from placement.weighers.metrics import MetricsWeigher
+from scheduling.filters.base import Context
+from scheduling.model import Aggregate, FloatArray, IntArray, Provider, Request, Snapshot
+from scheduling.registry import WEIGHERS
+from scheduling.weighers.base import Weigher, normalize
+from scheduling.weighers.metrics import MetricsWeigher
 
 CLASSES = ("DISK_GB", "MEMORY_MB", "VCPU")
 MULTIPLIERS = (1.0, -1.0, 0.0, -0.0, 2.5, -0.5, 1e6)

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from placement.config import ConfigError, SchedulerConfig
-from placement.model import Provider, Request, Snapshot
+from scheduling.config import ConfigError, SchedulerConfig
+from scheduling.model import Provider, Request, Snapshot
 from tests.plugins import Drain, RackFilter
 from tests.test_balance import Host, cluster
 

@@ -15,7 +15,7 @@ from berth.client import Answers, Decisions, Publisher
 from consumers.policies import PolicyBook, PolicyError, publish_policy
 from ledger.embedded import EmbeddedLog
 from ledger.topics import DEFAULT_TOPICS
-from placement.config import SchedulerConfig
+from scheduling.config import SchedulerConfig
 from schemas.requests import PlacementRequest
 from tests.builders import provider
 from tests.conftest import Cli

@@ -16,10 +16,10 @@ from berth.replay import replay
 from consumers.partition_writer import PartitionWriter, catch_up_all
 from consumers.snapshot_source import LiveSnapshot, snapshot_from_view
 from ledger.log import Append
-from placement.filters.availability_zone import AvailabilityZoneFilter
-from placement.filters.base import Context
-from placement.model import Request, Snapshot
-from placement.weighers.metrics import MetricsWeigher
+from scheduling.filters.availability_zone import AvailabilityZoneFilter
+from scheduling.filters.base import Context
+from scheduling.model import Request, Snapshot
+from scheduling.weighers.metrics import MetricsWeigher
 from projections.state import PartitionState
 from projections.view.loader import load_state
 from projections.view.tables import dead_letters, outcomes, providers

@@ -15,7 +15,7 @@ from consumers.batches import parse_shape, shape_key
 from consumers.partition_writer import catch_up_all
 from consumers.queue_projector import QueueProjector, read_depth
 from consumers.scheduler_worker import SchedulerWorker
-from placement.config import SchedulerConfig
+from scheduling.config import SchedulerConfig
 from projections.queue_depth import Depth, QueueDepth
 from schemas.events import Release
 from schemas.requests import BatchMode, BatchRequest, PlacementRequest

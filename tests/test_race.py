@@ -15,7 +15,7 @@ from berth.client import Publisher
 from consumers.partition_writer import catch_up_all, step_all
 from consumers.scheduler import OutcomeFollower, Scheduled, Scheduler
 from consumers.snapshot_source import snapshot_from_view
-from placement.config import SchedulerConfig
+from scheduling.config import SchedulerConfig
 from projections.view.tables import inventories, reservations
 from schemas.requests import PlacementRequest
 from tests.builders import provider

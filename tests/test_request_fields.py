@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from berth.app import App, Settings
 from berth.client import Publisher
 from consumers.partition_writer import catch_up_all
-from placement.config import SchedulerConfig
+from scheduling.config import SchedulerConfig
 from schemas.events import Event
 from schemas.requests import PlacementRequest, request_from_json
 from tests.builders import describe, provider, traits

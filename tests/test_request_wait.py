@@ -11,7 +11,7 @@ from pathlib import Path
 from berth.app import App, Settings
 from berth.client import Answers, Decisions, Publisher
 from consumers.partition_writer import catch_up_all
-from placement.config import SchedulerConfig
+from scheduling.config import SchedulerConfig
 from schemas.events import Release
 from schemas.requests import BatchRequest, PlacementRequest
 from tests.builders import provider

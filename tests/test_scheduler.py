@@ -15,11 +15,11 @@ from berth.client import Publisher
 from consumers.partition_writer import catch_up_all
 from consumers.scheduler import OutcomeFollower, Scheduler, Versioned
 from consumers.snapshot_source import LiveSnapshot, snapshot_from_view
-from placement.engine import Engine
-from placement.filters.base import Context, HostFilter
-from placement.model import FloatArray, IntArray, Snapshot
-from placement.scriptlet import Scriptlet
-from placement.weighers.base import Weigher
+from scheduling.engine import Engine
+from scheduling.filters.base import Context, HostFilter
+from scheduling.model import FloatArray, IntArray, Snapshot
+from scheduling.scriptlet import Scriptlet
+from scheduling.weighers.base import Weigher
 from projections.view.tables import inventories
 from schemas.requests import PlacementRequest
 from tests.builders import provider
@@ -189,7 +189,7 @@ def test_bounded_waves_fill_the_cluster_with_one_index_kept_up_to_date(tmp_path:
     rows they changed: the engine's feasibility index follows them across
     waves instead of being built again, and bounded placement still fills
     every place (no false "no valid host") without overcommitting."""
-    from placement.config import SchedulerConfig
+    from scheduling.config import SchedulerConfig
 
     config = SchedulerConfig.from_mapping({"scheduler": {"mode": "bounded", "candidates": 3}})
     engine = config.engine()

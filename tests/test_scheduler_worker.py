@@ -11,7 +11,7 @@ from consumers.scheduler import OutcomeFollower, Scheduled, Scheduler
 from consumers.scheduler_worker import SchedulerWorker
 from consumers.snapshot_source import snapshot_from_view
 from ledger.log import Append
-from placement.config import SchedulerConfig
+from scheduling.config import SchedulerConfig
 from schemas.requests import PlacementRequest
 from tests.builders import provider
 from tests.placements import placement_answers

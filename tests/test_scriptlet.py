@@ -11,11 +11,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from placement.config import ConfigError, SchedulerConfig
-from placement.engine import Engine
-from placement.model import Provider, Request, Snapshot
-from placement.registry import FILTERS, WEIGHERS
-from placement.scriptlet import Scriptlet, ScriptletError, _best
+from scheduling.config import ConfigError, SchedulerConfig
+from scheduling.engine import Engine
+from scheduling.model import Provider, Request, Snapshot
+from scheduling.registry import FILTERS, WEIGHERS
+from scheduling.scriptlet import Scriptlet, ScriptletError, _best
 
 
 def cluster() -> Snapshot:

@@ -11,8 +11,8 @@ from consumers.snapshot_source import snapshot_from_view
 from ledger.embedded import EmbeddedLog
 from ledger.log import Append
 from ledger.topics import DEFAULT_TOPICS
-from placement.config import SchedulerConfig
-from placement.model import RESOURCE_ARRAYS
+from scheduling.config import SchedulerConfig
+from scheduling.model import RESOURCE_ARRAYS
 from projections.view.engine import make_engine
 from projections.view.migrate import upgrade
 from projections.view.writer import ViewWriter

@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from placement.filters.base import Context
-from placement.model import (
+from scheduling.filters.base import Context
+from scheduling.model import (
     Aggregate,
     FloatArray,
     GroupPolicy,
@@ -26,21 +26,21 @@ from placement.model import (
     Snapshot,
     TagRules,
 )
-from placement.weighers.affinity import (
+from scheduling.weighers.affinity import (
     ServerGroupSoftAffinityWeigher,
     ServerGroupSoftAntiAffinityWeigher,
 )
-from placement.weighers.base import Weigher, normalize
-from placement.weighers.build_failure import BuildFailureWeigher
-from placement.weighers.combine import weigh_all
-from placement.weighers.cpu import CPUWeigher
-from placement.weighers.disk import DiskWeigher
-from placement.weighers.hypervisor_version import HypervisorVersionWeigher
-from placement.weighers.io_ops import IoOpsWeigher
-from placement.weighers.metrics import MetricNotFound, MetricsWeigher, parse_weight_setting
-from placement.weighers.num_instances import NumInstancesWeigher
-from placement.weighers.ram import RAMWeigher
-from placement.weighers.tag_affinity import TagAffinityWeigher
+from scheduling.weighers.base import Weigher, normalize
+from scheduling.weighers.build_failure import BuildFailureWeigher
+from scheduling.weighers.combine import weigh_all
+from scheduling.weighers.cpu import CPUWeigher
+from scheduling.weighers.disk import DiskWeigher
+from scheduling.weighers.hypervisor_version import HypervisorVersionWeigher
+from scheduling.weighers.io_ops import IoOpsWeigher
+from scheduling.weighers.metrics import MetricNotFound, MetricsWeigher, parse_weight_setting
+from scheduling.weighers.num_instances import NumInstancesWeigher
+from scheduling.weighers.ram import RAMWeigher
+from scheduling.weighers.tag_affinity import TagAffinityWeigher
 
 Inventories = Mapping[str, Mapping[str, Mapping[str, Any]]]
 

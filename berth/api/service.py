@@ -25,9 +25,9 @@ from berth.status import read_status
 from consumers.batches import parse_shape
 from consumers.queue_projector import read_depth
 from consumers.snapshot_source import LiveSnapshot
-from placement.config import SchedulerConfig
-from placement.headroom import headroom
-from placement.model import Request
+from scheduling.config import SchedulerConfig
+from scheduling.headroom import headroom
+from scheduling.model import Request
 from schemas.codec import EventDecodeError
 from schemas.events import Claim, ClaimSet, Event, MetadataKey, MetadataValue, Model
 from schemas.requests import BatchRequest, PlacementRequest, request_key

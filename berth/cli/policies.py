@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(app: App, args: argparse.Namespace) -> int:
     from consumers.policies import DEFAULT, PolicyBook, PolicyError, publish_policy
-    from placement.config import SchedulerConfig
+    from scheduling.config import SchedulerConfig
 
     topics = app.settings.topics
     book = PolicyBook(app.log, topics, SchedulerConfig.default())

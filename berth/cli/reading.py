@@ -26,9 +26,9 @@ from berth.cli.common import (
 )
 
 if TYPE_CHECKING:
-    from placement.config import SchedulerConfig
-    from placement.engine import Engine
-    from placement.model import Request
+    from scheduling.config import SchedulerConfig
+    from scheduling.engine import Engine
+    from scheduling.model import Request
     from schemas.requests import PlacementRequest
 
 
@@ -257,7 +257,7 @@ def _shape(args: argparse.Namespace, instances: int = 1) -> tuple[SchedulerConfi
     from pydantic import ValidationError
 
     from consumers.scheduler import engine_request
-    from placement.config import SchedulerConfig
+    from scheduling.config import SchedulerConfig
 
     config = SchedulerConfig.load(args.config) if args.config else SchedulerConfig.default()
     # the request's own checks (an address, a query, a cidr with its address)
@@ -321,7 +321,7 @@ def _policy_engine(app: App, config: SchedulerConfig) -> Engine:
 
 def cmd_explain(args: argparse.Namespace) -> int:
     from consumers.snapshot_source import snapshot_from_view
-    from placement.config import ConfigError
+    from scheduling.config import ConfigError
 
     try:
         config, request = _shape(args, args.instances)
@@ -357,8 +357,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
 def cmd_headroom(args: argparse.Namespace) -> int:
     from consumers.batches import shape_key
     from consumers.snapshot_source import snapshot_from_view
-    from placement.config import ConfigError
-    from placement.headroom import headroom
+    from scheduling.config import ConfigError
+    from scheduling.headroom import headroom
 
     try:
         config, request = _shape(args)
@@ -387,8 +387,8 @@ def cmd_metrics(args: argparse.Namespace) -> int:
     from berth.metrics import LedgerCollector, registry_for, serve
     from consumers.batches import parse_shape
     from consumers.policies import PolicyBook
-    from placement.config import ConfigError, SchedulerConfig
-    from placement.model import Request
+    from scheduling.config import ConfigError, SchedulerConfig
+    from scheduling.model import Request
 
     address = parse_address(args.listen, "--listen wants")
     if address is None:

@@ -32,7 +32,7 @@ from schemas.events import DEFAULT_LEASE_MS, MAX_LEASE_MS
 if TYPE_CHECKING:
     from consumers.balance_worker import MoveClaim
     from consumers.scheduler_worker import SchedulerWorker
-    from placement.balance import Plan
+    from scheduling.balance import Plan
 
 
 def add_commands(commands: Commands) -> None:
@@ -234,7 +234,7 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
 def _scheduler_worker(
     app: App, args: argparse.Namespace, pump: Callable[[], object], owned: list[int] | None
 ) -> SchedulerWorker:
-    from placement.config import SchedulerConfig
+    from scheduling.config import SchedulerConfig
 
     config = SchedulerConfig.load(args.config) if args.config else SchedulerConfig.default()
     return app.scheduler_worker(config, pump, partitions=owned)
@@ -288,7 +288,7 @@ def _start_api(
     cannot be used."""
     from berth.api import Api, serve
     from berth.api.credentials import Credentials
-    from placement.config import ConfigError, SchedulerConfig
+    from scheduling.config import ConfigError, SchedulerConfig
 
     address = parse_address(listen, "the API listens on")
     if address is None:
@@ -337,7 +337,7 @@ def cmd_balance(args: argparse.Namespace) -> int:
     from berth.client import Publisher
     from consumers.balance_worker import BalanceWorker
     from consumers.policies import PolicyBook
-    from placement.config import ConfigError, SchedulerConfig
+    from scheduling.config import ConfigError, SchedulerConfig
 
     try:
         config = SchedulerConfig.load(args.config) if args.config else SchedulerConfig.default()

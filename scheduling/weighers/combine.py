@@ -1,0 +1,33 @@
+"""Nova's weight handler over whole arrays: every weigher's raw values are
+normalised, multiplied per provider and summed.
+
+For each weigher in order: raw = ``weigh``; scores += ``multipliers`` x
+``normalize(raw, minval, maxval)`` (``normalize`` clamps to fixed bounds
+first, as Nova's ``weigh_objects`` does). Each weigher's ``add_to`` does
+that step, some with fewer array operations that give the same numbers
+bit for bit; an idle weigher is skipped. With one candidate or none nothing
+is weighed and every score is 0.0, as in Nova's ``get_weighed_objects``;
+this also keeps a weigher that raises (metrics with ``required=True``) from
+failing a request that had only one choice anyway.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from scheduling.filters.base import Context
+from scheduling.model import FloatArray, IntArray
+from scheduling.weighers.base import Weigher
+
+
+def weigh_all(weighers: Sequence[Weigher], ctx: Context, rows: IntArray) -> FloatArray:
+    """The combined score of each of ``rows`` (higher wins)."""
+    total = np.zeros(len(rows), dtype=np.float64)
+    if len(rows) <= 1:
+        return total
+    for weigher in weighers:
+        if not weigher.idle(ctx):
+            weigher.add_to(total, ctx, rows)
+    return total
