@@ -43,11 +43,11 @@ from consumers.scheduler import OutcomeFollower, Scheduled, Scheduler
 from consumers.snapshot_source import LiveSnapshot
 from ledger.log import Append
 from ledger.partitioner import partition_for
-from scheduling.config import SchedulerConfig
-from scheduling.engine import Bounded, Sampling
 from projections.view.engine import sqlite_url
 from projections.view.loader import committed_offsets
 from projections.view.tables import inventories
+from scheduling.config import SchedulerConfig
+from scheduling.engine import Bounded, Sampling
 from schemas.codec import decode_event
 from schemas.events import Event, Inventory, InventorySet, ProviderRegistered
 from schemas.requests import PlacementRequest

@@ -19,8 +19,8 @@ from berth.app import Settings, open_log
 from berth.client import Publisher
 from consumers.scheduler import OutcomeFollower, Scheduler
 from consumers.snapshot_source import LiveSnapshot
-from scheduling.config import SchedulerConfig
 from projections.view.engine import make_engine
+from scheduling.config import SchedulerConfig
 from schemas.requests import PlacementRequest
 
 NOW_MS = 1_700_000_000_000

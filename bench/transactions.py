@@ -49,10 +49,10 @@ from consumers.coordinator import Coordinator, Part
 from consumers.partition_writer import PartitionWriter
 from consumers.scheduler import OutcomeFollower
 from consumers.snapshot_source import LiveSnapshot
-from scheduling.config import SchedulerConfig
 from projections.pools import IntervalPool
 from projections.projector import apply
 from projections.state import PartitionState
+from scheduling.config import SchedulerConfig
 from schemas.events import (
     MAX_LEASE_MS,
     Claim,

@@ -31,9 +31,9 @@ from consumers.batches import BatchResult, BatchScheduler
 from consumers.coordinator import Coordinator
 from consumers.scheduler import OutcomeFollower, Scheduled, Scheduler
 from consumers.snapshot_source import LiveSnapshot, snapshot_from_view
+from projections.view.tables import reservations
 from scheduling.config import SchedulerConfig
 from scheduling.model import Snapshot
-from projections.view.tables import reservations
 from schemas.events import (
     AggregateMemberAdded,
     Consume,

@@ -34,9 +34,9 @@ from consumers.snapshot_source import balance_inputs
 from ledger.log import Append
 from ledger.partitioner import partition_for
 from ledger.publisher import Publisher
+from projections.view.loader import committed_offsets
 from scheduling.balance import Balancer, Move, Plan
 from scheduling.config import SchedulerConfig
-from projections.view.loader import committed_offsets
 from schemas.events import Claim, ClaimItem
 from schemas.moves import MoveProposed
 

@@ -19,8 +19,6 @@ import numpy as np
 from sqlalchemy import Connection, Engine, Row, func, or_, select
 
 from ledger.partitioner import partition_for
-from scheduling.balancers.base import Instance
-from scheduling.model import RESOURCE_ARRAYS, Aggregate, Provider, Snapshot
 from projections.view.loader import committed_offsets
 from projections.view.tables import (
     aggregates,
@@ -30,6 +28,8 @@ from projections.view.tables import (
     providers,
     reservations,
 )
+from scheduling.balancers.base import Instance
+from scheduling.model import RESOURCE_ARRAYS, Aggregate, Provider, Snapshot
 
 _INCREMENTAL_LIMIT = 20_000
 """Reservations decided on since the last call above which a live snapshot

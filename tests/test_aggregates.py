@@ -19,15 +19,15 @@ from berth.client import Publisher
 from berth.replay import replay
 from consumers.partition_writer import catch_up_all
 from consumers.snapshot_source import LiveSnapshot, snapshot_from_view
-from scheduling.filters.availability_zone import AvailabilityZoneFilter
-from scheduling.filters.base import Context
-from scheduling.model import Request
 from projections.batch import Applied, Batch
 from projections.projector import apply
 from projections.view.engine import make_engine
 from projections.view.loader import load_state
 from projections.view.tables import inventories, metadata
 from projections.view.writer import ViewWriter
+from scheduling.filters.availability_zone import AvailabilityZoneFilter
+from scheduling.filters.base import Context
+from scheduling.model import Request
 from schemas.events import (
     AggregateDefined,
     AggregateMemberAdded,

@@ -21,11 +21,11 @@ from consumers.snapshot_source import balance_inputs
 from ledger.embedded import EmbeddedLog
 from ledger.log import Append
 from ledger.topics import DEFAULT_TOPICS
-from scheduling.config import SchedulerConfig
 from projections.view.engine import make_engine
 from projections.view.migrate import upgrade
 from projections.view.tables import reservations
 from projections.view.writer import ViewWriter
+from scheduling.config import SchedulerConfig
 from schemas.codec import encode_event
 from schemas.events import Event
 from schemas.moves import MoveProposed

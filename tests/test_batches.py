@@ -20,11 +20,11 @@ from consumers.coordinator import Coordinator
 from consumers.partition_writer import catch_up_all, step_all
 from consumers.scheduler import OutcomeFollower
 from consumers.snapshot_source import snapshot_from_view
-from scheduling.config import SchedulerConfig
-from scheduling.model import Snapshot
 from projections.projector import apply
 from projections.state import PartitionState
 from projections.view.tables import inventories, reservations
+from scheduling.config import SchedulerConfig
+from scheduling.model import Snapshot
 from schemas.codec import decode_event
 from schemas.events import IdentifierItem
 from schemas.outcomes import Outcome

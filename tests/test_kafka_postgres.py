@@ -168,9 +168,9 @@ def test_batches_commit_whole_or_hold_nothing_on_kafka_and_postgres(
     from consumers.scheduler import OutcomeFollower, Scheduler
     from consumers.scheduler_worker import SchedulerWorker
     from consumers.snapshot_source import snapshot_from_view
+    from projections.view.tables import reservations
     from scheduling.config import SchedulerConfig
     from scheduling.model import Snapshot
-    from projections.view.tables import reservations
     from schemas.events import IdentifierItem
     from schemas.requests import BatchMode, BatchRequest, PlacementRequest
 

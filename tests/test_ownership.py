@@ -16,9 +16,9 @@ from sqlalchemy import Engine, text
 
 from berth.app import App, Settings
 from ledger.log import OwnedElsewhere
-from scheduling.config import SchedulerConfig
 from projections.view.engine import make_engine
 from projections.view.ownership import OwnershipLost, ViewOwnership, _topic_key
+from scheduling.config import SchedulerConfig
 from tests.polling import wait_for
 
 _LOCKS = text(

@@ -16,13 +16,13 @@ from berth.replay import replay
 from consumers.partition_writer import PartitionWriter, catch_up_all
 from consumers.snapshot_source import LiveSnapshot, snapshot_from_view
 from ledger.log import Append
+from projections.state import PartitionState
+from projections.view.loader import load_state
+from projections.view.tables import dead_letters, outcomes, providers
 from scheduling.filters.availability_zone import AvailabilityZoneFilter
 from scheduling.filters.base import Context
 from scheduling.model import Request, Snapshot
 from scheduling.weighers.metrics import MetricsWeigher
-from projections.state import PartitionState
-from projections.view.loader import load_state
-from projections.view.tables import dead_letters, outcomes, providers
 from schemas.codec import EventDecodeError, decode_event, encode_event
 from schemas.events import Event
 from tests.builders import briefs, claim, describe, fresh_state, provider, report, run, tick

@@ -15,8 +15,8 @@ from consumers.batches import parse_shape, shape_key
 from consumers.partition_writer import catch_up_all
 from consumers.queue_projector import QueueProjector, read_depth
 from consumers.scheduler_worker import SchedulerWorker
-from scheduling.config import SchedulerConfig
 from projections.queue_depth import Depth, QueueDepth
+from scheduling.config import SchedulerConfig
 from schemas.events import Release
 from schemas.requests import BatchMode, BatchRequest, PlacementRequest
 from tests.builders import provider

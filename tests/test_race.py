@@ -15,8 +15,8 @@ from berth.client import Publisher
 from consumers.partition_writer import catch_up_all, step_all
 from consumers.scheduler import OutcomeFollower, Scheduled, Scheduler
 from consumers.snapshot_source import snapshot_from_view
-from scheduling.config import SchedulerConfig
 from projections.view.tables import inventories, reservations
+from scheduling.config import SchedulerConfig
 from schemas.requests import PlacementRequest
 from tests.builders import provider
 

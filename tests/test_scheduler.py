@@ -15,12 +15,12 @@ from berth.client import Publisher
 from consumers.partition_writer import catch_up_all
 from consumers.scheduler import OutcomeFollower, Scheduler, Versioned
 from consumers.snapshot_source import LiveSnapshot, snapshot_from_view
+from projections.view.tables import inventories
 from scheduling.engine import Engine
 from scheduling.filters.base import Context, HostFilter
 from scheduling.model import FloatArray, IntArray, Snapshot
 from scheduling.scriptlet import Scriptlet
 from scheduling.weighers.base import Weigher
-from projections.view.tables import inventories
 from schemas.requests import PlacementRequest
 from tests.builders import provider
 

@@ -11,11 +11,11 @@ from consumers.snapshot_source import snapshot_from_view
 from ledger.embedded import EmbeddedLog
 from ledger.log import Append
 from ledger.topics import DEFAULT_TOPICS
-from scheduling.config import SchedulerConfig
-from scheduling.model import RESOURCE_ARRAYS
 from projections.view.engine import make_engine
 from projections.view.migrate import upgrade
 from projections.view.writer import ViewWriter
+from scheduling.config import SchedulerConfig
+from scheduling.model import RESOURCE_ARRAYS
 from schemas.codec import encode_event
 from schemas.events import Event
 from tests.builders import claim, consume, provider, release, set_state, traits

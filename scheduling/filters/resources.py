@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from projections.aggregates import ratio_keys, ratio_override
 from scheduling.filters.base import Context, HostFilter
 from scheduling.model import BoolArray, FloatArray, IntArray, Snapshot, by_class
-from projections.aggregates import ratio_keys, ratio_override
 
 __all__ = ["ResourceFilter", "effective_ratios", "ratio_keys"]
 
