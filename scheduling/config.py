@@ -70,7 +70,9 @@ class ConfigError(ValueError):
     """A configuration that cannot be used; the message says what to change."""
 
 
-class _Scheduler(BaseModel):
+class SchedulerSection(BaseModel):
+    """``[scheduler]``: the retry bound, sampling and bounded mode."""
+
     model_config = ConfigDict(extra="forbid")
     max_attempts: int = Field(default=3, ge=1, le=100)
     sample_percentage: float = Field(default=100.0, gt=0.0, le=100.0)
@@ -81,7 +83,9 @@ class _Scheduler(BaseModel):
     levels: int = Field(default=64, ge=1, le=65_536)
 
 
-class _ScriptletSection(BaseModel):
+class ScriptletSection(BaseModel):
+    """``[scriptlet]``: the placement program, by path or by source."""
+
     model_config = ConfigDict(extra="forbid")
     path: str | None = None
     source: str | None = None
@@ -89,10 +93,36 @@ class _ScriptletSection(BaseModel):
     max_candidates: int = Field(default=100, ge=1, le=100_000)
 
 
-class _BalanceSection(BaseModel):
+class BalanceSection(BaseModel):
+    """``[balance]``: the balance unit by name, with its options."""
+
     model_config = ConfigDict(extra="allow")  # the rest are the policy's options
     policy: str = "none"
     max_moves: int = Field(default=10, ge=0, le=100_000)
+
+
+class FiltersSection(BaseModel):
+    """``[filters]``: the enabled filters in order; the other keys are
+    tables of one filter's options."""
+
+    model_config = ConfigDict(extra="allow")
+    __pydantic_extra__: dict[str, dict[str, Any]]
+    enabled: list[str] | None = None
+
+
+class PolicyTables(BaseModel):
+    """The configuration's tables as data (a policy's shape, before its
+    units are loaded and its scriptlet compiled)."""
+
+    model_config = ConfigDict(extra="forbid")
+    # a table given is a table: null is not "absent"
+    scheduler: SchedulerSection = Field(default_factory=SchedulerSection)
+    filters: FiltersSection = Field(default_factory=FiltersSection)
+    weighers: dict[str, float | dict[str, Any]] = Field(
+        default_factory=dict, description="absent: Nova's default multipliers"
+    )
+    scriptlet: ScriptletSection = Field(default_factory=ScriptletSection)
+    balance: BalanceSection = Field(default_factory=BalanceSection)
 
 
 class SchedulerConfig:
@@ -149,7 +179,7 @@ class SchedulerConfig:
                 f"unknown sections {sorted(unknown)}; "
                 "expected scheduler, filters, weighers, scriptlet, balance"
             )
-        scheduler = _table("scheduler", _Scheduler, data.get("scheduler", {}))
+        scheduler = _table("scheduler", SchedulerSection, data.get("scheduler", {}))
         balance, max_moves = _balance(data.get("balance", {}))
         ranking = balance.weighers if balance is not None else None
         return cls(
@@ -186,7 +216,7 @@ def _table(where: str, model: type[_M], section: Any) -> _M:
 def _scriptlet(section: Any, base: Path) -> Scriptlet | None:
     if section is None:
         return None
-    given = _table("scriptlet", _ScriptletSection, section)
+    given = _table("scriptlet", ScriptletSection, section)
     if (given.path is None) == (given.source is None):
         raise ConfigError("[scriptlet] needs either path or source")
     name, source = "placement.star", given.source
@@ -203,7 +233,7 @@ def _scriptlet(section: Any, base: Path) -> Scriptlet | None:
 
 
 def _balance(section: Any) -> tuple[BalanceUnit | None, int]:
-    given = _table("balance", _BalanceSection, section)
+    given = _table("balance", BalanceSection, section)
     options = dict(given.model_extra or {})
     if given.policy == "none":
         if options:
@@ -213,7 +243,9 @@ def _balance(section: Any) -> tuple[BalanceUnit | None, int]:
     return _construct("balance", cls, options), given.max_moves
 
 
-def _filters(section: dict[str, Any]) -> list[HostFilter]:
+def _filters(section: Any) -> list[HostFilter]:
+    if not isinstance(section, dict):
+        raise ConfigError("[filters] must be a table")
     names = section.get("enabled", list(DEFAULT_FILTERS))
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
         raise ConfigError("[filters] enabled must be a list of filter names")
@@ -228,7 +260,9 @@ def _filters(section: dict[str, Any]) -> list[HostFilter]:
     return built
 
 
-def _weighers(section: dict[str, Any]) -> list[Weigher]:
+def _weighers(section: Any) -> list[Weigher]:
+    if not isinstance(section, dict):
+        raise ConfigError("[weighers] must be a table")
     built = []
     for name, value in section.items():
         cls = _resolve(name, WEIGHERS, Weigher, "weigher")

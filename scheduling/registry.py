@@ -11,6 +11,7 @@ request: no clock, no randomness, no I/O, so the same inputs place the same.
 from __future__ import annotations
 
 import importlib
+import inspect
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -170,3 +171,40 @@ def resolve(
         )
     plugged: type[_T] = found
     return plugged
+
+
+def describe(cls: type[Any]) -> dict[str, Any]:
+    """A unit as oVirt's ``/schedulingpolicyunits`` lists one: its name, what
+    it does (its docstring's first paragraph) and the options its
+    constructor takes, each with its default."""
+    options: dict[str, Any] = {}
+    for parameter in list(inspect.signature(cls.__init__).parameters.values())[1:]:
+        if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
+            continue
+        given = parameter.default is not parameter.empty
+        default = parameter.default if given else None
+        options[parameter.name] = {
+            "required": not given,
+            "default": default if isinstance(default, str | int | float | bool | None) else None,
+        }
+    summary = (inspect.getdoc(cls) or "").split("\n\n", 1)[0].replace("\n", " ")
+    return {"name": getattr(cls, "name", cls.__name__), "description": summary, "options": options}
+
+
+def catalogue(plugins: Sequence[str] = ()) -> dict[str, list[dict[str, Any]]]:
+    """Every built-in filter and weigher, and the operator's plug-ins named
+    in ``plugins`` (``module:Class``) that load, each described."""
+    found: dict[str, list[dict[str, Any]]] = {
+        "filters": [describe(FILTERS[n]) for n in sorted(FILTERS)],
+        "weighers": [describe(WEIGHERS[n]) for n in sorted(WEIGHERS)],
+        "plugins": [],
+    }
+    for name in sorted(set(plugins)):
+        for known, port, what in ((FILTERS, HostFilter, "filter"), (WEIGHERS, Weigher, "weigher")):
+            try:
+                cls = resolve(name, known, port, what)
+            except ValueError:
+                continue
+            found["plugins"].append({**describe(cls), "name": name, "kind": what})
+            break
+    return found

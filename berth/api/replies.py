@@ -5,9 +5,11 @@ path); these say what it is."""
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.responses import Response
 
 Position = Annotated[list[int], Field(min_length=2, max_length=2)]
 Pair = Annotated[list[str], Field(min_length=2, max_length=2)]
@@ -114,3 +116,8 @@ class AggregateOut(Reply):
     aggregate_id: str
     metadata: dict[str, str]
     members: list[str] = Field(description="the providers in it, by id")
+
+
+def json_reply(status: int, reply: Any) -> Response:
+    """``reply`` as JSON, written directly (no reply model is built)."""
+    return Response(json.dumps(reply), status, media_type="application/json")

@@ -5,7 +5,6 @@ request models, validated by the same adapters, so the document cannot
 drift from what is accepted). Each route reads its body, then calls
 :class:`Api` from a worker thread, since the log and the view block."""
 
-import json
 import logging
 from http import HTTPStatus
 from typing import Annotated, Any
@@ -18,6 +17,7 @@ from sqlalchemy.exc import DBAPIError
 from starlette.concurrency import run_in_threadpool
 
 from berth.api.credentials import Caller
+from berth.api.policies import AssignmentIn, PolicyService, add_routes
 from berth.api.problems import MEDIA_TYPE, Bounded, Problem, ProblemDocument, install
 from berth.api.replies import (
     AggregateOut,
@@ -28,12 +28,14 @@ from berth.api.replies import (
     Headroom,
     HistoryOut,
     Submitted,
+    json_reply,
 )
 from berth.api.service import AGGREGATE, EVENT, MAX_WAIT_S, REQUEST, Api
 from berth.api.streams import Stream, answers_shown, outcomes_shown, parse_cursor
 from berth.api.visibility import Visibility
 from ledger.log import LogError
 from projections.view.engine import driver_message
+from scheduling.config import PolicyTables
 
 _log = logging.getLogger(__name__)
 
@@ -66,10 +68,6 @@ def _body(*models: str) -> dict[str, Any]:
     )
     schema = {"oneOf": [one, {"type": "array", "items": one, "minItems": 1}]}
     return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
-
-
-def _json(status: int, reply: Any) -> Response:
-    return Response(json.dumps(reply), status, media_type="application/json")
 
 
 def create_app(api: Api) -> FastAPI:
@@ -123,7 +121,7 @@ def create_app(api: Api) -> FastAPI:
     )
     async def post_events(request: Request, who: Who, wait: Wait = None) -> Response:
         raw = await request.body()
-        return _json(*await run_in_threadpool(api.post_events, raw, wait, who))
+        return json_reply(*await run_in_threadpool(api.post_events, raw, wait, who))
 
     @app.post(
         "/v1/requests",
@@ -142,7 +140,7 @@ def create_app(api: Api) -> FastAPI:
     )
     async def post_requests(request: Request, who: Who, wait: Wait = None) -> Response:
         raw = await request.body()
-        return _json(*await run_in_threadpool(api.post_requests, raw, wait, who))
+        return json_reply(*await run_in_threadpool(api.post_requests, raw, wait, who))
 
     AggregateId = Annotated[str, Path(min_length=1, max_length=255)]
 
@@ -169,7 +167,9 @@ def create_app(api: Api) -> FastAPI:
         request: Request, who: Who, aggregate_id: AggregateId, wait: Wait = None
     ) -> Response:
         raw = await request.body()
-        return _json(*await run_in_threadpool(api.define_aggregate, aggregate_id, raw, wait, who))
+        return json_reply(
+            *await run_in_threadpool(api.define_aggregate, aggregate_id, raw, wait, who)
+        )
 
     @app.get(
         "/v1/aggregates/{aggregate_id}",
@@ -178,7 +178,7 @@ def create_app(api: Api) -> FastAPI:
         responses={200: {"model": AggregateOut}, **_problems(*_READS, 404)},
     )
     async def get_aggregate(who: Who, aggregate_id: AggregateId) -> Response:
-        return _json(200, await run_in_threadpool(api.aggregate, aggregate_id))
+        return json_reply(200, await run_in_threadpool(api.aggregate, aggregate_id))
 
     @app.get(
         "/v1/history/{id}",
@@ -191,7 +191,7 @@ def create_app(api: Api) -> FastAPI:
         id: Annotated[str, Path(min_length=1, max_length=255)],
         records: Annotated[bool, Query(description="false: the view alone")] = True,
     ) -> Response:
-        return _json(200, await run_in_threadpool(api.history, id, records, who))
+        return json_reply(200, await run_in_threadpool(api.history, id, records, who))
 
     @app.get(
         "/v1/status",
@@ -206,7 +206,7 @@ def create_app(api: Api) -> FastAPI:
         who: Who,
         lag: Annotated[bool, Query(description="true: progress only, no table scans")] = False,
     ) -> Response:
-        return _json(200, await run_in_threadpool(api.status, lag, who))
+        return json_reply(200, await run_in_threadpool(api.status, lag, who))
 
     @app.get(
         "/v1/queue",
@@ -215,7 +215,7 @@ def create_app(api: Api) -> FastAPI:
         responses={200: {"model": dict[str, Depth]}, **_problems(*_READS)},
     )
     async def get_queue(who: Who) -> Response:
-        return _json(200, await run_in_threadpool(api.queue))
+        return json_reply(200, await run_in_threadpool(api.queue))
 
     @app.get(
         "/v1/headroom",
@@ -233,7 +233,7 @@ def create_app(api: Api) -> FastAPI:
         found = await run_in_threadpool(
             api.headroom, resources, availability_zone, required_trait, forbidden_trait
         )
-        return _json(200, found)
+        return json_reply(200, found)
 
     LastEventId = Annotated[
         str | None,
@@ -282,6 +282,7 @@ def create_app(api: Api) -> FastAPI:
         topic = api.topics.placements
         return await run_in_threadpool(_stream, topic, who, last_event_id, "answer")
 
+    add_routes(app, PolicyService(api.app), caller, _problems, _REF)
     app.openapi = lambda: _document(app, api)  # type: ignore[method-assign]
     return app
 
@@ -345,6 +346,10 @@ def _document(app: FastAPI, api: Api) -> dict[str, Any]:
             # a discriminated union needs its tag, though each model has it as a default
             schema["required"] = sorted({*schema.get("required", ()), "type"})
     schemas["AggregateIn"] = AGGREGATE.json_schema(ref_template=_REF)
+    for model in (PolicyTables, AssignmentIn):
+        schema = model.model_json_schema(ref_template=_REF)
+        schemas.update(schema.pop("$defs", {}))
+        schemas[model.__name__] = schema
     _closed(schemas)
     schemas["ProblemDocument"] = ProblemDocument.model_json_schema(ref_template=_REF)
     schemas.update(ProblemDocument.model_json_schema(ref_template=_REF).pop("$defs", {}))
