@@ -21,7 +21,7 @@ import numpy as np
 from consumers.policies import Policy, PolicyBook, PolicyError
 from ledger.log import Log
 from ledger.publisher import Publisher
-from scheduling.engine import Engine, demand_row
+from scheduling.engine import Engine, Ranking, demand_row
 from scheduling.model import Hints, IntArray, Request, Snapshot, TagRules
 from schemas.events import Claim, ClaimItem, Release
 from schemas.outcomes import Kind, Outcome
@@ -111,6 +111,12 @@ class Scheduled:
     trace: tuple[str, ...] = ()
     policy: str = ""
     """The policy that placed it, ``name@version`` (empty: no policy book)."""
+    offsets: Mapping[int, int] = field(default_factory=dict)
+    """Partition -> the offset the snapshot of its last attempt reflected
+    (records below it applied), when the snapshot says so."""
+    candidates: tuple[Mapping[str, Any], ...] = ()
+    """A placed request's best candidates on its last attempt, best first,
+    each with its weighers' parts (:class:`scheduling.engine.Ranked`)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -121,6 +127,8 @@ class Scheduled:
             "reason": self.reason,
             "trace": list(self.trace),
             **({"policy": self.policy} if self.policy else {}),
+            **({"offsets": {str(p): o for p, o in self.offsets.items()}} if self.offsets else {}),
+            **({"candidates": list(self.candidates)} if self.candidates else {}),
         }
 
     @classmethod
@@ -133,6 +141,8 @@ class Scheduled:
             reason=data["reason"],
             trace=tuple(data["trace"]),
             policy=data.get("policy", ""),
+            offsets={int(p): o for p, o in data.get("offsets", {}).items()},
+            candidates=tuple(data.get("candidates", ())),
         )
 
 
@@ -145,6 +155,9 @@ class _Pending:
     proposed: dict[str, tuple[int, str]] = field(default_factory=dict)
     attempts: int = 0
     reasons: list[str] = field(default_factory=list)
+    offsets: Mapping[int, int] = field(default_factory=dict)
+    """What the snapshot of the last attempt reflected."""
+    ranking: Ranking | None = None
     result: Scheduled | None = None
     policy: Policy | None = None
 
@@ -269,11 +282,14 @@ class Scheduler:
         # feasibility index (bounded mode) follows it by re-reading those alone
         working = snapshot.with_used(used, self._add_unseen(snapshot, used, demands))
         claims: list[Claim] = []
+        offsets: dict[int, int] = {} if self._versioned is None else dict(self._versioned.offsets())
         for p in wave:
             p.attempts += 1
             p.proposed.clear()
             engine = self.engine if p.policy is None else p.policy.engine
             placement = engine.place(working, _engine_request(p), explain=p.request.explain)
+            p.offsets = offsets
+            p.ranking = placement.ranking
             if not placement.placed:
                 trace = placement.trace.lines() if placement.trace else []
                 self._fail(p, placement.reason, tuple(trace))
@@ -355,7 +371,13 @@ class Scheduler:
                 p.reasons = [str(r) for r in outcome.reasons]
         if not p.left:
             p.result = Scheduled(
-                p.request.request_id, True, tuple(p.held), p.attempts, policy=_label(p)
+                p.request.request_id,
+                True,
+                tuple(p.held),
+                p.attempts,
+                policy=_label(p),
+                offsets=p.offsets,
+                candidates=() if p.ranking is None else tuple(p.ranking.to_dicts()),
             )
             return True
         limit = self.max_attempts if p.policy is None else p.policy.config.max_attempts
@@ -379,7 +401,14 @@ class Scheduler:
             )
         log.info("failed %s: %s", p.request.request_id, reason)
         p.result = Scheduled(
-            p.request.request_id, False, (), p.attempts, reason, trace, policy=_label(p)
+            p.request.request_id,
+            False,
+            (),
+            p.attempts,
+            reason,
+            trace,
+            policy=_label(p),
+            offsets=p.offsets,
         )
 
 

@@ -10,6 +10,7 @@ Example::
     candidates = 64              # bounded: providers weighed, drawn from the feasibility index
     bounded_from = 20000
     levels = 64                  # bounded: how finely the index orders by free capacity
+    ranked = 10                  # best candidates an answer records (0: none)
 
     [filters]
     enabled = ["ComputeFilter", "ResourceFilter", "AvailabilityZoneFilter"]
@@ -81,6 +82,7 @@ class SchedulerSection(BaseModel):
     candidates: int = Field(default=64, ge=1, le=100_000)
     bounded_from: int = Field(default=20_000, ge=0)
     levels: int = Field(default=64, ge=1, le=65_536)
+    ranked: int = Field(default=10, ge=0, le=100)
 
 
 class ScriptletSection(BaseModel):
@@ -139,6 +141,7 @@ class SchedulerConfig:
         balance: BalanceUnit | None = None,
         max_moves: int = 10,
         bounded: Bounded | None = None,
+        ranked: int = 10,
     ) -> None:
         self.filters = filters
         self.weighers = weighers
@@ -148,9 +151,12 @@ class SchedulerConfig:
         self.balance = balance
         self.max_moves = max_moves
         self.bounded = bounded or Bounded()
+        self.ranked = ranked
 
     def engine(self) -> Engine:
-        return Engine(self.filters, self.weighers, self.sampling, self.scriptlet, self.bounded)
+        return Engine(
+            self.filters, self.weighers, self.sampling, self.scriptlet, self.bounded, self.ranked
+        )
 
     def balancer(self) -> Balancer:
         return Balancer(self.balance, self.engine(), self.max_moves)
@@ -193,6 +199,7 @@ class SchedulerConfig:
             bounded=Bounded(
                 scheduler.mode, scheduler.candidates, scheduler.bounded_from, scheduler.levels
             ),
+            ranked=scheduler.ranked,
         )
 
 

@@ -27,7 +27,7 @@ from scheduling.filters.resources import ResourceFilter
 from scheduling.index import FeasibilityIndex
 from scheduling.model import BoolArray, FloatArray, IntArray, Request, Snapshot
 from scheduling.weighers.base import Weigher
-from scheduling.weighers.combine import weigh_all
+from scheduling.weighers.combine import weigh_all, weigh_parts
 from scheduling.weighers.ram import FreeResourceWeigher
 
 if TYPE_CHECKING:
@@ -60,6 +60,50 @@ class Trace:
         ]
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class Ranking:
+    """The best candidates for a request's first instance, best first, as
+    the weighers ranked them: each one's score and each weigher's part of
+    it, normalised value and multiplier (Nova's sum: a score is the sum of
+    value x multiplier). Arrays, turned into JSON only for an answer."""
+
+    providers: tuple[str, ...]
+    scores: FloatArray
+    weighers: tuple[str, ...]
+    values: FloatArray
+    """weigher x candidate: the normalised value, in [0, 1]."""
+    multipliers: FloatArray
+    """weigher x candidate: the multiplier (an aggregate's, if it sets one)."""
+
+    def __eq__(self, other: object) -> bool:
+        """Equal when every candidate, score and part is (same placements)."""
+        if not isinstance(other, Ranking):
+            return NotImplemented
+        return (
+            self.providers == other.providers
+            and self.weighers == other.weighers
+            and np.array_equal(self.scores, other.scores)
+            and np.array_equal(self.values, other.values)
+            and np.array_equal(self.multipliers, other.multipliers)
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def to_dicts(self) -> list[dict[str, object]]:
+        values, multipliers = self.values.T.tolist(), self.multipliers.T.tolist()
+        return [
+            {
+                "provider_id": pid,
+                "score": score,
+                "weighers": {
+                    name: [v, m]
+                    for name, v, m in zip(self.weighers, values[n], multipliers[n], strict=True)
+                },
+            }
+            for n, (pid, score) in enumerate(zip(self.providers, self.scores.tolist(), strict=True))
+        ]
+
+
 @dataclass(frozen=True, slots=True)
 class Placement:
     request_id: str
@@ -77,6 +121,10 @@ class Placement:
     """Providers weighed for the first instance."""
     bounded: bool = False
     """Whether the index found the candidates (bounded mode)."""
+    ranking: Ranking | None = None
+    """The best candidates for the first instance, best first (the engine's
+    ``ranked`` of them), as the weighers ranked them before the scriptlet
+    had its say."""
 
     @property
     def placed(self) -> bool:
@@ -197,7 +245,10 @@ class Engine:
         sampling: Sampling | None = None,
         scriptlet: Scriptlet | None = None,
         bounded: Bounded | None = None,
+        ranked: int = 10,
     ) -> None:
+        """``ranked``: how many of the best candidates for a request's first
+        instance its placement keeps, with each weigher's part (0: none)."""
         ordered = sorted(filters, key=lambda f: f.cost)
         self.once = [f for f in ordered if not f.per_pick]
         self.each_pick = [f for f in ordered if f.per_pick]
@@ -205,6 +256,7 @@ class Engine:
         self.sampling = sampling or Sampling()
         self.scriptlet = scriptlet
         self.bounded = bounded or Bounded()
+        self.ranked = ranked
         self._resources = next((f for f in ordered if isinstance(f, ResourceFilter)), None)
         self._index: FeasibilityIndex | None = None
         self.index_builds = 0
@@ -421,14 +473,19 @@ class Engine:
         scored = 0
         weights: list[float] = []
         refusal: str | None = None
+        ranking: Ranking | None = None
         for _ in range(request.num_instances):
             candidates = rows
             for f in each_pick:
                 candidates = run.apply(f, candidates)
             if len(candidates) == 0:
                 break
+            if scored or not self.ranked:
+                scores = self._weigh(ctx, candidates)
+            else:  # the first pick: what each weigher added, for the answer
+                scores, active, parts = weigh_parts(self.weighers, ctx, candidates)
+                ranking = self._ranking(ctx, candidates, scores, active, parts)
             scored = scored or len(candidates)
-            scores = self._weigh(ctx, candidates)
             best = int(scores.argmax())  # first maximum: the earliest row breaks ties
             if self.scriptlet is not None:
                 verdict = self.scriptlet.decide(ctx, candidates, scores)
@@ -467,10 +524,53 @@ class Engine:
             refusal,
             examined=considered,
             scored=scored,
+            ranking=ranking,
         )
 
     def _weigh(self, ctx: Context, rows: IntArray) -> FloatArray:
         return weigh_all(self.weighers, ctx, rows)
+
+    def _ranking(
+        self,
+        ctx: Context,
+        rows: IntArray,
+        scores: FloatArray,
+        weighers: Sequence[Weigher],
+        parts: FloatArray,
+    ) -> Ranking:
+        """The ``ranked`` best of ``rows`` by ``scores``, ties to the earlier
+        row as the pick breaks them, with their weighers' ``parts``."""
+        k = min(self.ranked, len(rows))
+        if k < len(rows):
+            chosen = np.argpartition(scores, len(rows) - k)[len(rows) - k :]  # the k best, O(n)
+            cut = scores[chosen].min()
+            if np.count_nonzero(scores >= cut) > k:
+                chosen = np.flatnonzero(scores >= cut)  # ties at the cut: the earliest rows win
+            else:
+                chosen.sort()
+        else:
+            chosen = np.arange(len(rows))
+        best = chosen[np.argsort(-scores[chosen], kind="stable")[:k]]
+        top = rows[best]
+        shares = parts[:, best]
+        uniform = [w.uniform_multiplier(ctx) for w in weighers]
+        if None in uniform or 0.0 in uniform:  # an aggregate overrides one, or one is off
+            multipliers = np.empty_like(shares)
+            for n, weigher in enumerate(weighers):
+                multipliers[n] = weigher.multipliers(ctx, top)
+            zeros = np.zeros_like(shares)
+            values = np.divide(shares, multipliers, out=zeros, where=multipliers != 0)
+        else:  # one multiplier per weigher, the common case
+            multipliers = np.array(uniform, dtype=np.float64)[:, None].repeat(len(best), axis=1)
+            values = shares / multipliers
+        providers = ctx.snapshot.providers
+        return Ranking(
+            tuple(providers[row].provider_id for row in top.tolist()),
+            scores[best],
+            tuple(w.name for w in weighers),
+            values,
+            multipliers,
+        )
 
 
 def demand_row(snapshot: Snapshot, resources: Mapping[str, int]) -> IntArray:

@@ -31,3 +31,22 @@ def weigh_all(weighers: Sequence[Weigher], ctx: Context, rows: IntArray) -> Floa
         if not weigher.idle(ctx):
             weigher.add_to(total, ctx, rows)
     return total
+
+
+def weigh_parts(
+    weighers: Sequence[Weigher], ctx: Context, rows: IntArray
+) -> tuple[FloatArray, list[Weigher], FloatArray]:
+    """``weigh_all``'s scores, the weighers that took part, and each one's
+    share of them (its multiplier times its normalised values; one row per
+    weigher), for an answer to say why its pick ranked first. The same sums
+    in the same order as ``weigh_all``: each share is what that weigher's
+    ``add_to`` adds."""
+    total = np.zeros(len(rows), dtype=np.float64)
+    if len(rows) <= 1:
+        return total, [], np.zeros((0, len(rows)), dtype=np.float64)
+    active = [w for w in weighers if not w.idle(ctx)]
+    parts = np.zeros((len(active), len(rows)), dtype=np.float64)
+    for weigher, part in zip(active, parts, strict=True):
+        weigher.add_to(part, ctx, rows)
+        total += part
+    return total, active, parts

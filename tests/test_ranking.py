@@ -1,0 +1,107 @@
+"""The ranking a placement keeps for its answer (issue 23 part 5): the best
+candidates of the first instance, best first, ties to the earlier row as
+the pick breaks them, each score the sum of its weighers' normalised values
+times their multipliers; and the answers on ``berth.placements`` carry it
+with the view offsets their snapshot reflected."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+from hypothesis import given, settings
+
+from berth.app import App, Settings
+from berth.client import Answers, Publisher
+from consumers.partition_writer import catch_up_all
+from scheduling.config import SchedulerConfig
+from scheduling.engine import Engine
+from scheduling.filters.base import Context
+from scheduling.model import Provider, Request, Snapshot
+from scheduling.registry import DEFAULT_FILTERS, DEFAULT_WEIGHERS, FILTERS, WEIGHERS
+from scheduling.weighers.combine import weigh_all
+from schemas.requests import PlacementRequest
+from tests.builders import provider
+from tests.test_engine_properties import cases
+
+
+def _engine(ranked: int) -> Engine:
+    filters = [FILTERS[name]() for name in DEFAULT_FILTERS]
+    weighers = [WEIGHERS[name](m) for name, m in DEFAULT_WEIGHERS.items()]
+    return Engine(filters, weighers, ranked=ranked)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(cases())
+def test_the_ranking_is_the_weighers_order_and_its_first_is_the_pick(
+    case: tuple[Snapshot, Request],
+) -> None:
+    snapshot, request = case
+    engine = _engine(ranked=3)
+    placement = engine.place(snapshot, request)
+    if not placement.providers:
+        assert placement.ranking is None
+        return
+    assert placement.ranking is not None
+    ranking = placement.ranking.to_dicts()
+    assert ranking[0]["provider_id"] == placement.providers[0]
+    # every candidate of the first instance, weighed as the engine does
+    rows = engine.feasible(snapshot, request)
+    scores = weigh_all(engine.weighers, Context.start(snapshot, request), rows)
+    order = np.argsort(-scores, kind="stable")[:3]
+    expected = [(snapshot.providers[int(rows[i])].provider_id, float(scores[i])) for i in order]
+    assert [(r["provider_id"], r["score"]) for r in ranking] == expected
+    for ranked in ranking:
+        parts = ranked["weighers"]
+        assert isinstance(parts, dict) and isinstance(ranked["score"], float)
+        assert abs(sum(v * m for v, m in parts.values()) - ranked["score"]) < 1e-9, ranked
+        assert all(0.0 <= v <= 1.0 for v, _ in parts.values()), ranked
+
+
+def test_ties_go_to_the_earlier_provider_and_ranked_zero_keeps_none() -> None:
+    names = [f"p{i}" for i in range(30)]
+    snapshot = Snapshot.build(
+        [Provider(name, host=name) for name in names],
+        {name: {"VCPU": {"total": 8}, "MEMORY_MB": {"total": 4096}} for name in names},
+    )
+    request = Request("r", {"VCPU": 1})
+    ranking = _engine(ranked=10).place(snapshot, request).ranking
+    assert ranking is not None and list(ranking.providers) == names[:10]
+    assert _engine(ranked=0).place(snapshot, request).ranking is None
+
+
+def test_an_answer_carries_its_candidates_and_the_offsets_its_snapshot_reflected(
+    tmp_path: Path,
+) -> None:
+    now = int(time.time() * 1000)
+    with App(Settings(data_dir=tmp_path, partitions=2)) as app:
+        publisher = Publisher(app.log, app.settings.topics)
+        events = [
+            e
+            for i, ram in enumerate((2048, 8192, 4096))
+            for e in provider(f"n{i}", ts=now, VCPU=8, MEMORY_MB=ram)
+        ]
+        publisher.publish(events)
+        writers = app.writers()
+        catch_up_all(writers)
+        # what the view has applied before the request is ranked
+        ends = {str(p): app.log.end_offset(app.settings.topics.events, p) for p in range(2)}
+        worker = app.scheduler_worker(SchedulerConfig.default(), lambda: catch_up_all(writers))
+        answers = Answers(app.log, app.settings.topics)
+        request = PlacementRequest(
+            request_id="r1", ts_ms=now, project_id="p", resources={"MEMORY_MB": 1024}
+        )
+        publisher.submit([request])
+        while worker.step():
+            pass
+        assert answers.wait(["r1"], 10.0) == []
+        answer = answers.found["r1"]
+        assert answer["placed"] and answer["reservations"][0][1] == "n1"
+    names = [c["provider_id"] for c in answer["candidates"]]
+    assert names == ["n1", "n2", "n0"]  # spreading by free RAM
+    assert answer["candidates"][0]["weighers"]["RAMWeigher"] == [1.0, 1.0]
+    assert answer["candidates"][2]["weighers"]["RAMWeigher"] == [0.25, 1.0]  # 2,048 of 8,192
+    assert {p: o for p, o in answer["offsets"].items() if o} == {p: o for p, o in ends.items() if o}
+    json.dumps(answer)  # it is JSON as it stands
