@@ -10,7 +10,7 @@ import os
 import queue
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from multiprocessing.context import ForkContext, SpawnContext
 from multiprocessing.queues import Queue
@@ -110,12 +110,14 @@ def _replay_partitions(
     rebuild: bool = False,
     sized: Callable[[int], object] | None = None,
     until_ms: int | None = None,
+    until: Mapping[int, int] | None = None,
 ) -> ReplayResult:
     """Rebuild the given partitions into ``target``'s (migrated) view; a
     ``rebuild`` writes a fresh SQLite file that is discarded unless complete.
     ``sized`` is told how many records the partitions hold, before the first.
     With ``until_ms``, each partition stops at the end of its
-    :func:`clock_prefix`."""
+    :func:`clock_prefix`; with ``until``, at the offset it gives (0 for a
+    partition it does not name)."""
     records = outcomes = verified = 0
     divergence: Divergence | None = None
     log = open_log(target, read_only=True)
@@ -124,6 +126,8 @@ def _replay_partitions(
         {p: clock_prefix(log, events, p, until_ms) for p in partitions}
         if until_ms is not None
         else None
+        if until is None
+        else {p: until.get(p, 0) for p in partitions}
     )
     if sized is not None:
         # indexes the partitions' files (CRCs checked), which their first read
@@ -190,6 +194,13 @@ def _replay_partitions(
         log.close()
         engine.dispose()
     return ReplayResult(records, outcomes, verified, divergence, target.view_url)
+
+
+def replay_until(target: Settings, until: Mapping[int, int]) -> ReplayResult:
+    """Rebuild every partition into ``target``'s (migrated, empty) view up
+    to the offsets ``until`` gives, in this process: the view a scheduler
+    read when it had applied exactly that much (``berth explain --request``)."""
+    return _replay_partitions(target, list(range(target.partitions)), False, None, until=until)
 
 
 def _worker(

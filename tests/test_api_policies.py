@@ -167,3 +167,13 @@ def test_policy_units_lists_every_unit_with_its_options_and_the_plugins_in_use(
     assert plugin["name"] == "tests.plugins:RackFilter" and plugin["kind"] == "filter"
     assert "rack" in plugin["options"]
     assert call(url, "/v1/policies/racks", token=OPERATOR, method="DELETE")[0] == 200
+
+
+def test_explain_answers_for_a_past_request_from_the_log(served: tuple[str, App]) -> None:
+    url, _ = served
+    answer = _place(url, "explained")
+    status, story = call(url, "/v1/explain/explained?provider=small", token=PROJECT)
+    assert status == 200, story
+    assert story["recorded"] == answer["providers"] and story["same"], story
+    assert story["policy"] == answer["policy"] and story["provider"]["provider_id"] == "small"
+    assert call(url, "/v1/explain/never-asked", token=PROJECT)[0] == 404

@@ -194,6 +194,22 @@ def create_app(api: Api) -> FastAPI:
         return json_reply(200, await run_in_threadpool(api.history, id, records, who))
 
     @app.get(
+        "/v1/explain/{request_id}",
+        summary="Why a past request was placed as it was, from the log alone",
+        response_model=None,
+        responses={
+            200: {"content": {"application/json": {"schema": {"type": "object"}}}},
+            **_problems(*_READS, 404),
+        },
+    )
+    async def get_explain(
+        who: Who,
+        request_id: Annotated[str, Path(min_length=1, max_length=255)],
+        provider: Annotated[Name | None, Query(description="why not this provider")] = None,
+    ) -> Response:
+        return json_reply(200, await run_in_threadpool(api.explain, request_id, provider, who))
+
+    @app.get(
         "/v1/status",
         summary="Each partition's progress; capacity and usage, reservations (operators)",
         response_model=None,

@@ -241,6 +241,20 @@ class Api:
             raise Problem(HTTPStatus.NOT_FOUND, f"the view holds nothing about {subject!r}")
         return reply
 
+    def explain(self, request_id: str, provider: str | None, caller: Caller) -> dict[str, Any]:
+        """Why a past request was placed as it was, from the log alone
+        (:mod:`berth.audit`); a project may ask about its own."""
+        from berth.audit import AuditError, explain_request
+
+        try:
+            story = explain_request(self.app, request_id, provider)
+        except AuditError as error:
+            raise Problem(HTTPStatus.NOT_FOUND, str(error)) from None
+        if caller.project is not None and story["project_id"] != caller.project:
+            # as if there were none: a project does not learn of others' requests
+            raise Problem(HTTPStatus.NOT_FOUND, f"no answer to request {request_id!r}")
+        return story
+
     def status(self, lag: bool, caller: Caller) -> dict[str, Any]:
         if not caller.operator:
             raise _forbidden(caller, "the status of every partition is an operator's to read")

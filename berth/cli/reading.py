@@ -10,7 +10,7 @@ import json
 import logging
 import sys
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.exc import DBAPIError
 
@@ -90,8 +90,18 @@ def add_commands(commands: Commands) -> None:
     history.add_argument("--json", action="store_true", help="print it as one JSON object")
 
     explain = commands.add("explain", "rank providers for a request and say why not", cmd_explain)
-    shape_options(explain)
+    shape_options(explain, shape_required=False)
     explain.add_argument("--instances", type=int, default=1)
+    explain.add_argument(
+        "--request",
+        default=None,
+        metavar="ID",
+        help="a past request, from the log alone: the view as its answer saw it, "
+        "the policy that placed it, and whether the pick is the same again",
+    )
+    explain.add_argument(
+        "--provider", default=None, help="with --request: why this provider was not chosen"
+    )
 
     headroom = commands.add(
         "headroom", "how many more instances of a shape fit, and where", cmd_headroom
@@ -128,10 +138,10 @@ def add_commands(commands: Commands) -> None:
     )
 
 
-def shape_options(p: argparse.ArgumentParser) -> None:
+def shape_options(p: argparse.ArgumentParser, shape_required: bool = True) -> None:
     """A request's shape, for explain and headroom."""
     backend_options(p)
-    p.add_argument("--resources", required=True, help="e.g. VCPU=4,MEMORY_MB=8192")
+    p.add_argument("--resources", required=shape_required, help="e.g. VCPU=4,MEMORY_MB=8192")
     p.add_argument("--availability-zone", default=None)
     p.add_argument("--required-trait", action="append", default=[])
     p.add_argument("--forbidden-trait", action="append", default=[])
@@ -323,6 +333,11 @@ def cmd_explain(args: argparse.Namespace) -> int:
     from consumers.snapshot_source import snapshot_from_view
     from scheduling.config import ConfigError
 
+    if args.request is not None:
+        return _explain_past(args)
+    if args.resources is None or args.provider is not None:
+        print("berth: explain needs --resources (or --request ID [--provider X])", file=sys.stderr)
+        return 2
     try:
         config, request = _shape(args, args.instances)
     except (ConfigError, ValueError) as error:
@@ -352,6 +367,52 @@ def cmd_explain(args: argparse.Namespace) -> int:
         verdict = ", ".join(placement.providers) if placement.placed else placement.reason
         print("\n".join([f"choice: {verdict}", *story]))
     return 0 if placement.placed else 1
+
+
+def _explain_past(args: argparse.Namespace) -> int:
+    from berth.audit import AuditError, explain_request
+    from scheduling.config import ConfigError, SchedulerConfig
+
+    try:
+        configured = SchedulerConfig.load(args.config) if args.config else None
+        with App(settings_from(args)) as app:
+            story = explain_request(app, args.request, args.provider, configured)
+    except (AuditError, ConfigError) as error:
+        print(f"berth: {error}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(story))
+    else:
+        print("\n".join(_past_lines(story)))
+    return 0 if story["same"] else 3
+
+
+def _past_lines(story: dict[str, Any]) -> list[str]:
+    verdict = ", ".join(story["recorded"]) if story["placed"] else f"failed: {story['reason']}"
+    again = ", ".join(story["recomputed"]) or "nothing"
+    lines = [
+        f"request {story['request_id']}: {verdict} (attempts: {story['attempts']})",
+        f"policy {story['policy']}"
+        + ("" if story["policy_in_log"] else " (the scheduler's file, not in the log)"),
+        "view as of offsets " + ", ".join(f"{p}:{o}" for p, o in story["offsets"].items()),
+        f"placed again on that view: {again} ({'same' if story['same'] else 'DIFFERENT'})",
+        f"{story['considered']} providers considered; "
+        + ", ".join(f"{name} removed {n}" for name, n in story["removed"].items() if n),
+    ]
+    for n, c in enumerate(story["candidates"], start=1):
+        parts = ", ".join(f"{w} {v:.3f} x {m:g}" for w, (v, m) in c["weighers"].items())
+        lines.append(f"  {n}. {c['provider_id']} score {c['score']:.3f}: {parts}")
+    shown = story.get("provider")
+    if shown is not None:
+        pid = shown["provider_id"]
+        if "filtered_by" in shown:
+            lines.append(f"{pid}: removed by {shown['filtered_by']}: {shown['why']}")
+        elif "rank" in shown:
+            parts = ", ".join(f"{w} {v:.3f} x {m:g}" for w, (v, m) in shown["weighers"].items())
+            lines.append(f"{pid}: ranked {shown['rank']}, score {shown['score']:.3f}: {parts}")
+        else:
+            lines.append(f"{pid}: {shown['absent']}")
+    return lines
 
 
 def cmd_headroom(args: argparse.Namespace) -> int:

@@ -1,0 +1,173 @@
+"""Why a past request landed where it did, from the log alone (``berth
+explain --request``, ``GET /v1/explain/{request_id}``).
+
+The answer on ``berth.placements`` names the request's record, the policy
+that placed it (``NAME@VERSION``: the offset of its record on
+``berth.policies``) and, per partition, the offset up to which the view it
+ranked on had applied the log. From those: the view is rebuilt as of those
+offsets into a scratch database (the replay's machinery, each partition
+stopped at its offset), the recorded policy is compiled, and the engine
+places the request again, with every provider's story: the filter that
+removed it, or its rank and each weigher's part. The recomputed pick is
+compared with the recorded one. It can differ for a reason the log does
+not hold: a scheduler also counts its own claims proposed after its
+snapshot was read, and a retry avoids providers whose claims were refused.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from berth.app import App, Settings
+from berth.replay import replay_until
+from consumers.policies import POLICY_PARTITION, compile_policy
+from consumers.scheduler import engine_request
+from consumers.snapshot_source import snapshot_from_view
+from ledger.log import Log
+from ledger.partitioner import partition_for
+from projections.view.engine import make_engine
+from scheduling.config import SchedulerConfig
+from scheduling.engine import Engine, Placement
+from scheduling.model import Snapshot
+from schemas.requests import PlacementRequest
+
+READ_BATCH = 5_000
+
+
+class AuditError(ValueError):
+    """The log cannot answer: no such answer, or one that records too little."""
+
+
+def find_answer(log: Log, topic: str, request_id: str) -> dict[str, Any]:
+    """The last answer to ``request_id`` on the placements ``topic`` (its
+    request's partition, read from the start: keys are compared before any
+    value is decoded)."""
+    partition = partition_for(request_id.encode(), log.partition_count(topic))
+    key = request_id.encode()
+    found: bytes | None = None
+    offset = 0
+    while records := log.read(topic, partition, offset, READ_BATCH):
+        for record in records:
+            if record.key == key:
+                found = record.value
+        offset = records[-1].offset + 1
+    if found is None:
+        raise AuditError(f"no answer to request {request_id!r} on {topic}")
+    answer: dict[str, Any] = json.loads(found)
+    return answer
+
+
+def recorded_request(log: Log, topic: str, answer: dict[str, Any]) -> PlacementRequest:
+    """The request record an answer names (its ``source``)."""
+    partition, offset = answer["source"]
+    (record,) = log.read(topic, partition, offset, 1)
+    data = json.loads(record.value)
+    if data.get("type") == "batch":
+        raise AuditError(f"{answer['request_id']} is a batch: explain one of its members' answers")
+    return PlacementRequest.model_validate(data)
+
+
+def recorded_policy(
+    log: Log, topic: str, label: str, configured: SchedulerConfig
+) -> tuple[SchedulerConfig, bool]:
+    """The configuration ``NAME@VERSION`` names, and whether the log holds it
+    (``NAME@configuration``: the scheduler's own file, not in the log;
+    ``configured`` stands in for it)."""
+    _, _, version = label.rpartition("@")
+    if not version.isdigit():
+        return configured, False
+    (record,) = log.read(topic, POLICY_PARTITION, int(version), 1)
+    return compile_policy(json.loads(record.value)["policy"]), True
+
+
+def view_as_of(settings: Settings, offsets: dict[int, int], scratch: Path) -> Snapshot:
+    """The view as it was when each partition had applied the log up to its
+    offset in ``offsets``, rebuilt into ``scratch``, as a snapshot."""
+    target = replace(settings, db_url=f"sqlite:///{scratch / 'view.db'}")
+    with App(target) as app:  # migrates the scratch database
+        target = app.settings
+    replay_until(target, offsets)
+    engine = make_engine(target.view_url)
+    try:
+        return snapshot_from_view(engine)
+    finally:
+        engine.dispose()
+
+
+def explain_request(
+    app: App,
+    request_id: str,
+    provider: str | None = None,
+    configured: SchedulerConfig | None = None,
+) -> dict[str, Any]:
+    """Why ``request_id`` was placed (or not) as it was, from ``app``'s log;
+    with ``provider``, that provider's story too."""
+    topics = app.settings.topics
+    answer = find_answer(app.log, topics.placements, request_id)
+    request = recorded_request(app.log, topics.requests, answer)
+    label = answer.get("policy") or "default@configuration"
+    config, logged = recorded_policy(
+        app.log, topics.policies, label, configured or SchedulerConfig.default()
+    )
+    if "offsets" not in answer:
+        raise AuditError(f"the answer to {request_id!r} does not record its view's offsets")
+    offsets = {int(p): o for p, o in answer["offsets"].items()}
+    with tempfile.TemporaryDirectory(prefix="berth-explain-") as scratch:
+        snapshot = view_as_of(app.settings, offsets, Path(scratch))
+    engine = config.engine()
+    again = engine.place(snapshot, engine_request(request, request.num_instances, frozenset()))
+    recorded = [pid for _, pid in answer["reservations"]]
+    story = _stories(config.engine(), snapshot, request, provider)
+    return {
+        "request_id": request_id,
+        "project_id": request.project_id,
+        "placed": answer["placed"],
+        "reason": answer.get("reason", ""),
+        "policy": label,
+        "policy_in_log": logged,
+        "offsets": {str(p): o for p, o in sorted(offsets.items())},
+        "attempts": answer.get("attempts", 1),
+        "recorded": recorded,
+        "recomputed": list(again.providers),
+        "same": list(again.providers) == recorded if answer["placed"] else not again.placed,
+        "candidates": answer.get("candidates", []),
+        **story,
+    }
+
+
+def _stories(
+    engine: Engine, snapshot: Snapshot, request: PlacementRequest, provider: str | None
+) -> dict[str, Any]:
+    """Every provider ranked (a full scan with its trace), and ``provider``'s
+    place in it."""
+    engine.ranked = snapshot.size
+    wanted = engine_request(request, 1, frozenset())
+    placement: Placement = engine.place(snapshot, wanted, explain=True)
+    ranking = placement.ranking.to_dicts() if placement.ranking is not None else []
+    trace = placement.trace
+    story: dict[str, Any] = {
+        "considered": trace.considered if trace else snapshot.size,
+        "removed": dict(trace.counts) if trace else {},
+    }
+    if provider is None:
+        return story
+    for elimination in trace.eliminations if trace else ():
+        if elimination.provider_id == provider:
+            story["provider"] = {
+                "provider_id": provider,
+                "filtered_by": elimination.filter,
+                "why": elimination.reason,
+            }
+            return story
+    for rank, ranked in enumerate(ranking, start=1):
+        if ranked["provider_id"] == provider:
+            story["provider"] = {"provider_id": provider, "rank": rank, **ranked}
+            if ranking:
+                story["first"] = ranking[0]
+            return story
+    story["provider"] = {"provider_id": provider, "absent": "not in the view at those offsets"}
+    return story

@@ -1,0 +1,104 @@
+"""``berth explain --request``: a past request explained from the log alone,
+after the policy that placed it has changed twice and the cluster has moved
+on: the view rebuilt as of its answer's offsets, the recorded policy version
+recompiled, the pick recomputed and found the same; a provider's story
+(removed by a filter, or ranked lower with each weigher's part)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+from berth.app import App, Settings
+from berth.client import Answers, Publisher
+from consumers.partition_writer import catch_up_all
+from consumers.policies import publish_policy
+from scheduling.config import SchedulerConfig
+from schemas.requests import PlacementRequest
+from tests.builders import provider, set_state
+from tests.conftest import Cli
+
+NOW = int(time.time() * 1000)
+PACKING = {"weighers": {"RAMWeigher": -1.0}}
+SPREADING = {"weighers": {"RAMWeigher": 1.0}}
+
+
+class Cluster:
+    """The writers and a scheduler worker of one app, stepped by hand."""
+
+    def __init__(self, app: App) -> None:
+        self.app = app
+        self.publisher = Publisher(app.log, app.settings.topics)
+        self.writers = app.writers()
+        self.worker = app.scheduler_worker(
+            SchedulerConfig.default(), lambda: catch_up_all(self.writers)
+        )
+        self.answers = Answers(app.log, app.settings.topics)
+
+    def place(self, rid: str, ram_mb: int) -> dict[str, object]:
+        """Submit one request of project p; its answer."""
+        request = PlacementRequest(
+            request_id=rid, ts_ms=NOW, project_id="p", resources={"MEMORY_MB": ram_mb}
+        )
+        self.publisher.submit([request])
+        catch_up_all(self.writers)
+        while self.worker.step():
+            pass
+        catch_up_all(self.writers)
+        assert self.answers.wait([rid], 10.0) == []
+        answer: dict[str, object] = self.answers.found[rid]
+        return answer
+
+
+def _set(app: App, name: str, policy: Mapping[str, object]) -> int:
+    record = {"type": "policy_set", "name": name, "policy": policy}
+    return publish_policy(app.log, app.settings.topics, record)
+
+
+def test_a_request_placed_under_an_old_policy_is_explained_from_the_log(
+    tmp_path: Path, cli: Cli
+) -> None:
+    settings = Settings(data_dir=tmp_path, partitions=2)
+    with App(settings) as app:
+        publisher = Publisher(app.log, app.settings.topics)
+        events = [
+            e
+            for name, ram in (("small", 4096), ("mid", 8192), ("big", 16384), ("off", 65536))
+            for e in provider(name, ts=NOW, VCPU=8, MEMORY_MB=ram)
+        ]
+        publisher.publish([*events, set_state("off", "disabled", ts=NOW)])
+        version = _set(app, "packing", PACKING)
+        assignment = {"type": "policy_assigned", "project_id": "p", "name": "packing"}
+        publish_policy(app.log, app.settings.topics, assignment)
+        cluster = Cluster(app)
+        first = cluster.place("r1", 1024)
+        # the policy changes twice and the cluster fills: none of it may
+        # change how r1 is explained
+        _set(app, "packing", SPREADING)
+        cluster.place("r2", 8192)
+        _set(app, "packing", {"weighers": {"CPUWeigher": 1.0}})
+        cluster.place("r3", 2048)
+
+    assert first["reservations"] == [[first["reservations"][0][0], "small"]]  # type: ignore[index]
+    code, out, err = cli(
+        "explain", "--data-dir", str(tmp_path), "--request", "r1", "--provider", "big", "--json"
+    )
+    assert code == 0, err
+    story = json.loads(out)
+    assert story["policy"] == f"packing@{version}" and story["policy_in_log"]
+    assert story["recorded"] == story["recomputed"] == ["small"] and story["same"]
+    assert story["removed"] == {"ComputeFilter": 1}  # off is disabled
+    big = story["provider"]
+    assert big["rank"] == 3 and big["weighers"]["RAMWeigher"][1] == -1.0
+    assert story["first"]["provider_id"] == "small"
+
+    code, out, _ = cli(
+        "explain", "--data-dir", str(tmp_path), "--request", "r1", "--provider", "off"
+    )
+    assert code == 0
+    assert "off: removed by ComputeFilter" in out and f"policy packing@{version}" in out
+
+    code, _, err = cli("explain", "--data-dir", str(tmp_path), "--request", "nobody")
+    assert code == 1 and "no answer to request 'nobody'" in err
