@@ -14,6 +14,7 @@ the view back to the log, not to a copy of it. Nothing here writes.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,6 +51,7 @@ class History:
     subject: str
     names: list[str] = field(default_factory=list)
     """What the id names: ``reservation``, ``consumer``, ``transaction``,
+    ``request`` (a placement request: its instances' reservations),
     ``provider``, ``pool``; empty when the view holds nothing of it but
     decisions (a claim that was rejected has no reservation)."""
     reservations: list[dict[str, Any]] = field(default_factory=list)
@@ -79,12 +81,18 @@ def read_history(engine: Engine, subject: str, log: Log | None = None, topic: st
     found = History(subject)
     with engine.connect() as conn:
         rc = reservations.c
+        instance = re.compile(re.escape(subject) + r"\.[0-9]+")
         for name, where in (
             ("reservation", rc.reservation_id == subject),
             ("consumer", rc.consumer_id == subject),
             ("transaction", rc.transaction_id == subject),
+            # a placement request's instances are its consumers "ID.0", "ID.1", ...:
+            # a range of the consumer index ('/' follows '.')
+            ("request", (rc.consumer_id > f"{subject}.") & (rc.consumer_id < f"{subject}/")),
         ):
             rows = conn.execute(select(reservations).where(where)).all()
+            if name == "request":
+                rows = [row for row in rows if instance.fullmatch(row.consumer_id)]
             if rows:
                 found.names.append(name)
                 held = {r["reservation_id"] for r in found.reservations}

@@ -102,3 +102,11 @@ def test_a_request_placed_under_an_old_policy_is_explained_from_the_log(
 
     code, _, err = cli("explain", "--data-dir", str(tmp_path), "--request", "nobody")
     assert code == 1 and "no answer to request 'nobody'" in err
+
+    # berth history finds a request by its id: its instances' reservations
+    code, out, err = cli("history", "--data-dir", str(tmp_path), "r1", "--json")
+    assert code == 0, err
+    found = json.loads(out)
+    assert found["names"] == ["request"]
+    assert [r["consumer_id"] for r in found["reservations"]] == ["r1.0"]
+    assert [step["kind"] for step in found["history"]] == ["accepted"]
