@@ -18,17 +18,19 @@ from __future__ import annotations
 
 import json
 import tempfile
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from berth.app import App, Settings
 from berth.replay import replay_until
-from consumers.policies import POLICY_PARTITION, compile_policy
+from consumers.policies import POLICY_PARTITION, PolicyError, compile_policy
 from consumers.scheduler import engine_request
 from consumers.snapshot_source import snapshot_from_view
-from ledger.log import Log
+from ledger.log import Log, Record
 from ledger.partitioner import partition_for
+from ledger.topics import Topics
 from projections.view.engine import make_engine
 from scheduling.config import SchedulerConfig
 from scheduling.engine import Engine, Placement
@@ -171,3 +173,43 @@ def _stories(
             return story
     story["provider"] = {"provider_id": provider, "absent": "not in the view at those offsets"}
     return story
+
+
+def verify_policies(log: Log, topics: Topics) -> tuple[int, int, str | None]:
+    """``replay --verify``'s check of the policies: every ``policy_set`` on
+    the policies topic compiles again (each scheduler folds it so: one that
+    no longer does, a plug-in gone say, would now be skipped), and every
+    answer's ``NAME@VERSION`` names a ``policy_set`` of NAME at VERSION.
+    How many policy records and answers were checked, and the first
+    divergence, if any."""
+    sets: dict[int, str] = {}
+    policies = 0
+    for record in _every(log, topics.policies):
+        policies += 1
+        data = json.loads(record.value)
+        if data.get("type") != "policy_set":
+            continue
+        try:
+            compile_policy(data["policy"])
+        except PolicyError as error:
+            return policies, 0, f"policy {data['name']}@{record.offset} no longer compiles: {error}"
+        sets[record.offset] = data["name"]
+    answers = 0
+    for record in _every(log, topics.placements):
+        label = json.loads(record.value).get("policy", "")
+        name, _, version = label.rpartition("@")
+        if not version.isdigit():
+            continue  # no book, or the scheduler's own configuration
+        answers += 1
+        if sets.get(int(version)) != name:
+            where = f"{topics.placements} {record.partition}:{record.offset}"
+            return policies, answers, f"answer at {where} names {label}, not a policy set there"
+    return policies, answers, None
+
+
+def _every(log: Log, topic: str) -> Iterator[Record]:
+    for partition in range(log.partition_count(topic)):
+        offset = 0
+        while records := log.read(topic, partition, offset, READ_BATCH):
+            yield from records
+            offset = records[-1].offset + 1

@@ -12,7 +12,7 @@ import time
 
 from sqlalchemy.exc import DBAPIError
 
-from berth.app import App, tune_gc
+from berth.app import App, Settings, tune_gc
 from berth.cli.common import Commands, backend_options, no_view, progress, settings_from
 from berth.replay import default_jobs
 from ledger.log import LogError
@@ -85,6 +85,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
         except ReplayStopped as stopped:
             print(f"berth: replay stopped, the view left as it was: {stopped}", file=sys.stderr)
             return 1
+    divergence = None if result.divergence is None else str(result.divergence)
+    checked: dict[str, int] = {}
+    if args.verify and divergence is None:
+        divergence = _verify_policies(settings, checked)
     elapsed = time.perf_counter() - started
     print(
         json.dumps(
@@ -93,16 +97,31 @@ def cmd_replay(args: argparse.Namespace) -> int:
                 "outcomes": result.outcomes,
                 "elapsed_s": round(elapsed, 3),
                 "view": result.view_url,
-                "verified": args.verify and result.divergence is None,
+                "verified": args.verify and divergence is None,
                 "verified_outcomes": result.verified,
+                **checked,
                 **({"until_ms": args.until_ms} if args.until_ms is not None else {}),
             }
         )
     )
-    if result.divergence is not None:
-        print(f"berth: first divergence: {result.divergence}", file=sys.stderr)
+    if divergence is not None:
+        print(f"berth: first divergence: {divergence}", file=sys.stderr)
         return 1
     return 0
+
+
+def _verify_policies(settings: Settings, checked: dict[str, int]) -> str | None:
+    """The policies' part of ``--verify`` (:func:`berth.audit.verify_policies`)."""
+    from berth.app import open_log
+    from berth.audit import verify_policies
+
+    log = open_log(settings, read_only=True)
+    try:
+        policies, answers, divergence = verify_policies(log, settings.topics)
+    finally:
+        log.close()
+    checked.update(verified_policies=policies, verified_answers=answers)
+    return divergence
 
 
 def cmd_prune(args: argparse.Namespace) -> int:
