@@ -11,11 +11,15 @@ offset of the record that set it. Records:
   appended (a filter that does not load, a scriptlet that does not compile:
   refused with the reason and the scriptlet's line, nothing appended);
 - ``policy_deleted``: name;
-- ``policy_assigned``: project and policy name (None: back to the default).
+- ``policy_assigned``: a project or an aggregate, and a policy name (None:
+  back to the default).
 
 Which policy places a request: the one the request names, if it is the one
-its project may use; else the project's; else ``default``: the policy of
-that name in the log, or the configuration the scheduler was started with.
+its project may use; else the project's; else that of the aggregate its
+availability zone is (oVirt's policy per cluster: Nova's zones are
+aggregates with ``availability_zone`` metadata; of several such aggregates
+with a policy, the first by id); else ``default``: the policy of that name
+in the log, or the configuration the scheduler was started with.
 
 Every scheduler folds the topic as it goes (:class:`PolicyBook`), so a change
 reaches it within one step, and builds each version's engine (its scriptlet
@@ -25,7 +29,7 @@ compiled) once.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -90,16 +94,17 @@ def publish_policy(log: Log, topics: Topics, record: Mapping[str, Any]) -> int:
         if _name(record.get("name")) == DEFAULT:
             raise PolicyError("the default policy cannot be deleted; set it instead")
     elif kind == "policy_assigned":
-        if not isinstance(record.get("project_id"), str) or not record["project_id"]:
-            raise PolicyError("policy_assigned needs a project_id")
+        whose = [k for k in ("project_id", "aggregate_id") if record.get(k) is not None]
+        if len(whose) != 1 or not isinstance(record[whose[0]], str) or not record[whose[0]]:
+            raise PolicyError("policy_assigned needs a project_id or an aggregate_id")
         if record.get("name") is not None:
             _name(record["name"])
     else:
         raise PolicyError(f"unknown policy record type {kind!r}")
-    unknown = set(record) - {"type", "name", "policy", "project_id", "ts_ms"}
+    unknown = set(record) - {"type", "name", "policy", "project_id", "aggregate_id", "ts_ms"}
     if unknown:
         raise PolicyError(f"unknown fields {sorted(unknown)}")
-    key = str(record.get("name") or record.get("project_id")).encode()
+    key = str(record.get("name") or record.get("project_id") or record["aggregate_id"]).encode()
     value = json.dumps(dict(record), separators=(",", ":"), sort_keys=True).encode()
     (offset,) = log.append(topics.policies, [Append(POLICY_PARTITION, key, value)])
     return offset
@@ -113,6 +118,7 @@ class PolicyBook:
         self._configured = Policy(DEFAULT, None, {}, configured, configured.engine())
         self.policies: dict[str, Policy] = {}
         self.projects: dict[str, str] = {}
+        self.aggregates: dict[str, str] = {}
         self.refresh()
 
     def refresh(self) -> int:
@@ -135,26 +141,37 @@ class PolicyBook:
         elif kind == "policy_deleted":
             self.policies.pop(record["name"], None)
         elif kind == "policy_assigned":
+            assigned, whose = (
+                (self.projects, record["project_id"])
+                if record.get("project_id") is not None
+                else (self.aggregates, record["aggregate_id"])
+            )
             if record.get("name") is None:
-                self.projects.pop(record["project_id"], None)
+                assigned.pop(whose, None)
             else:
-                self.projects[record["project_id"]] = record["name"]
+                assigned[whose] = record["name"]
 
     def default(self) -> Policy:
         return self.policies.get(DEFAULT, self._configured)
 
-    def for_request(self, project_id: str, asked: str | None = None) -> Policy:
+    def for_request(
+        self, project_id: str, asked: str | None = None, aggregates: Sequence[str] = ()
+    ) -> Policy:
         """The policy that places a request of ``project_id`` that asked for
-        ``asked`` (None: whichever applies); :class:`PolicyError` if it asked
-        for one its project may not use, or one that does not exist."""
-        assigned = self.projects.get(project_id, DEFAULT)
+        ``asked`` (None: whichever applies), confined to ``aggregates`` (its
+        availability zone's); :class:`PolicyError` if it asked for one it
+        may not use, or one that does not exist."""
+        whose, assigned = f"project {project_id!r}", self.projects.get(project_id)
+        if assigned is None:
+            chosen = sorted(a for a in aggregates if a in self.aggregates)
+            if chosen:
+                whose, assigned = f"aggregate {chosen[0]!r}", self.aggregates[chosen[0]]
+        assigned = assigned or DEFAULT
         if asked is not None and asked != assigned:
-            raise PolicyError(
-                f"policy {asked!r} is not the one project {project_id!r} may use ({assigned!r})"
-            )
+            raise PolicyError(f"policy {asked!r} is not the one {whose} may use ({assigned!r})")
         if assigned == DEFAULT:
             return self.default()
         policy = self.policies.get(assigned)
         if policy is None:
-            raise PolicyError(f"project {project_id!r} is assigned policy {assigned!r}, not set")
+            raise PolicyError(f"{whose} is assigned policy {assigned!r}, not set")
         return policy

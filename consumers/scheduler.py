@@ -247,8 +247,10 @@ class Scheduler:
     def schedule(self, requests: Sequence[PlacementRequest]) -> list[Scheduled]:
         """Place every request (each ends placed or failed with a reason)."""
         pending = [_Pending(r, list(range(r.num_instances))) for r in requests]
+        # only a policy assigned to an aggregate needs the view's zones first
+        zones = _zones(self.snapshot()) if self.policies and self.policies.aggregates else {}
         for p in pending:
-            self._choose_policy(p)
+            self._choose_policy(p, zones)
         ready = deque(p for p in pending if p.result is None)
         flight: deque[tuple[list[_Pending], list[str]]] = deque()
         while ready or flight:
@@ -263,11 +265,13 @@ class Scheduler:
             ready.extend(p for p in wave if not self._settle(p))
         return [p.result for p in pending if p.result is not None]
 
-    def _choose_policy(self, p: _Pending) -> None:
+    def _choose_policy(self, p: _Pending, zones: Mapping[str, list[str]]) -> None:
         if self.policies is None:
             return
+        r = p.request
+        aggregates = zones.get(r.availability_zone, []) if r.availability_zone else []
         try:
-            p.policy = self.policies.for_request(p.request.project_id, p.request.policy)
+            p.policy = self.policies.for_request(r.project_id, r.policy, aggregates)
         except PolicyError as refused:
             self._fail(p, str(refused), ())
 
@@ -410,6 +414,17 @@ class Scheduler:
             policy=_label(p),
             offsets=p.offsets,
         )
+
+
+def _zones(snapshot: Snapshot) -> dict[str, list[str]]:
+    """Availability zone -> the aggregates that are it (Nova's zones are
+    aggregates with ``availability_zone`` metadata)."""
+    zones: dict[str, list[str]] = {}
+    for aggregate_id, aggregate in snapshot.aggregates.items():
+        named = aggregate.metadata.get("availability_zone")
+        for zone in named.split(",") if named else ():  # Nova splits metadata on commas
+            zones.setdefault(zone.strip(), []).append(aggregate_id)
+    return zones
 
 
 def _label(p: _Pending) -> str:

@@ -177,3 +177,46 @@ def test_explain_answers_for_a_past_request_from_the_log(served: tuple[str, App]
     assert story["recorded"] == answer["providers"] and story["same"], story
     assert story["policy"] == answer["policy"] and story["provider"]["provider_id"] == "small"
     assert call(url, "/v1/explain/never-asked", token=PROJECT)[0] == 404
+
+
+def test_a_policy_assigned_to_an_aggregate_places_the_requests_for_its_zone(
+    served: tuple[str, App],
+) -> None:
+    url, _ = served
+    zone = {"metadata": {"availability_zone": "b,c"}}  # Nova splits it on commas
+    status, reply = call(url, "/v1/aggregates/zone-bc?wait=30", zone, token=OPERATOR, method="PUT")
+    assert status == 200, reply
+    joins = [
+        {
+            "type": "aggregate_member_added",
+            "event_id": f"join-{pid}",
+            "ts_ms": NOW,
+            "partition_key": pid,
+            "provider_id": pid,
+            "aggregate_id": "zone-bc",
+        }
+        for pid in ("small", "big")
+    ]
+    assert call(url, "/v1/events?wait=30", joins, token=OPERATOR)[0] == 200
+    assert call(url, "/v1/policies/zonal", PACKING, token=OPERATOR, method="PUT")[0] == 200
+    body = {"policy": "zonal"}
+    status, reply = call(url, "/v1/aggregates/zone-bc/policy", body, token=OPERATOR, method="PUT")
+    assert status == 200, reply
+    assert call(url, "/v1/policies", token=PROJECT)[1]["aggregates"] == {"zone-bc": "zonal"}
+
+    def placed(rid: str, zone: str | None) -> dict[str, Any]:
+        request = {"request_id": rid, "ts_ms": NOW, "project_id": "a", "resources": {"VCPU": 1}}
+        if zone is not None:
+            request["availability_zone"] = zone
+        status, reply = call(url, "/v1/requests?wait=30", request, token=PROJECT)
+        assert status == 200, reply
+        answer: dict[str, Any] = reply["answers"][rid]
+        return answer
+
+    in_zone = placed("zonal-c", "c")
+    assert in_zone["policy"].startswith("zonal@") and in_zone["reservations"][0][1] == "small"
+    anywhere = placed("zoneless", None)
+    assert anywhere["policy"].startswith("default@") and anywhere["reservations"][0][1] == "big"
+    back = {"policy": None}
+    assert call(url, "/v1/aggregates/zone-bc/policy", back, token=OPERATOR, method="PUT")[0] == 200
+    assert placed("zonal-again", "b")["policy"].startswith("default@")

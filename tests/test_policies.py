@@ -162,10 +162,16 @@ def test_a_running_server_places_by_the_policy_in_force(tmp_path: Path, cli: Cli
         assert "refused by the placement scriptlet: project frozen" in str(frozen["reason"])
         assert place(_request("warm", "p1"))["placed"] is True
 
+        code, _, err = cli(
+            "policy", "use", "spread", "--aggregate", "rack-7", "--data-dir", str(data)
+        )
+        assert code == 0, err
+
         code, out, _ = cli("policy", "list", "--json", "--data-dir", str(data))
         listing = json.loads(out)
         assert set(listing["policies"]) == {"default", "spread"}
         assert listing["projects"] == {"p2": "spread"}
+        assert listing["aggregates"] == {"rack-7": "spread"}
         code, out, _ = cli("policy", "show", "default", "--json", "--data-dir", str(data))
         shown = json.loads(out)
         assert shown["policy"]["weighers"] == {"RAMWeigher": -1.0}

@@ -43,6 +43,7 @@ class PolicyListing(BaseModel):
     model_config = ConfigDict(extra="forbid")
     policies: dict[str, int]
     projects: dict[str, str]
+    aggregates: dict[str, str]
 
 
 class AssignmentIn(BaseModel):
@@ -72,6 +73,7 @@ class PolicyService:
         return {
             "policies": {name: p.version for name, p in sorted(book.policies.items())},
             "projects": dict(sorted(book.projects.items())),
+            "aggregates": dict(sorted(book.aggregates.items())),
         }
 
     def show(self, name: str) -> dict[str, Any]:
@@ -99,7 +101,9 @@ class PolicyService:
             )
         return self._append({"type": "policy_deleted", "name": name})
 
-    def assign(self, project_id: str, raw: bytes, caller: Caller) -> dict[str, Any]:
+    def assign(self, whose: dict[str, str], raw: bytes, caller: Caller) -> dict[str, Any]:
+        """Assign the policy the body names to ``whose`` (``project_id`` or
+        ``aggregate_id``)."""
         _operator(caller)
         try:
             name = AssignmentIn.model_validate(_json_object(raw)).policy
@@ -108,7 +112,7 @@ class PolicyService:
         if name is not None and name != DEFAULT and name not in self._current().policies:
             raise Problem(HTTPStatus.CONFLICT, f"no policy {name!r}: set it first", "rule")
         chosen = None if name == DEFAULT else name
-        return self._append({"type": "policy_assigned", "project_id": project_id, "name": chosen})
+        return self._append({"type": "policy_assigned", **whose, "name": chosen})
 
     def units(self) -> dict[str, Any]:
         plugins = sorted(set(_plugins(self._current())))
@@ -227,7 +231,20 @@ def add_routes(app: FastAPI, policies: PolicyService, who: Any, problems: Any, r
     )
     async def assign_policy(request: Request, who: Who, project_id: Name) -> Response:
         raw = await request.body()
-        return json_reply(200, await run_in_threadpool(policies.assign, project_id, raw, who))
+        whose = {"project_id": project_id}
+        return json_reply(200, await run_in_threadpool(policies.assign, whose, raw, who))
+
+    @app.put(
+        "/v1/aggregates/{aggregate_id}/policy",
+        summary="The policy requests for an aggregate's zone are placed by (operators)",
+        response_model=None,
+        responses={200: {"model": Versioned}, **writes},
+        openapi_extra=body("AssignmentIn"),
+    )
+    async def assign_aggregate_policy(request: Request, who: Who, aggregate_id: Name) -> Response:
+        raw = await request.body()
+        whose = {"aggregate_id": aggregate_id}
+        return json_reply(200, await run_in_threadpool(policies.assign, whose, raw, who))
 
     @app.get(
         "/v1/policy-units",

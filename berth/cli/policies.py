@@ -28,9 +28,15 @@ def add_commands(commands: Commands) -> None:
     list_ = sub.add_parser("list", help="every policy and which project uses which")
     delete = sub.add_parser("delete", help="delete a policy (not the default)")
     delete.add_argument("name")
-    use = sub.add_parser("use", help="the policy a project's requests are placed by")
+    use = sub.add_parser(
+        "use", help="the policy a project's requests, or an aggregate's (its zone's), are placed by"
+    )
     use.add_argument("name", help="a policy name, or default")
-    use.add_argument("--project", required=True)
+    whose = use.add_mutually_exclusive_group(required=True)
+    whose.add_argument("--project")
+    whose.add_argument(
+        "--aggregate", help="an aggregate: requests for its availability zone (oVirt's cluster)"
+    )
     for each in (set_, show, list_, delete, use):
         backend_options(each)
         each.add_argument("--json", action="store_true", help="print JSON")
@@ -73,7 +79,8 @@ def _run(app: App, args: argparse.Namespace) -> int:
         if args.name != DEFAULT and args.name not in book.policies:
             raise PolicyError(f"no policy {args.name!r}: set it first")
         name = None if args.name == DEFAULT else args.name
-        record = {"type": "policy_assigned", "project_id": args.project, "name": name}
+        whose = {"project_id": args.project} if args.project else {"aggregate_id": args.aggregate}
+        record = {"type": "policy_assigned", **whose, "name": name}
         return _appended(publish_policy(app.log, topics, record), args)
     if command == "show":
         found = book.policies.get(args.name)
@@ -86,6 +93,7 @@ def _run(app: App, args: argparse.Namespace) -> int:
         listing: dict[str, Any] = {
             "policies": {name: p.version for name, p in sorted(book.policies.items())},
             "projects": dict(sorted(book.projects.items())),
+            "aggregates": dict(sorted(book.aggregates.items())),
         }
         print(json.dumps(listing, indent=None if args.json else 2))
         return 0
