@@ -27,7 +27,7 @@ from scheduling.filters.resources import ResourceFilter
 from scheduling.index import FeasibilityIndex
 from scheduling.model import BoolArray, FloatArray, IntArray, Request, Snapshot
 from scheduling.weighers.base import Weigher
-from scheduling.weighers.combine import weigh_all, weigh_parts
+from scheduling.weighers.combine import best_positions, weigh_all, weigh_parts
 from scheduling.weighers.ram import FreeResourceWeigher
 
 if TYPE_CHECKING:
@@ -540,17 +540,7 @@ class Engine:
     ) -> Ranking:
         """The ``ranked`` best of ``rows`` by ``scores``, ties to the earlier
         row as the pick breaks them, with their weighers' ``parts``."""
-        k = min(self.ranked, len(rows))
-        if k < len(rows):
-            chosen = np.argpartition(scores, len(rows) - k)[len(rows) - k :]  # the k best, O(n)
-            cut = scores[chosen].min()
-            if np.count_nonzero(scores >= cut) > k:
-                chosen = np.flatnonzero(scores >= cut)  # ties at the cut: the earliest rows win
-            else:
-                chosen.sort()
-        else:
-            chosen = np.arange(len(rows))
-        best = chosen[np.argsort(-scores[chosen], kind="stable")[:k]]
+        best = best_positions(scores, self.ranked)
         top = rows[best]
         shares = parts[:, best]
         uniform = [w.uniform_multiplier(ctx) for w in weighers]

@@ -43,11 +43,11 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import starlark
 
 from scheduling.filters.base import Context
 from scheduling.model import FloatArray, IntArray
+from scheduling.weighers.combine import best_positions
 
 _log = logging.getLogger("berth.scriptlet")
 
@@ -143,7 +143,7 @@ class Scriptlet:
         """Run the program on ``candidates`` (snapshot rows, weighed
         ``scores``), shown best first, for the next instance of ``ctx``'s
         request."""
-        order = _best(scores, self.max_candidates).tolist()
+        order = best_positions(scores, self.max_candidates).tolist()
         rows = candidates[order].tolist()
         call = self._call = _Call(ctx, dict(zip(rows, order, strict=True)))
         checks = 0
@@ -254,20 +254,6 @@ class Scriptlet:
             call.ctx.request.request_id,
             "".join(str(m) for m in messages),
         )
-
-
-def _best(scores: FloatArray, count: int) -> IntArray:
-    """Positions of the ``count`` highest scores, highest first; equal scores
-    in order of position, as the engine's own pick breaks ties. A full sort
-    of ten thousand scores would cost more than the program's call."""
-    if len(scores) <= count:
-        best: IntArray = np.argsort(-scores, kind="stable")
-        return best
-    cut = np.partition(scores, len(scores) - count)[len(scores) - count]
-    above = np.flatnonzero(scores > cut)
-    chosen = np.concatenate((above, np.flatnonzero(scores == cut)[: count - len(above)]))
-    ordered: IntArray = chosen[np.lexsort((chosen, -scores[chosen]))]
-    return ordered
 
 
 def _request(ctx: Context, instance: int) -> dict[str, Any]:

@@ -15,7 +15,8 @@ from scheduling.config import ConfigError, SchedulerConfig
 from scheduling.engine import Engine
 from scheduling.model import Provider, Request, Snapshot
 from scheduling.registry import FILTERS, WEIGHERS
-from scheduling.scriptlet import Scriptlet, ScriptletError, _best
+from scheduling.scriptlet import Scriptlet, ScriptletError
+from scheduling.weighers.combine import best_positions
 
 
 def cluster() -> Snapshot:
@@ -289,4 +290,5 @@ def instance_placement(request, candidates):
 )
 def test_the_best_candidates_are_a_stable_sort_cut_short(scores: list[float], count: int) -> None:
     weights = np.array(scores)
-    assert _best(weights, count).tolist() == np.argsort(-weights, kind="stable")[:count].tolist()
+    expected = np.argsort(-weights, kind="stable")[:count].tolist()
+    assert best_positions(weights, count).tolist() == expected

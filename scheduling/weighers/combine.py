@@ -50,3 +50,18 @@ def weigh_parts(
         weigher.add_to(part, ctx, rows)
         total += part
     return total, active, parts
+
+
+def best_positions(scores: FloatArray, count: int) -> IntArray:
+    """Positions of the ``count`` highest scores, highest first; equal scores
+    in order of position, as the engine's own pick breaks ties (for the
+    scriptlet's candidates and an answer's ranking). O(n) to find them: a
+    full sort of ten thousand scores costs more than what they are for."""
+    if len(scores) <= count:
+        best: IntArray = np.argsort(-scores, kind="stable")
+        return best
+    cut = np.partition(scores, len(scores) - count)[len(scores) - count]
+    above = np.flatnonzero(scores > cut)
+    chosen = np.concatenate((above, np.flatnonzero(scores == cut)[: count - len(above)]))
+    ordered: IntArray = chosen[np.lexsort((chosen, -scores[chosen]))]
+    return ordered
