@@ -401,7 +401,7 @@ class Engine:
         index does not answer for); and whether those are all there are.
         None when the index cannot tell."""
         applying = [f for f in (*self.once, *self.each_pick) if f.applies(request)]
-        if any(f.reads_others for f in applying):
+        if any(f.reads_others or f.scans(request) for f in applying):
             return None
         demand: list[tuple[int, int]] = []
         for rc, amount in request.resources.items():

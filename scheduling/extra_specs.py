@@ -168,3 +168,19 @@ def spec_applies(capabilities: Mapping[str, Any], scoped_key: str) -> bool:
         return scope == CAPABILITIES_SCOPE
     stats = capabilities.get("stats")
     return scoped_key in capabilities or (isinstance(stats, Mapping) and scoped_key in stats)
+
+
+def address_bits_short(capabilities: Mapping[str, Any], wanted: str, what: str) -> str | None:
+    """Why a host CPU with ``capabilities`` cannot give a guest ``wanted``
+    physical address bits (its ``cpu_info`` reports ``maxphysaddr.bits``
+    fewer, or none), or None."""
+    try:
+        bits = int(wanted)
+    except ValueError:
+        return f"{what} {wanted!r} is not a number of bits"
+    found = capability_value(capabilities, "capabilities:cpu_info:maxphysaddr:bits")
+    if found is None:
+        return f"{what} {bits}: the host reports no cpu_info maxphysaddr bits"
+    if not isinstance(found, int) or isinstance(found, bool) or found < bits:
+        return f"{what} {bits}: the host CPU has {found} physical address bits"
+    return None

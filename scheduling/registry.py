@@ -15,7 +15,9 @@ import inspect
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
+from scheduling.filters.aggregate_image_properties import AggregateImagePropertiesIsolation
 from scheduling.filters.aggregate_instance_extra_specs import AggregateInstanceExtraSpecsFilter
+from scheduling.filters.all_hosts import AllHostsFilter
 from scheduling.filters.availability_zone import AvailabilityZoneFilter
 from scheduling.filters.base import HostFilter
 from scheduling.filters.cidr_affinity import SimpleCIDRAffinityFilter
@@ -28,6 +30,7 @@ from scheduling.filters.io_ops import IoOpsFilter
 from scheduling.filters.isolated_aggregates import IsolatedAggregatesFilter
 from scheduling.filters.isolated_hosts import IsolatedHostsFilter
 from scheduling.filters.json_filter import JsonFilter
+from scheduling.filters.metrics import MetricsFilter
 from scheduling.filters.multi_tenancy import AggregateMultiTenancyIsolation
 from scheduling.filters.num_instances import NumInstancesFilter
 from scheduling.filters.project_restriction import ProjectRestrictionFilter
@@ -59,8 +62,10 @@ from scheduling.weighers.tag_affinity import TagAffinityWeigher
 FILTERS: dict[str, type[HostFilter]] = {
     cls.name: cls
     for cls in (
+        AggregateImagePropertiesIsolation,
         AggregateInstanceExtraSpecsFilter,
         AggregateMultiTenancyIsolation,
+        AllHostsFilter,
         AggregateTypeAffinityFilter,
         AvailabilityZoneFilter,
         ComputeCapabilitiesFilter,
@@ -72,6 +77,7 @@ FILTERS: dict[str, type[HostFilter]] = {
         IsolatedAggregatesFilter,
         IsolatedHostsFilter,
         JsonFilter,
+        MetricsFilter,
         NumInstancesFilter,
         ProjectRestrictionFilter,
         ResourceFilter,

@@ -63,6 +63,14 @@ QEMU = {
 
 FILTER_CASES = [
     Case(
+        "AggregateImagePropertiesIsolation",
+        {"image_properties": {"os_distro": "windows"}},
+        "n2",
+        ("n1", "image os_distro='windows', aggregate linux allows 'linux,bsd'"),
+        events=[join("n1", "linux")],
+        aggregates={"linux": {"os_distro": "linux,bsd"}},
+    ),
+    Case(
         "AggregateInstanceExtraSpecsFilter",
         {"extra_specs": {"aggregate_instance_extra_specs:ssd": "true"}},
         "n2",
@@ -86,6 +94,7 @@ FILTER_CASES = [
         events=[join("n1", "big")],
         aggregates={"big": {"instance_type": "m1.xlarge"}},
     ),
+    Case("AllHostsFilter", {}, "n1"),
     Case(
         "AvailabilityZoneFilter",
         {"availability_zone": "az2"},
@@ -100,6 +109,24 @@ FILTER_CASES = [
         "n2",
         ("n1", "capabilities:hypervisor_type not reported"),
         events=[describe("n2", capabilities=QEMU)],
+    ),
+    Case(
+        "ComputeCapabilitiesFilter",  # Nova's host state: usage, counted live
+        {"extra_specs": {"free_ram_mb": ">= 4096", "capabilities:num_instances": "<= 0"}},
+        "n3",
+        ("n1", "num_instances is '1', wanted '<= 0'"),
+        events=[inventory("n2", VCPU=8, MEMORY_MB=2048, DISK_GB=100)],
+        before=[{"request_id": "first"}],
+    ),
+    Case(
+        "ComputeCapabilitiesFilter",  # the flavor's hw:maxphysaddr_bits
+        {"extra_specs": {"hw:maxphysaddr_bits": "46"}},
+        "n3",
+        ("n2", "hw:maxphysaddr_bits 46: the host CPU has 39 physical address bits"),
+        events=[
+            describe("n2", capabilities={"cpu_info": {"maxphysaddr": {"bits": 39}}}),
+            describe("n3", capabilities={"cpu_info": {"maxphysaddr": {"bits": 52}}}),
+        ],
     ),
     Case(
         "ComputeFilter",
@@ -121,6 +148,13 @@ FILTER_CASES = [
         "n3",
         ("n1", "reports no supported_instances"),
         events=[describe("n3", capabilities=QEMU)],
+    ),
+    Case(
+        "ImagePropertiesFilter",  # the image's hw_maxphysaddr_bits
+        {"image_properties": {"hw_maxphysaddr_bits": "46"}},
+        "n3",
+        ("n1", "the host reports no cpu_info maxphysaddr bits"),
+        events=[describe("n3", capabilities={"cpu_info": {"maxphysaddr": {"bits": 48}}})],
     ),
     Case(
         "ImageTypeSupportFilter",
@@ -157,6 +191,14 @@ FILTER_CASES = [
         "n2",
         ("n1", "query"),
         events=[describe("n2", host_ip="10.0.0.2")],
+    ),
+    Case(
+        "MetricsFilter",
+        {},
+        "n2",
+        ("n1", "does not report cpu.idle"),
+        events=[report(pid, {"cpu.idle": 50.0}, ts=1) for pid in ("n2", "n3")],
+        options={"weight_setting": "cpu.idle=1.0"},
     ),
     Case(
         "NumInstancesFilter",

@@ -54,7 +54,8 @@ def test_a_plug_in_balance_policy_plans_moves() -> None:
     [
         (
             {"filters": {"enabled": ["NoSuchFilter"]}},
-            "unknown filter 'NoSuchFilter'; known: AggregateInstanceExtraSpecsFilter",
+            "unknown filter 'NoSuchFilter'; known: AggregateImagePropertiesIsolation, "
+            "AggregateInstanceExtraSpecsFilter",
         ),
         (
             {"filters": {"enabled": ["tests.nowhere:X"]}},

@@ -202,6 +202,12 @@ class HostFilter(ABC):
         can skip it: most requests use few hints and constraints."""
         return True
 
+    def scans(self, request: Request) -> bool:
+        """True when this (static) filter's answer to ``request`` depends on
+        more than its group key says, usage say: bounded placement then
+        leaves the request to a full scan, as for ``reads_others``."""
+        return False
+
     @abstractmethod
     def reject(self, ctx: Context, row: int) -> str | None:
         """Why ``row`` cannot take the request, or None if it can."""

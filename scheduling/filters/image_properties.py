@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from scheduling.extra_specs import address_bits_short
 from scheduling.filters.base import Context, HostFilter, frozen
 from scheduling.model import Aggregate, BoolArray, IntArray, Provider, Request
 
@@ -114,7 +115,9 @@ class ImagePropertiesFilter(HostFilter):
     vm_mode) entry agreeing on every named one; a provider reporting none
     fails. Only then is ``img_hv_requested_version`` (``">=6.0,<6.2"``)
     checked against the integer ``hypervisor_version``, and only if the host
-    reports one. ``default_architecture`` stands in for an image without
+    reports one. ``hw_maxphysaddr_bits`` needs as many physical address bits
+    in the host CPU's ``cpu_info`` (``maxphysaddr.bits``).
+    ``default_architecture`` stands in for an image without
     ``hw_architecture`` (Nova's ``image_properties_default_architecture``)."""
 
     name = "ImagePropertiesFilter"
@@ -152,6 +155,13 @@ class ImagePropertiesFilter(HostFilter):
 
     def reject(self, ctx: Context, row: int) -> str | None:
         props = {_LEGACY_NAMES.get(k, k): v for k, v in ctx.request.image_properties.items()}
+        bits = props.get("hw_maxphysaddr_bits")
+        if bits is not None:
+            short = address_bits_short(
+                ctx.snapshot.providers[row].capabilities, bits, "hw_maxphysaddr_bits"
+            )
+            if short is not None:
+                return short
         wanted = (
             _canonical(props.get("hw_architecture", self.default_architecture), _ARCH),
             _canonical(props.get("img_hv_type"), _HV_TYPE),
