@@ -35,7 +35,7 @@ from projections.view.engine import make_engine
 from scheduling.config import SchedulerConfig
 from scheduling.engine import Engine, Placement
 from scheduling.model import Snapshot
-from schemas.requests import PlacementRequest
+from schemas.requests import BatchRequest, PlacementRequest, request_from_json
 
 READ_BATCH = 5_000
 
@@ -67,10 +67,15 @@ def recorded_request(log: Log, topic: str, answer: dict[str, Any]) -> PlacementR
     """The request record an answer names (its ``source``)."""
     partition, offset = answer["source"]
     (record,) = log.read(topic, partition, offset, 1)
-    data = json.loads(record.value)
-    if data.get("type") == "batch":
+    # read as the scheduler worker read it: JSON mode (the models are strict
+    # in Python mode, where a list is not a frozenset)
+    try:
+        request = request_from_json(record.value)
+    except ValueError as error:
+        raise AuditError(f"{topic} {partition}:{offset} is not a request: {error}") from None
+    if isinstance(request, BatchRequest):
         raise AuditError(f"{answer['request_id']} is a batch: explain one of its members' answers")
-    return PlacementRequest.model_validate(data)
+    return request
 
 
 def recorded_policy(

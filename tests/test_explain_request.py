@@ -44,7 +44,11 @@ class Cluster:
     def place(self, rid: str, ram_mb: int) -> dict[str, object]:
         """Submit one request of project p; its answer."""
         request = PlacementRequest(
-            request_id=rid, ts_ms=NOW, project_id="p", resources={"MEMORY_MB": ram_mb}
+            request_id=rid,
+            ts_ms=NOW,
+            project_id="p",
+            resources={"MEMORY_MB": ram_mb},
+            forbidden_traits=frozenset({"CUSTOM_NEVER"}),  # a set, as JSON a list
         )
         self.publisher.submit([request])
         catch_up_all(self.writers)
