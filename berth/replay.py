@@ -200,7 +200,10 @@ def replay_until(target: Settings, until: Mapping[int, int]) -> ReplayResult:
     """Rebuild every partition into ``target``'s (migrated, empty) view up
     to the offsets ``until`` gives, in this process: the view a scheduler
     read when it had applied exactly that much (``berth explain --request``)."""
-    return _replay_partitions(target, list(range(target.partitions)), False, None, until=until)
+    # a scratch database: rebuilt as a fresh view is (large batches, no
+    # syncing, the active reservations and usage written once at the end)
+    partitions = list(range(target.partitions))
+    return _replay_partitions(target, partitions, False, None, rebuild=True, until=until)
 
 
 def _worker(
