@@ -15,11 +15,10 @@ from typing import Annotated, Any
 from fastapi import Depends, FastAPI, Path, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from pydantic_core import from_json
 from starlette.concurrency import run_in_threadpool
 
 from berth.api.credentials import Caller
-from berth.api.problems import Problem
+from berth.api.problems import Problem, forbidden, json_body
 from berth.api.replies import json_reply
 from berth.app import App
 from consumers.policies import DEFAULT, PolicyBook, PolicyError, publish_policy
@@ -134,21 +133,11 @@ class PolicyService:
 
 def _operator(caller: Caller) -> None:
     if not caller.operator:
-        raise Problem(
-            HTTPStatus.FORBIDDEN,
-            f"{caller.role}: scheduling policies are an operator's to set",
-            "forbidden",
-            title="Not this role's",
-        )
+        raise forbidden(caller.role, "scheduling policies are an operator's to set")
 
 
 def _json_object(raw: bytes) -> dict[str, Any]:
-    try:
-        body = from_json(raw)
-    except ValueError as error:
-        raise Problem(
-            HTTPStatus.BAD_REQUEST, f"the body is not JSON: {error}", "not-json"
-        ) from None
+    body = json_body(raw)
     if not isinstance(body, dict):
         raise Problem(HTTPStatus.UNPROCESSABLE_ENTITY, "the body is a JSON object", "validation")
     return body

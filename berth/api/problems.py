@@ -21,6 +21,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic_core import from_json
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -121,6 +122,22 @@ def invalid(errors: Iterable[Mapping[str, Any]], where: str = "the body") -> Pro
         fields,
         title="Invalid request",
     )
+
+
+def json_body(raw: bytes) -> Any:
+    """The body as JSON, or 400: not JSON, or nested deeper than the
+    parser's limit."""
+    try:
+        return from_json(raw)
+    except ValueError as error:
+        raise Problem(
+            HTTPStatus.BAD_REQUEST, f"the body is not JSON: {error}", "not-json"
+        ) from None
+
+
+def forbidden(role: str, detail: str) -> Problem:
+    """403: ``role`` may not do what ``detail`` says."""
+    return Problem(HTTPStatus.FORBIDDEN, f"{role}: {detail}", "forbidden", title="Not this role's")
 
 
 def _field_error(error: Mapping[str, Any], where: str) -> FieldError:

@@ -13,10 +13,9 @@ from http import HTTPStatus
 from typing import Annotated, Any
 
 from pydantic import Discriminator, Field, Tag, TypeAdapter, ValidationError
-from pydantic_core import from_json
 
 from berth.api.credentials import Caller, Credentials
-from berth.api.problems import Problem, invalid
+from berth.api.problems import Problem, forbidden, invalid, json_body
 from berth.api.visibility import Visibility
 from berth.app import App
 from berth.client import Answers, Decisions, Publisher, PublishError
@@ -83,12 +82,7 @@ def _items(raw: bytes, what: str) -> tuple[list[Any], bool]:
     """The body: one JSON object or a non-empty list of them (400 when it is
     not JSON, or nested deeper than the parser's limit; 422 when empty), and
     whether it was one."""
-    try:
-        body = from_json(raw)
-    except ValueError as error:
-        raise Problem(
-            HTTPStatus.BAD_REQUEST, f"the body is not JSON: {error}", "not-json"
-        ) from None
+    body = json_body(raw)
     items = body if isinstance(body, list) else [body]
     if not items:
         raise invalid([{"type": "too_short", "loc": (), "msg": f"no {what}: the list is empty"}])
@@ -168,12 +162,7 @@ class Api:
         every partition, each decided by its writer."""
         if caller.project is not None and not caller.admin:
             raise _forbidden(caller, "an aggregate is an operator's")
-        try:
-            body = from_json(raw)
-        except ValueError as error:
-            raise Problem(
-                HTTPStatus.BAD_REQUEST, f"the body is not JSON: {error}", "not-json"
-            ) from None
+        body = json_body(raw)
         try:
             metadata = AGGREGATE.validate_python(body, strict=False).metadata
         except ValidationError as error:
@@ -286,9 +275,7 @@ class Api:
 
 
 def _forbidden(caller: Caller, detail: str) -> Problem:
-    return Problem(
-        HTTPStatus.FORBIDDEN, f"{caller.role}: {detail}", "forbidden", title="Not this role's"
-    )
+    return forbidden(caller.role, detail)
 
 
 def _as(caller: Caller, event: Event) -> Event:
