@@ -16,6 +16,15 @@ from projections.aggregates import aggregate_defined, member_event
 from projections.claims import abort_pending, claim, claim_set, claim_shapes, fingerprint
 from projections.emitter import Emitter
 from projections.holds import finish, named
+from projections.placement.decide import (
+    aggregates_set,
+    allocations_set,
+    inventories_set,
+    name_defined,
+    provider_deleted,
+    provider_saved,
+    traits_set,
+)
 from projections.pool_events import pool_defined
 from projections.projects import refused
 from projections.providers import described, metrics_reported, provider_event
@@ -31,6 +40,13 @@ from schemas.events import (
     Event,
     InventorySet,
     MetricsReported,
+    PlacementAggregatesSet,
+    PlacementAllocationsSet,
+    PlacementInventoriesSet,
+    PlacementNameDefined,
+    PlacementProviderDeleted,
+    PlacementProviderSaved,
+    PlacementTraitsSet,
     PoolDefined,
     ProviderDescribed,
     ProviderRegistered,
@@ -218,4 +234,11 @@ _HANDLERS: dict[type[Any], Callable[[PartitionState, Any, Emitter], None]] = {
     AggregateDefined: aggregate_defined,
     AggregateMemberAdded: member_event,
     AggregateMemberRemoved: member_event,
+    PlacementProviderSaved: provider_saved,
+    PlacementProviderDeleted: provider_deleted,
+    PlacementInventoriesSet: inventories_set,
+    PlacementTraitsSet: traits_set,
+    PlacementAggregatesSet: aggregates_set,
+    PlacementNameDefined: name_defined,
+    PlacementAllocationsSet: allocations_set,
 }

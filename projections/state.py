@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from projections.placement.model import PlacementState
 from projections.pools import PoolState
 from schemas.events import MAX_AMOUNT, Inventory
 
@@ -262,6 +263,8 @@ class PartitionState:
     """Pools defined or whose free count changed since the view last drained it."""
     transactions: dict[str, PendingTransaction] = field(default_factory=dict)
     """Transactions with pending holds here, awaiting their decision."""
+    placement: PlacementState | None = None
+    """OpenStack Placement's model, in the partition that holds it (issue 32)."""
     _layouts: dict[tuple[_InventoryKey, ...], Layout] = field(default_factory=dict)
     _shapes: dict[Amounts, Amounts] = field(default_factory=dict)
 

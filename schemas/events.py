@@ -415,6 +415,113 @@ class Tick(EventBase):
     type: Literal["tick"] = "tick"
 
 
+# --- OpenStack Placement's model (issue 32) -------------------------------
+# Every write of the Placement API is one of these events, decided by the
+# writer of the partition that holds Placement's model (PLACEMENT_KEY's:
+# one writer decides every provider tree, consumer and name, so a write
+# spanning trees needs no transaction). A ``generation`` is the provider's
+# or consumer's generation the write was made against: the writer refuses it
+# when stale (Placement's 409 placement.concurrent_update).
+
+PLACEMENT_KEY = "placement"
+"""The partition key of every Placement event."""
+
+PlacementName = Annotated[str, Field(min_length=1, max_length=255, pattern=r"^[A-Z0-9_]+$")]
+Uuid = Annotated[str, Field(min_length=36, max_length=36)]
+PlacementAmounts = dict[PlacementName, Amount]
+
+
+class PlacementEvent(EventBase):
+    @model_validator(mode="after")
+    def _keyed_to_placement(self) -> Self:
+        if self.partition_key != PLACEMENT_KEY:
+            raise ValueError(f"partition_key must be {PLACEMENT_KEY!r}")
+        return self
+
+
+class PlacementProviderSaved(PlacementEvent):
+    """Creates a resource provider, or (with ``generation``) renames or
+    re-parents one; its ``parent`` must exist and not be in its subtree."""
+
+    type: Literal["placement_provider_saved"] = "placement_provider_saved"
+    uuid: Uuid
+    name: Annotated[str, Field(min_length=1, max_length=200)]
+    parent: Uuid | None = None
+    create: bool = True
+
+
+class PlacementProviderDeleted(PlacementEvent):
+    type: Literal["placement_provider_deleted"] = "placement_provider_deleted"
+    uuid: Uuid
+
+
+class PlacementInventoriesSet(PlacementEvent):
+    """A provider's inventories as a whole, against its generation."""
+
+    type: Literal["placement_inventories_set"] = "placement_inventories_set"
+    uuid: Uuid
+    generation: int = Field(ge=0)
+    inventories: dict[PlacementName, Inventory] = Field(max_length=256)
+
+
+class PlacementTraitsSet(PlacementEvent):
+    type: Literal["placement_traits_set"] = "placement_traits_set"
+    uuid: Uuid
+    generation: int = Field(ge=0)
+    traits: frozenset[PlacementName] = Field(max_length=1024)
+
+
+class PlacementAggregatesSet(PlacementEvent):
+    """A provider's aggregates as a whole; without ``generation`` (before
+    microversion 1.19) whatever the provider's generation is."""
+
+    type: Literal["placement_aggregates_set"] = "placement_aggregates_set"
+    uuid: Uuid
+    generation: int | None = Field(default=None, ge=0)
+    aggregates: frozenset[Uuid] = Field(max_length=1024)
+
+
+class PlacementNameDefined(PlacementEvent):
+    """A custom resource class or trait created (``defined``) or deleted."""
+
+    type: Literal["placement_name_defined"] = "placement_name_defined"
+    kind: Literal["resource_class", "trait"]
+    name: PlacementName
+    defined: bool = True
+
+
+class PlacementConsumerAllocations(Model):
+    """One consumer's allocations, replacing all it has (none: deleting them).
+    ``generation`` None is a new consumer, or any (before 1.28)."""
+
+    consumer: Uuid
+    project_id: Identifier
+    user_id: Identifier
+    consumer_type: Annotated[str, Field(max_length=255)] | None = None
+    generation: int | None = Field(default=None, ge=0)
+    check_generation: bool = True
+    allocations: dict[Uuid, PlacementAmounts] = Field(max_length=1024)
+
+
+class PlacementAllocationsSet(PlacementEvent):
+    """Allocations of one or more consumers, all of them or none."""
+
+    type: Literal["placement_allocations_set"] = "placement_allocations_set"
+    consumers: tuple[PlacementConsumerAllocations, ...] = Field(min_length=1, max_length=1000)
+
+
+PLACEMENT_EVENTS = (
+    PlacementProviderSaved,
+    PlacementProviderDeleted,
+    PlacementInventoriesSet,
+    PlacementTraitsSet,
+    PlacementAggregatesSet,
+    PlacementNameDefined,
+    PlacementAllocationsSet,
+)
+# --- end of OpenStack Placement's model ------------------------------------
+
+
 Event = Annotated[
     ProviderRegistered
     | ProviderRetired
@@ -435,7 +542,15 @@ Event = Annotated[
     | Consume
     | Release
     | Renew
-    | Tick,
+    | Tick
+    # OpenStack Placement's (issue 32)
+    | PlacementProviderSaved
+    | PlacementProviderDeleted
+    | PlacementInventoriesSet
+    | PlacementTraitsSet
+    | PlacementAggregatesSet
+    | PlacementNameDefined
+    | PlacementAllocationsSet,
     Field(discriminator="type"),
 ]
 

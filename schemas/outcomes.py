@@ -80,6 +80,20 @@ class Code(IntEnum):
     """A metrics report older than the one the provider's metrics are from."""
     ALREADY_MEMBER = 58
     NOT_A_MEMBER = 59
+    # OpenStack Placement's refusals (issue 32); the detail is Placement's message
+    PLACEMENT_NOT_FOUND = 60
+    """A provider, consumer, resource class or trait the write names does not exist."""
+    PLACEMENT_CONCURRENT_UPDATE = 61
+    """The provider's or consumer's generation the write was made against is stale."""
+    PLACEMENT_DUPLICATE = 62
+    """The name or uuid is taken."""
+    PLACEMENT_IN_USE = 63
+    """Inventory, a resource class, a trait or a provider still in use."""
+    PLACEMENT_INVALID = 64
+    """A write Placement refuses as a bad request (a parent in the subtree, a
+    standard name deleted, amounts outside the unit rules)."""
+    PLACEMENT_CAPACITY = 65
+    """Allocations beyond a provider's capacity."""
 
 
 class Reason(NamedTuple):

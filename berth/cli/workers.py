@@ -49,6 +49,12 @@ def add_commands(commands: Commands) -> None:
         help="also serve the HTTP API (see berth api) from this process",
     )
     serve.add_argument(
+        "--placement-api",
+        default=None,
+        metavar="HOST:PORT",
+        help="also serve OpenStack Placement's API (docs/placement.md) from this process",
+    )
+    serve.add_argument(
         "--api-token-file", default=None, help="the API's admin bearer token, read from this file"
     )
     serve.add_argument(
@@ -172,6 +178,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             and _start_api(app, args.api, args.config, args.api_token_file, args.api_credentials)
             is None
         ):
+            return 2
+        if args.placement_api is not None and _start_placement_api(app, args.placement_api) is None:
             return 2
         tune_gc()
         logging.info("serving %d partitions", len(writers))
@@ -311,6 +319,24 @@ def _start_api(
         return None
     logging.info("api: serving http://%s:%d/v1/", bound_host, bound_port)
     return bound_host, bound_port
+
+
+def _start_placement_api(app: App, listen: str) -> tuple[str, int] | None:
+    """Serve the Placement API on ``app`` from a thread; where it listens, or
+    None (said on stderr)."""
+    from berth.placement_api.server import PlacementServer
+    from berth.placement_api.service import PlacementService
+
+    address = parse_address(listen, "the Placement API listens on")
+    if address is None:
+        return None
+    try:
+        bound = PlacementServer(PlacementService(app), *address).start()
+    except RuntimeError as error:
+        print(f"berth: {error} on {listen}", file=sys.stderr)
+        return None
+    logging.info("placement-api: serving http://%s:%d/", *bound)
+    return bound
 
 
 def cmd_reaper(args: argparse.Namespace) -> int:

@@ -15,6 +15,7 @@ from typing import Any
 from sqlalchemy import Connection, select
 
 from projections.aggregates import effective_layout
+from projections.placement.load import load_placement
 from projections.pools import PoolState
 from projections.projector import claim_shapes, fingerprint
 from projections.state import (
@@ -67,6 +68,7 @@ def load_state(conn: Connection, partition: int, partitions: int) -> tuple[Parti
     _load_providers(conn, state)
     _load_pools(conn, state)
     _load_reservations(conn, state)
+    load_placement(conn, state)
     return state, int(row.next_offset)
 
 

@@ -263,3 +263,51 @@ partition_owners = Table(
     # who holds it: host:pid of the process, for the operator
     Column("owner", String(255), nullable=False),
 )
+
+# --- OpenStack Placement's model (issue 32) --------------------------------
+# what the Placement API reads; capacity and usage are in inventories, the
+# same rows Berth's own reservations count in
+
+placement_providers = Table(
+    "placement_providers",
+    metadata,
+    Column("uuid", String(36), primary_key=True),
+    Column("partition", Integer, nullable=False),
+    Column("name", String(255), nullable=False, unique=True),
+    Column("generation", BigInteger, nullable=False),
+    Column("parent_uuid", String(36)),
+    Column("root_uuid", String(36), nullable=False, index=True),
+    Column("traits", JSON, nullable=False),
+    Column("aggregates", JSON, nullable=False),
+    # resource class -> {total, reserved, min_unit, max_unit, step_size, allocation_ratio}
+    Column("inventories", JSON, nullable=False),
+    Column("created_ms", BigInteger, nullable=False),
+    Column("updated_ms", BigInteger, nullable=False),
+    Column("updated_offset", BigInteger, nullable=False),
+)
+
+placement_consumers = Table(
+    "placement_consumers",
+    metadata,
+    Column("uuid", String(36), primary_key=True),
+    Column("partition", Integer, nullable=False),
+    Column("project_id", String(255), nullable=False, index=True),
+    Column("user_id", String(255), nullable=False),
+    Column("consumer_type", String(255)),
+    Column("generation", BigInteger, nullable=False),
+    # provider uuid -> resource class -> amount
+    Column("allocations", JSON, nullable=False),
+    Column("created_ms", BigInteger, nullable=False),
+    Column("updated_ms", BigInteger, nullable=False),
+    Column("updated_offset", BigInteger, nullable=False),
+)
+
+placement_names = Table(
+    "placement_names",
+    metadata,
+    # the custom resource classes and traits ('resource_class' or 'trait')
+    Column("kind", String(16), primary_key=True),
+    Column("name", String(255), primary_key=True),
+    Column("partition", Integer, nullable=False),
+    Column("created_ms", BigInteger, nullable=False),
+)

@@ -15,6 +15,7 @@ from projections.batch import Batch
 from projections.state import PartitionState
 from projections.view.engine import begin_writing
 from projections.view.outcome_rows import write_dead_letters, write_outcomes
+from projections.view.placement_rows import write_placement
 from projections.view.plan import Plan, bulk
 from projections.view.rebuild import HeldBack
 from projections.view.reservation_rows import write_reservations
@@ -68,6 +69,7 @@ class ViewWriter:
         if held is not None and len(held.reservations) > held.at_most:
             held.write_reservations(plan)
         write_pools(plan, state, batch)
+        write_placement(plan, state, batch.end)
         write_dead_letters(plan, batch)
         planned = _Planned(plan, batch, state, generation)
         if held is None:

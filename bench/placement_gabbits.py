@@ -1,0 +1,217 @@
+"""OpenStack Placement's own API tests against Berth: ``python -m
+bench.placement_gabbits [FILE ...] [--json]``.
+
+The gabbi YAML files that ship in ``openstack-placement``
+(``placement/tests/functional/gabbits/``) run over real HTTP against a
+``berth serve --placement-api`` started empty for each file, in a data
+directory of its own. Prints a table, one row per file, and the last line
+``N passed, N failed, N skipped`` (with ``--json``, the JSON figures before
+it). A file is skipped whole, with its reason, when it needs what this
+runner does not provide yet: a policy or CORS server option, or one of
+upstream's fixtures that write straight into Placement's database (to be
+rebuilt through the API)."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+from gabbi import handlers, suitemaker
+
+from bench import placement_fixtures
+
+SERVER_OPTION_FIXTURES = {
+    "LegacyRBACPolicyFixture": "the legacy-RBAC policy option",
+    "SecureRBACPolicyFixture": "the secure-RBAC policy option",
+    "OpenPolicyFixture": "the open-policy option",
+    "CORSFixture": "the CORS option",
+}
+"""Fixtures that configure upstream's server: options Berth's does not have yet."""
+
+SUPPORTED_FIXTURES = frozenset({"APIFixture"})
+
+START_TIMEOUT_S = 60.0
+
+
+def gabbits_dir() -> Path:
+    return Path(str(resources.files("placement"))) / "tests" / "functional" / "gabbits"
+
+
+@dataclass
+class FileResult:
+    name: str
+    tests: int
+    passed: int = 0
+    failed: int = 0
+    skipped: int = 0
+    why_skipped: str = ""
+    failures: list[str] = field(default_factory=list)
+    details: dict[str, str] = field(default_factory=dict)
+
+
+def skip_reason(fixtures: list[str]) -> str:
+    """Why a file cannot run yet, or '' when it can."""
+    for name in fixtures:
+        if name in SERVER_OPTION_FIXTURES:
+            return f"needs {SERVER_OPTION_FIXTURES[name]}"
+    missing = [n for n in fixtures if n not in SUPPORTED_FIXTURES]
+    if missing:
+        return f"fixture {', '.join(missing)} not rebuilt through the API yet"
+    return ""
+
+
+@contextmanager
+def berth_server(data_dir: Path) -> Iterator[tuple[str, int]]:
+    """``berth serve --placement-api 127.0.0.1:0`` on an empty data directory;
+    where it listens, once it answers."""
+    command = [
+        sys.executable,
+        "-c",
+        "import sys; from berth.cli import main; sys.exit(main())",
+        "serve",
+        "--data-dir",
+        str(data_dir),
+        "--placement-api",
+        "127.0.0.1:0",
+    ]
+    stderr_path = data_dir.parent / f"{data_dir.name}.stderr"
+    with open(stderr_path, "w+") as stderr:
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr)
+        try:
+            yield _wait_listening(process, stderr_path)
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def _wait_listening(process: subprocess.Popen[bytes], stderr_path: Path) -> tuple[str, int]:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    pattern = re.compile(r"placement-api: serving http://([\d.]+):(\d+)/")
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"berth serve exited: {stderr_path.read_text()[-2000:]}")
+        found = pattern.search(stderr_path.read_text())
+        if found:
+            host, port = found.group(1), int(found.group(2))
+            try:
+                if httpx.get(f"http://{host}:{port}/", timeout=5).status_code == 200:
+                    return host, port
+            except httpx.HTTPError:
+                pass
+        time.sleep(0.1)
+    raise RuntimeError(f"berth serve did not answer in {START_TIMEOUT_S} s")
+
+
+def run_file(path: Path, work: Path) -> FileResult:
+    suite_dict: dict[str, Any] = yaml.safe_load(path.read_text())
+    tests = len(suite_dict.get("tests") or [])
+    result = FileResult(path.name, tests)
+    reason = skip_reason(list(suite_dict.get("fixtures") or []))
+    if reason:
+        result.skipped, result.why_skipped = tests, reason
+        return result
+    data_dir = work / path.stem
+    with berth_server(data_dir) as (host, port):
+        suite = suitemaker.test_suite_from_dict(
+            unittest.defaultTestLoader,
+            path.stem.replace("-", "_").replace(".", "_"),
+            suite_dict,
+            str(path.parent),
+            host,
+            port,
+            placement_fixtures,
+            None,
+            handlers=[handler() for handler in handlers.RESPONSE_HANDLERS],
+        )
+        outcome = unittest.TextTestRunner(stream=io.StringIO(), verbosity=0).run(suite)
+    failed = {_name(t) for t, _ in outcome.failures + outcome.errors}
+    result.details = {
+        _name(t): trace.strip().splitlines()[-1][:300]
+        for t, trace in outcome.failures + outcome.errors
+    }
+    skipped = {_name(t) for t, _ in outcome.skipped}
+    result.failures = sorted(failed)
+    result.failed = len(failed)
+    result.skipped = len(skipped)
+    result.passed = outcome.testsRun - result.failed - result.skipped
+    # a test gabbi never ran (its file's fixture failed) is counted as failed
+    result.failed += tests - outcome.testsRun
+    return result
+
+
+def _name(test: unittest.TestCase) -> str:
+    data = getattr(test, "test_data", None)
+    return str(data["name"]) if isinstance(data, dict) and "name" in data else test.id()
+
+
+def run(names: list[str]) -> list[FileResult]:
+    files = sorted(gabbits_dir().glob("*.yaml"))
+    if names:
+        files = [f for f in files if f.name in names or f.stem in names]
+    with tempfile.TemporaryDirectory(prefix="berth-gabbits-") as work:
+        return [run_file(f, Path(work)) for f in files]
+
+
+def totals(results: list[FileResult]) -> dict[str, int]:
+    return {
+        "files": len(results),
+        "tests": sum(r.tests for r in results),
+        "passed": sum(r.passed for r in results),
+        "failed": sum(r.failed for r in results),
+        "skipped": sum(r.skipped for r in results),
+    }
+
+
+def table(results: list[FileResult]) -> str:
+    width = max((len(r.name) for r in results), default=10)
+    lines = [f"{'file':<{width}}  tests  passed  failed  skipped"]
+    for r in results:
+        note = f"  ({r.why_skipped})" if r.why_skipped else ""
+        lines.append(
+            f"{r.name:<{width}}  {r.tests:>5}  {r.passed:>6}  {r.failed:>6}  {r.skipped:>7}{note}"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("files", nargs="*", help="gabbit files (default: all)")
+    parser.add_argument("--json", action="store_true", help="also the figures as JSON")
+    parser.add_argument("--failures", action="store_true", help="name each failing test")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("GABBI_SKIP_NETWORK", "true")
+    results = run(args.files)
+    print(table(results))
+    if args.failures:
+        for r in results:
+            for name in r.failures:
+                print(f"FAILED {r.name}: {name}: {r.details.get(name, '')}")
+    sums = totals(results)
+    if args.json:
+        print(json.dumps({**sums, "per_file": [asdict(r) for r in results]}))
+    print(f"{sums['passed']} passed, {sums['failed']} failed, {sums['skipped']} skipped")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

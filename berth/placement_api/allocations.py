@@ -1,0 +1,184 @@
+"""Allocations (a consumer's, replaced as a whole; several consumers' at
+once from 1.13) and usages (a provider's; a project's from 1.9)."""
+
+from __future__ import annotations
+
+import uuid as uuidlib
+from typing import Any
+
+from berth.placement_api import errors, schemas
+from berth.placement_api.errors import PlacementError, bad_request, conflict, not_found
+from berth.placement_api.http import Req, Resp, check_accept, latest
+from berth.placement_api.providers import existing
+from berth.placement_api.reads import Consumer, consumer, consumers, providers
+from berth.placement_api.service import Refused
+from schemas.outcomes import Code
+
+INCOMPLETE_CONSUMER = "00000000-0000-0000-0000-000000000000"
+"""The project and user of a consumer written before 1.8 named them (upstream's default)."""
+
+
+def _consumer_uuid(raw: str) -> str:
+    try:
+        return str(uuidlib.UUID(raw))
+    except ValueError:
+        raise bad_request(f"Malformed consumer_uuid: {raw}") from None
+
+
+def get_consumer_allocations(req: Req, consumer_uuid: str) -> Resp:
+    check_accept(req)
+    found = consumer(req.service.engine, consumer_uuid)
+    body: dict[str, Any] = {"allocations": {}}
+    if found is None:
+        return Resp(body=body).modified(req, None)
+    generations = {p.uuid: p.generation for p in providers(req.service.engine)}
+    body["allocations"] = {
+        uuid: {"generation": generations.get(uuid), "resources": dict(amounts)}
+        for uuid, amounts in found.allocations.items()
+    }
+    if req.at_least(12):
+        body["project_id"] = found.project_id
+        body["user_id"] = found.user_id
+    if req.at_least(28):
+        body["consumer_generation"] = found.generation
+    if req.at_least(38):
+        body["consumer_type"] = found.consumer_type or "UNKNOWN"
+    return Resp(body=body).modified(req, found.updated_ms)
+
+
+def _spec(req: Req, uuid: str, data: dict[str, Any], allocations: dict[str, Any]) -> dict[str, Any]:
+    project = data.get("project_id", INCOMPLETE_CONSUMER)
+    user = data.get("user_id", INCOMPLETE_CONSUMER)
+    spec: dict[str, Any] = {
+        "consumer": uuid,
+        "project_id": project,
+        "user_id": user,
+        "allocations": allocations,
+        "check_generation": req.at_least(28),
+        "generation": data.get("consumer_generation"),
+    }
+    if req.at_least(38):
+        spec["consumer_type"] = data["consumer_type"]
+    return spec
+
+
+def _check_providers(req: Req, allocations: dict[str, Any]) -> None:
+    known = {p.uuid for p in providers(req.service.engine)}
+    for uuid in allocations:
+        if uuid not in known:
+            raise bad_request(f"Allocation for resource provider '{uuid}' that does not exist.")
+
+
+def _write(req: Req, specs: list[dict[str, Any]], consumer_uuid: str | None) -> None:
+    try:
+        req.service.write({"type": "placement_allocations_set", "consumers": specs})
+    except Refused as refused:
+        if refused.code == Code.PLACEMENT_CONCURRENT_UPDATE:
+            raise conflict(refused.detail, errors.CONCURRENT_UPDATE) from None
+        if refused.code in (Code.PLACEMENT_NOT_FOUND, Code.PLACEMENT_INVALID):
+            if consumer_uuid is None:
+                raise bad_request(f"Unable to allocate inventory {refused.detail}") from None
+            raise bad_request(
+                f"Unable to allocate inventory for consumer {consumer_uuid}: {refused.detail}"
+            ) from None
+        raise conflict(f"Unable to allocate inventory: {refused.detail}") from None
+
+
+def put_consumer_allocations(req: Req, raw_uuid: str) -> Resp:
+    uuid = _consumer_uuid(raw_uuid)
+    data = req.json(schemas.allocations_for_consumer(req.version))
+    listed = data["allocations"]
+    if isinstance(listed, list):
+        allocations = {a["resource_provider"]["uuid"]: a["resources"] for a in listed}
+    else:
+        allocations = {rp: a["resources"] for rp, a in listed.items()}
+    _check_providers(req, allocations)
+    _write(req, [_spec(req, uuid, data, allocations)], uuid)
+    return Resp(204)
+
+
+def post_allocations(req: Req) -> Resp:
+    if not req.at_least(13):
+        raise PlacementError(405, "The method specified is not allowed for this resource.")
+    data = req.json(schemas.allocations_post(req.version))
+    specs = []
+    for raw_uuid, body in data.items():
+        allocations = {rp: a["resources"] for rp, a in body["allocations"].items()}
+        _check_providers(req, allocations)
+        specs.append(_spec(req, _consumer_uuid(raw_uuid), body, allocations))
+    _write(req, specs, None)
+    return Resp(204)
+
+
+def delete_consumer_allocations(req: Req, consumer_uuid: str) -> Resp:
+    found = consumer(req.service.engine, consumer_uuid)
+    if found is None:
+        raise not_found(f"No allocations for consumer '{consumer_uuid}'")
+    spec = {
+        "consumer": consumer_uuid,
+        "project_id": found.project_id,
+        "user_id": found.user_id,
+        "allocations": {},
+        "check_generation": False,
+    }
+    _write(req, [spec], consumer_uuid)
+    return Resp(204)
+
+
+def get_provider_allocations(req: Req, uuid: str) -> Resp:
+    check_accept(req)
+    p = existing(req, uuid)
+    body = {
+        "allocations": {
+            c.uuid: {"resources": dict(c.allocations[uuid])}
+            for c in consumers(req.service.engine)
+            if uuid in c.allocations
+        },
+        "resource_provider_generation": p.generation,
+    }
+    return Resp(body=body).modified(req, p.updated_ms)
+
+
+def get_usages(req: Req) -> Resp:
+    """GET /usages?project_id=...[&user_id=...][&consumer_type=...] (from 1.9)."""
+    if not req.at_least(9):
+        raise not_found("The resource could not be found.")
+    check_accept(req)
+    allowed = {"project_id", "user_id"} | ({"consumer_type"} if req.at_least(38) else set())
+    unknown = sorted(set(req.query) - allowed)
+    if unknown or "project_id" not in req.query:
+        detail = (
+            "'project_id' is a required property"
+            if "project_id" not in req.query
+            else f"Additional properties are not allowed ({', '.join(map(repr, unknown))} "
+            "was unexpected)"
+        )
+        raise bad_request(f"Invalid query string parameters: {detail}")
+    project, user = req.one("project_id"), req.one("user_id")
+    kind = req.one("consumer_type")
+    chosen = [
+        c
+        for c in consumers(req.service.engine)
+        if c.project_id == project and (user is None or c.user_id == user)
+    ]
+    if not req.at_least(38):
+        return Resp(body={"usages": _summed(chosen)}).modified(req, None)
+    if kind is not None and kind not in ("all", "unknown"):
+        chosen = [c for c in chosen if c.consumer_type == kind]
+    grouped: dict[str, list[Consumer]] = {}
+    for c in chosen:
+        key = "all" if kind == "all" else (c.consumer_type or "unknown")
+        grouped.setdefault(key, []).append(c)
+    usages = {
+        key: {"consumer_count": len(group), **_summed(group)} for key, group in grouped.items()
+    }
+    return Resp(body={"usages": usages}).modified(req, latest(*(c.updated_ms for c in chosen)))
+
+
+def _summed(chosen: list[Consumer]) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for c in chosen:
+        for amounts in c.allocations.values():
+            for rc, amount in amounts.items():
+                total[rc] = total.get(rc, 0) + amount
+    return total

@@ -1,0 +1,283 @@
+"""The Placement API as a FastAPI app: one catch-all route hands every
+request to :func:`respond`, which does what Placement's middleware does in
+its order (request id, noauth2, microversion, the content-length rule),
+finds the handler by path and method (404, 405 with ``Allow``) and words
+every error as Placement's error body."""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from collections.abc import Callable, Mapping
+from functools import partial
+from typing import Any
+from urllib.parse import parse_qs
+
+from fastapi import FastAPI, Request
+from fastapi.responses import Response
+from starlette.concurrency import run_in_threadpool
+
+from berth.placement_api import allocations, providers, registry
+from berth.placement_api.candidates import CandidateEngine, list_candidates
+from berth.placement_api.errors import PlacementError
+from berth.placement_api.http import Caller, Req, Resp, accepts_json
+from berth.placement_api.service import PlacementService
+from berth.placement_api.versions import (
+    HEADER,
+    MAX_VERSION,
+    Version,
+    max_version,
+    min_version,
+    negotiate,
+)
+
+Handler = Callable[..., Resp]
+_NAME = "(?P<{}>[^/]+)"
+
+
+def _home(req: Req) -> Resp:
+    versions = [
+        {
+            "id": f"v{min_version()}",
+            "max_version": max_version(),
+            "min_version": min_version(),
+            "status": "CURRENT",
+            "links": [{"rel": "self", "href": ""}],
+        }
+    ]
+    return Resp(body={"versions": versions}).modified(req, None)
+
+
+def _routes(candidates: CandidateEngine) -> list[tuple[re.Pattern[str], dict[str, Handler]]]:
+    p, r, a = providers, registry, allocations
+    table: list[tuple[str, dict[str, Handler]]] = [
+        ("", {"GET": _home}),
+        ("/", {"GET": _home}),
+        ("/resource_classes", {"GET": r.list_resource_classes, "POST": r.create_resource_class}),
+        (
+            "/resource_classes/{name}",
+            {
+                "GET": r.get_resource_class,
+                "PUT": r.update_resource_class,
+                "DELETE": r.delete_resource_class,
+            },
+        ),
+        ("/resource_providers", {"GET": p.list_providers, "POST": p.create_provider}),
+        (
+            "/resource_providers/{uuid}",
+            {"GET": p.get_provider, "PUT": p.update_provider, "DELETE": p.delete_provider},
+        ),
+        (
+            "/resource_providers/{uuid}/inventories",
+            {
+                "GET": p.get_inventories,
+                "POST": p.create_inventory,
+                "PUT": p.set_inventories,
+                "DELETE": p.delete_inventories,
+            },
+        ),
+        (
+            "/resource_providers/{uuid}/inventories/{rc}",
+            {"GET": p.get_inventory, "PUT": p.update_inventory, "DELETE": p.delete_inventory},
+        ),
+        ("/resource_providers/{uuid}/usages", {"GET": p.get_provider_usages}),
+        (
+            "/resource_providers/{uuid}/aggregates",
+            {
+                "GET": _from(1, p.get_provider_aggregates),
+                "PUT": _from(1, p.set_provider_aggregates),
+            },
+        ),
+        ("/resource_providers/{uuid}/allocations", {"GET": a.get_provider_allocations}),
+        ("/allocations", {"POST": a.post_allocations}),
+        (
+            "/allocations/{consumer}",
+            {
+                "GET": a.get_consumer_allocations,
+                "PUT": a.put_consumer_allocations,
+                "DELETE": a.delete_consumer_allocations,
+            },
+        ),
+        ("/allocation_candidates", {"GET": partial(list_candidates, engine=candidates)}),
+        ("/traits", {"GET": r.list_traits}),
+        ("/traits/{name}", {"GET": r.get_trait, "PUT": r.put_trait, "DELETE": r.delete_trait}),
+        (
+            "/resource_providers/{uuid}/traits",
+            {
+                "GET": _from(6, p.get_provider_traits),
+                "PUT": _from(6, p.set_provider_traits),
+                "DELETE": _from(6, p.delete_provider_traits),
+            },
+        ),
+        ("/usages", {"GET": a.get_usages}),
+    ]
+    compiled = []
+    for path, methods in table:
+        pattern = re.sub(r"\{(\w+)\}", lambda m: _NAME.format(m.group(1)), path)
+        compiled.append((re.compile(f"^{pattern}$"), methods))
+    return compiled
+
+
+def _from(minor: int, handler: Handler) -> Handler:
+    """A handler that exists only from microversion 1.``minor``."""
+
+    def gated(req: Req, **path: str) -> Resp:
+        if not req.at_least(minor):
+            raise PlacementError(404, "The resource could not be found.")
+        return handler(req, **path)
+
+    return gated
+
+
+def _caller(headers: Mapping[str, str]) -> Caller | None:
+    """noauth2: the token is ``admin`` or ``user:project``; roles from X-Roles."""
+    token = headers.get("x-auth-token")
+    if not token:
+        return None
+    user, _, project = token.partition(":")
+    roles = {r.strip() for r in headers.get("x-roles", "").split(",") if r.strip()}
+    if user == "admin":
+        roles.add("admin")
+    return Caller(user, project or None, frozenset(roles))
+
+
+class PlacementApp:
+    """Dispatches one request; everything but the HTTP server itself."""
+
+    def __init__(self, service: PlacementService) -> None:
+        self.service = service
+        self.routes = _routes(CandidateEngine(service.engine))
+
+    def respond(
+        self, method: str, path: str, query: str, headers: Mapping[str, str], body: bytes
+    ) -> tuple[int, dict[str, str], bytes]:
+        request_id = f"req-{uuid.uuid4()}"
+        version: Version | None = None
+        try:
+            version = negotiate(headers)
+            resp = self._handle(method, path, query, headers, body, version)
+        except PlacementError as error:
+            return self._error(error, version, headers, request_id)
+        out = {"openstack-request-id": request_id}
+        if version is not None:
+            out[HEADER] = f"placement {version}"
+            out["vary"] = HEADER
+        out.update(resp.headers)
+        if resp.body is None:
+            return resp.status, out, b""
+        out["content-type"] = "application/json"
+        return resp.status, out, json.dumps(resp.body).encode()
+
+    def _handle(
+        self,
+        method: str,
+        path: str,
+        query: str,
+        headers: Mapping[str, str],
+        body: bytes,
+        version: Version,
+    ) -> Resp:
+        caller = _caller(headers)
+        if caller is None and path not in ("", "/"):
+            raise PlacementError(401, "The request you have made requires authentication.")
+        length = headers.get("content-length")
+        if length and length != "0" and not headers.get("content-type"):
+            raise PlacementError(400, "content-type header required when content-length > 0")
+        for pattern, methods in self.routes:
+            found = pattern.match(path)
+            if found is None:
+                continue
+            handler = methods.get(method)
+            if handler is None:
+                raise PlacementError(
+                    405,
+                    "The method specified is not allowed for this resource.",
+                    headers={"allow": ", ".join(methods)},
+                )
+            if path not in ("", "/") and not (caller is not None and caller.admin):
+                raise PlacementError(
+                    403, f"Policy does not allow placement:{path.strip('/')} to be performed."
+                )
+            req = Req(
+                method,
+                path,
+                parse_qs(query, keep_blank_values=True),
+                headers,
+                body,
+                version,
+                caller or Caller("anonymous", None, frozenset()),
+                self.service,
+            )
+            return handler(req, **found.groupdict())
+        raise PlacementError(404, "The resource could not be found.", explain=False)
+
+    def _error(
+        self,
+        error: PlacementError,
+        version: Version | None,
+        headers: Mapping[str, str],
+        request_id: str,
+    ) -> tuple[int, dict[str, str], bytes]:
+        out = {"openstack-request-id": request_id, **error.headers}
+        with_code = version is not None and version.at_least(23)
+        if version is not None:
+            out[HEADER] = f"placement {version}"
+            out["vary"] = HEADER
+        body: dict[str, Any] = error.body(with_code, request_id)
+        if error.status == 406 and version is None:
+            body["errors"][0]["max_version"] = max_version()
+            body["errors"][0]["min_version"] = min_version()
+        if error.status == 405:
+            body["errors"][0]["detail"] = (
+                f"The method {headers.get(':method', '')} is not allowed for this resource.\n\n "
+                f"{error.message}  "
+            )
+        accept = headers.get("accept")
+        if accepts_json(accept) or not accept:
+            out["content-type"] = "application/json"
+            return error.status, out, json.dumps(body).encode()
+        detail = body["errors"][0]["detail"]
+        title = body["errors"][0]["title"]
+        if "text/html" in (accept or ""):
+            out["content-type"] = "text/html; charset=UTF-8"
+            html = (
+                f"<html>\n <head>\n  <title>{error.status} {title}</title>\n </head>\n <body>\n"
+                f"  <h1>{error.status} {title}</h1>\n  {detail}\n </body>\n</html>"
+            )
+            return error.status, out, html.encode()
+        out["content-type"] = "text/plain; charset=UTF-8"
+        return error.status, out, f"{error.status} {title}\n\n{detail}".encode()
+
+
+def create_app(service: PlacementService) -> FastAPI:
+    """The Placement API on ``service``, at the root of its address."""
+    placement = PlacementApp(service)
+    app = FastAPI(
+        title="Berth: OpenStack Placement API",
+        version=f"1.0-{MAX_VERSION[0]}.{MAX_VERSION[1]}",
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+    )
+
+    @app.api_route(
+        "/{path:path}",
+        methods=["GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "HEAD"],
+        include_in_schema=False,
+    )
+    async def everything(request: Request, path: str) -> Response:
+        body = await request.body()
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        headers[":method"] = request.method
+        status, out, content = await run_in_threadpool(
+            placement.respond,
+            request.method,
+            "/" + path if path else "",
+            request.url.query,
+            headers,
+            body,
+        )
+        return Response(content=content, status_code=status, headers=out)
+
+    return app

@@ -1,0 +1,115 @@
+"""A request as the handlers see it (its microversion, caller, query and
+JSON body checked as Placement checks them) and their answers."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from email.utils import format_datetime
+from typing import Any
+
+import jsonschema
+
+from berth.placement_api.errors import PlacementError
+from berth.placement_api.service import PlacementService
+from berth.placement_api.versions import Version
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who asks, by noauth2's token: ``admin``, or ``user:project``."""
+
+    user: str
+    project: str | None
+    roles: frozenset[str]
+
+    @property
+    def admin(self) -> bool:
+        return "admin" in self.roles
+
+
+@dataclass
+class Req:
+    method: str
+    path: str
+    query: dict[str, list[str]]
+    headers: Mapping[str, str]
+    body: bytes
+    version: Version
+    caller: Caller
+    service: PlacementService
+
+    def json(self, schema: dict[str, Any]) -> Any:
+        """The body as JSON valid against ``schema``; 415 unless it is sent as
+        JSON, 400 when it is not JSON or not valid."""
+        content_type = (self.headers.get("content-type") or "").split(";")[0].strip()
+        if content_type != "application/json":
+            raise PlacementError(
+                415,
+                f"The media type {content_type or 'None'} is not supported, use application/json",
+            )
+        try:
+            data = json.loads(self.body)
+        except ValueError as error:
+            raise PlacementError(400, f"Malformed JSON: {error}") from None
+        try:
+            jsonschema.validate(data, schema, format_checker=jsonschema.FormatChecker())
+        except jsonschema.ValidationError as error:
+            raise PlacementError(400, f"JSON does not validate: {error.message}") from None
+        return data
+
+    def one(self, name: str) -> str | None:
+        values = self.query.get(name)
+        return None if not values else values[-1]
+
+    def at_least(self, minor: int) -> bool:
+        return self.version.at_least(minor)
+
+
+@dataclass
+class Resp:
+    status: int = 200
+    body: Any = None
+    headers: dict[str, str] = field(default_factory=dict)
+
+    def modified(self, req: Req, ms: int | None) -> Resp:
+        """From 1.15 a GET says when what it shows last changed, and not to cache it."""
+        if req.at_least(15):
+            when = (
+                datetime.now(UTC)
+                if ms is None
+                else datetime.fromtimestamp(ms / 1000, UTC).replace(microsecond=0)
+            )
+            self.headers["last-modified"] = format_datetime(when, usegmt=True)
+            self.headers["cache-control"] = "no-cache"
+        return self
+
+
+def latest(*values: int | None) -> int | None:
+    present = [v for v in values if v is not None]
+    return max(present) if present else None
+
+
+def accepts_json(accept: str | None) -> bool:
+    """Whether an Accept header admits application/json."""
+    if not accept:
+        return True
+    for part in accept.split(","):
+        media, *params = (p.strip() for p in part.split(";"))
+        q = 1.0
+        for param in params:
+            if param.startswith("q="):
+                try:
+                    q = float(param[2:])
+                except ValueError:
+                    q = 0.0
+        if q > 0 and media in ("application/json", "application/*", "*/*"):
+            return True
+    return False
+
+
+def check_accept(req: Req) -> None:
+    if not accepts_json(req.headers.get("accept")):
+        raise PlacementError(406, "Only application/json is provided")
