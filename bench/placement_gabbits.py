@@ -146,8 +146,7 @@ def run_file(path: Path, work: Path) -> FileResult:
         outcome = unittest.TextTestRunner(stream=io.StringIO(), verbosity=0).run(suite)
     failed = {_name(t) for t, _ in outcome.failures + outcome.errors}
     result.details = {
-        _name(t): trace.strip().splitlines()[-1][:300]
-        for t, trace in outcome.failures + outcome.errors
+        _name(t): " ".join(trace.split())[-600:] for t, trace in outcome.failures + outcome.errors
     }
     skipped = {_name(t) for t, _ in outcome.skipped}
     result.failures = sorted(failed)

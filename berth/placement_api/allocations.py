@@ -84,8 +84,8 @@ def _write(req: Req, specs: list[dict[str, Any]], consumer_uuid: str | None) -> 
         raise conflict(f"Unable to allocate inventory: {refused.detail}") from None
 
 
-def put_consumer_allocations(req: Req, raw_uuid: str) -> Resp:
-    uuid = _consumer_uuid(raw_uuid)
+def put_consumer_allocations(req: Req, consumer_uuid: str) -> Resp:
+    uuid = _consumer_uuid(consumer_uuid)
     data = req.json(schemas.allocations_for_consumer(req.version))
     listed = data["allocations"]
     if isinstance(listed, list):
@@ -99,7 +99,7 @@ def put_consumer_allocations(req: Req, raw_uuid: str) -> Resp:
 
 def post_allocations(req: Req) -> Resp:
     if not req.at_least(13):
-        raise PlacementError(405, "The method specified is not allowed for this resource.")
+        raise not_found("The resource could not be found.")
     data = req.json(schemas.allocations_post(req.version))
     specs = []
     for raw_uuid, body in data.items():
@@ -144,16 +144,18 @@ def get_usages(req: Req) -> Resp:
     if not req.at_least(9):
         raise not_found("The resource could not be found.")
     check_accept(req)
-    allowed = {"project_id", "user_id"} | ({"consumer_type"} if req.at_least(38) else set())
-    unknown = sorted(set(req.query) - allowed)
-    if unknown or "project_id" not in req.query:
-        detail = (
-            "'project_id' is a required property"
-            if "project_id" not in req.query
-            else f"Additional properties are not allowed ({', '.join(map(repr, unknown))} "
-            "was unexpected)"
-        )
-        raise bad_request(f"Invalid query string parameters: {detail}")
+    ident = {"type": "string", "minLength": 1, "maxLength": 255}
+    properties = {"project_id": ident, "user_id": ident}
+    if req.at_least(38):
+        properties["consumer_type"] = {"type": "string"}
+    req.params(
+        {
+            "type": "object",
+            "properties": properties,
+            "required": ["project_id"],
+            "additionalProperties": False,
+        }
+    )
     project, user = req.one("project_id"), req.one("user_id")
     kind = req.one("consumer_type")
     chosen = [

@@ -92,7 +92,7 @@ def _routes(candidates: CandidateEngine) -> list[tuple[re.Pattern[str], dict[str
         ("/resource_providers/{uuid}/allocations", {"GET": a.get_provider_allocations}),
         ("/allocations", {"POST": a.post_allocations}),
         (
-            "/allocations/{consumer}",
+            "/allocations/{consumer_uuid}",
             {
                 "GET": a.get_consumer_allocations,
                 "PUT": a.put_consumer_allocations,
@@ -162,7 +162,7 @@ class PlacementApp:
         out = {"openstack-request-id": request_id}
         if version is not None:
             out[HEADER] = f"placement {version}"
-            out["vary"] = HEADER
+            out["vary"] = HEADER.lower()
         out.update(resp.headers)
         if resp.body is None:
             return resp.status, out, b""
@@ -223,7 +223,7 @@ class PlacementApp:
         with_code = version is not None and version.at_least(23)
         if version is not None:
             out[HEADER] = f"placement {version}"
-            out["vary"] = HEADER
+            out["vary"] = HEADER.lower()
         body: dict[str, Any] = error.body(with_code, request_id)
         if error.status == 406 and version is None:
             body["errors"][0]["max_version"] = max_version()

@@ -193,25 +193,25 @@ def has_room(p: Provider, resources: dict[str, int]) -> bool:
 
 def matching_providers(req: Req) -> list[Provider]:
     """GET /resource_providers: the providers its query picks."""
-    allowed = {name for minor, name in _LIST_PARAMS if req.at_least(minor)}
-    unknown = sorted(set(req.query) - allowed)
-    if unknown:
-        raise bad_request(
-            "Invalid query string parameters: Additional properties are not allowed "
-            f"({', '.join(repr(u) for u in unknown)} {'was' if len(unknown) == 1 else 'were'} "
-            "unexpected)"
-        )
+    types = {
+        "uuid": {"type": "string", "format": "uuid"},
+        "in_tree": {"type": "string", "format": "uuid"},
+        "name": {"type": "string", "maxLength": 200},
+    }
+    schema = {
+        "type": "object",
+        "properties": {
+            name: types.get(name, {"type": "string"})
+            for minor, name in _LIST_PARAMS
+            if req.at_least(minor)
+        },
+        "additionalProperties": False,
+    }
+    values = req.params(schema)
     wanted = Wanted()
-    uuid = req.one("uuid")
-    in_tree = req.one("in_tree")
-    for value in (uuid, in_tree):
-        if value is not None:
-            try:
-                uuidlib.UUID(value)
-            except ValueError:
-                raise bad_request(
-                    f"Invalid query string parameters: '{value}' is not a 'uuid'"
-                ) from None
+    uuid, in_tree = (
+        None if values.get(k) is None else str(uuidlib.UUID(values[k])) for k in ("uuid", "in_tree")
+    )
     if "member_of" in req.query:
         parse_member_of(req, req.query["member_of"], wanted)
     if "required" in req.query:

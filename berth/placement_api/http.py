@@ -4,6 +4,7 @@ JSON body checked as Placement checks them) and their answers."""
 from __future__ import annotations
 
 import json
+import uuid as uuidlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -15,6 +16,16 @@ import jsonschema
 from berth.placement_api.errors import PlacementError
 from berth.placement_api.service import PlacementService
 from berth.placement_api.versions import Version
+
+FORMATS = jsonschema.FormatChecker()
+
+
+@FORMATS.checks("uuid", raises=ValueError)
+def _uuid_like(value: object) -> bool:
+    """Placement's notion of a uuid: anything :class:`uuid.UUID` reads (dashes or not)."""
+    if isinstance(value, str):
+        uuidlib.UUID(value)
+    return True
 
 
 @dataclass(frozen=True)
@@ -41,24 +52,41 @@ class Req:
     caller: Caller
     service: PlacementService
 
-    def json(self, schema: dict[str, Any]) -> Any:
-        """The body as JSON valid against ``schema``; 415 unless it is sent as
-        JSON, 400 when it is not JSON or not valid."""
+    def require_content(self) -> None:
+        """415 unless the body is sent as JSON (checked before anything else)."""
         content_type = (self.headers.get("content-type") or "").split(";")[0].strip()
         if content_type != "application/json":
             raise PlacementError(
                 415,
                 f"The media type {content_type or 'None'} is not supported, use application/json",
             )
+
+    def json(self, schema: dict[str, Any]) -> Any:
+        """The body as JSON valid against ``schema``; 415 unless it is sent as
+        JSON, 400 when it is not JSON or not valid."""
+        self.require_content()
         try:
             data = json.loads(self.body)
         except ValueError as error:
             raise PlacementError(400, f"Malformed JSON: {error}") from None
         try:
-            jsonschema.validate(data, schema, format_checker=jsonschema.FormatChecker())
+            jsonschema.validate(data, schema, format_checker=FORMATS)
         except jsonschema.ValidationError as error:
-            raise PlacementError(400, f"JSON does not validate: {error.message}") from None
+            raise PlacementError(400, f"JSON does not validate: {error}") from None
         return data
+
+    def params(self, schema: dict[str, Any]) -> dict[str, str]:
+        """The query's parameters (the last of each) valid against ``schema``."""
+        values = {name: found[-1] for name, found in self.query.items()}
+        try:
+            jsonschema.validate(values, schema, format_checker=FORMATS)
+        except jsonschema.ValidationError as error:
+            raise PlacementError(400, f"Invalid query string parameters: {error}") from None
+        return values
+
+    def absolute(self, path: str) -> str:
+        """``path`` as a URL on the host the request was sent to."""
+        return f"http://{self.headers.get('host', '')}{path}"
 
     def one(self, name: str) -> str | None:
         values = self.query.get(name)

@@ -93,6 +93,12 @@ def create_provider(req: Req) -> Resp:
     data = req.json(schemas.create_provider(req.version))
     uuid = _normal_uuid(data.get("uuid")) or str(uuidlib.uuid4())
     parent = data.get("parent_provider_uuid")
+    if parent is not None and _normal_uuid(parent) == uuid:
+        raise bad_request(
+            f'Unable to create resource provider "{data["name"]}", {uuid}: Object action '
+            "create failed because: parent provider UUID cannot be same as UUID. Please "
+            "specify a valid parent provider UUID."
+        )
     try:
         req.service.write(
             {
@@ -126,6 +132,7 @@ def get_provider(req: Req, uuid: str) -> Resp:
 
 
 def update_provider(req: Req, uuid: str) -> Resp:
+    req.require_content()
     p = existing(req, uuid)
     data = req.json(schemas.update_provider(req.version))
     parent = data.get("parent_provider_uuid", p.parent) if req.at_least(14) else p.parent
@@ -152,7 +159,8 @@ def update_provider(req: Req, uuid: str) -> Resp:
                 f"because: {refused.detail}"
             ) from None
         raise refusal(refused) from None
-    return Resp(body=serialize(req, existing(req, uuid)))
+    after = existing(req, uuid)
+    return Resp(body=serialize(req, after)).modified(req, after.updated_ms)
 
 
 def delete_provider(req: Req, uuid: str) -> Resp:
@@ -184,24 +192,26 @@ def _complete(data: dict[str, Any]) -> dict[str, Any]:
     return {**INVENTORY_DEFAULTS, **{k: v for k, v in data.items() if k in INVENTORY_FIELDS}}
 
 
-def _check_capacity(req: Req, uuid: str, rc: str, inv: dict[str, Any]) -> None:
+def _check_capacity(
+    req: Req, uuid: str, rc: str, inv: dict[str, Any], verb: str = "update"
+) -> None:
     capacity = inv["total"] - inv["reserved"]
     if req.at_least(26):
         if capacity < 0:
             raise bad_request(
-                f"Unable to update inventory for resource provider {uuid}: Invalid inventory "
+                f"Unable to {verb} inventory for resource provider {uuid}: Invalid inventory "
                 f"for '{rc}' on resource provider '{uuid}'. The reserved value is greater "
                 "than total."
             )
     elif capacity <= 0:
         raise bad_request(
-            f"Unable to update inventory for resource provider {uuid}: Invalid inventory for "
+            f"Unable to {verb} inventory for resource provider {uuid}: Invalid inventory for "
             f"'{rc}' on resource provider '{uuid}'. The reserved value is greater than or "
             "equal to total."
         )
     if inv["min_unit"] > inv["max_unit"]:
         raise bad_request(
-            f"Unable to update inventory for resource provider {uuid}: Invalid inventory "
+            f"Unable to {verb} inventory for resource provider {uuid}: Invalid inventory "
             f"for '{rc}': min_unit {inv['min_unit']} exceeds max_unit {inv['max_unit']}."
         )
 
@@ -239,6 +249,7 @@ def get_inventories(req: Req, uuid: str) -> Resp:
 
 
 def set_inventories(req: Req, uuid: str) -> Resp:
+    req.require_content()
     p = existing(req, uuid)
     data = req.json(schemas.SET_INVENTORIES)
     inventories = {rc: _complete(inv) for rc, inv in data["inventories"].items()}
@@ -261,6 +272,12 @@ def _class_exists(req: Req, rc: str) -> bool:
 
 
 def delete_inventories(req: Req, uuid: str) -> Resp:
+    if not req.at_least(5):
+        raise PlacementError(
+            405,
+            "The method specified is not allowed for this resource.",
+            headers={"allow": "GET, POST, PUT"},
+        )
     p = existing(req, uuid)
     try:
         _set_inventories(req, p, p.generation, {})
@@ -272,11 +289,12 @@ def delete_inventories(req: Req, uuid: str) -> Resp:
 
 
 def create_inventory(req: Req, uuid: str) -> Resp:
+    req.require_content()
     p = existing(req, uuid)
     data = req.json(schemas.CREATE_INVENTORY)
     rc = data["resource_class"]
     inv = _complete(data)
-    _check_capacity(req, uuid, rc, inv)
+    _check_capacity(req, uuid, rc, inv, "create")
     if not _class_exists(req, rc):
         raise bad_request(
             f"Unable to create inventory for resource provider {uuid}: No such resource class {rc}."
@@ -289,7 +307,7 @@ def create_inventory(req: Req, uuid: str) -> Resp:
     _set_inventories(req, p, p.generation, {**p.inventories, rc: inv})
     after = existing(req, uuid)
     body = {**_inventory(after.inventories[rc]), "resource_provider_generation": after.generation}
-    return Resp(201, body, {"location": f"{url(uuid)}/inventories/{rc}"})
+    return Resp(201, body, {"location": req.absolute(f"{url(uuid)}/inventories/{rc}")})
 
 
 def get_inventory(req: Req, uuid: str, rc: str) -> Resp:
@@ -303,17 +321,18 @@ def get_inventory(req: Req, uuid: str, rc: str) -> Resp:
 
 
 def update_inventory(req: Req, uuid: str, rc: str) -> Resp:
+    req.require_content()
     p = existing(req, uuid)
     data = req.json(schemas.UPDATE_INVENTORY)
     if data["resource_provider_generation"] != p.generation:
         raise conflict("resource provider generation conflict", errors.CONCURRENT_UPDATE)
+    inv = _complete(data)
+    _check_capacity(req, uuid, rc, inv)
     if rc not in p.inventories:
         raise bad_request(
             f"No inventory record with resource class for resource provider {uuid}: No "
             f"inventory of class {rc} found."
         )
-    inv = _complete(data)
-    _check_capacity(req, uuid, rc, inv)
     _set_inventories(req, p, data["resource_provider_generation"], {**p.inventories, rc: inv})
     return get_inventory(req, uuid, rc)
 
@@ -347,6 +366,7 @@ def get_provider_traits(req: Req, uuid: str) -> Resp:
 
 
 def set_provider_traits(req: Req, uuid: str) -> Resp:
+    req.require_content()
     p = existing(req, uuid)
     data = req.json(schemas.SET_PROVIDER_TRAITS)
     if data["resource_provider_generation"] != p.generation:
@@ -394,6 +414,7 @@ def get_provider_aggregates(req: Req, uuid: str) -> Resp:
 
 
 def set_provider_aggregates(req: Req, uuid: str) -> Resp:
+    req.require_content()
     p = existing(req, uuid)
     if req.at_least(19):
         data = req.json(schemas.SET_AGGREGATES_1_19)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import re
 
+import jsonschema
+
 from berth.placement_api import schemas
 from berth.placement_api.errors import PlacementError, bad_request, conflict, not_found
 from berth.placement_api.http import Req, Resp, check_accept, latest
@@ -83,18 +85,21 @@ def update_resource_class(req: Req, name: str) -> Resp:
     if name in STANDARD_RESOURCE_CLASSES or name in custom_names(
         req.service.engine, "resource_class"
     ):
-        if name in STANDARD_RESOURCE_CLASSES and not _CUSTOM.match(name):
-            raise bad_request(f"Cannot update standard resource class {name}")
-        return Resp(204)
-    if not _CUSTOM.match(name):
-        raise bad_request(
-            f"JSON does not validate: {name!r} does not match '^CUSTOM\\\\_[A-Z0-9_]+$'"
-        )
+        _valid_custom(name)
+        return Resp(204, None, {"location": f"/resource_classes/{name}"})
+    _valid_custom(name)
     try:
         _write(req, "resource_class", name, True)
     except Refused:
         return Resp(204)
     return Resp(201, None, {"location": f"/resource_classes/{name}"})
+
+
+def _valid_custom(name: str) -> None:
+    try:
+        jsonschema.validate(name, schemas.RESOURCE_CLASS["properties"]["name"])
+    except jsonschema.ValidationError as error:
+        raise bad_request(f"JSON does not validate: {error}") from None
 
 
 def delete_resource_class(req: Req, name: str) -> Resp:
