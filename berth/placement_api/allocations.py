@@ -7,7 +7,7 @@ import uuid as uuidlib
 from typing import Any
 
 from berth.placement_api import errors, schemas
-from berth.placement_api.errors import PlacementError, bad_request, conflict, not_found
+from berth.placement_api.errors import bad_request, conflict, not_found
 from berth.placement_api.http import Req, Resp, check_accept, latest
 from berth.placement_api.providers import existing
 from berth.placement_api.reads import Consumer, consumer, consumers, providers
