@@ -77,9 +77,9 @@ def skip_reason(fixtures: list[str]) -> str:
 
 
 @contextmanager
-def berth_server(data_dir: Path) -> Iterator[tuple[str, int]]:
-    """``berth serve --placement-api 127.0.0.1:0`` on an empty data directory;
-    where it listens, once it answers."""
+def berth_server(data_dir: Path, *extra: str) -> Iterator[tuple[str, int]]:
+    """``berth serve --placement-api 127.0.0.1:0`` (and ``extra`` options) on
+    a data directory; where it listens, once it answers."""
     command = [
         sys.executable,
         "-c",
@@ -89,6 +89,7 @@ def berth_server(data_dir: Path) -> Iterator[tuple[str, int]]:
         str(data_dir),
         "--placement-api",
         "127.0.0.1:0",
+        *extra,
     ]
     stderr_path = data_dir.parent / f"{data_dir.name}.stderr"
     with open(stderr_path, "w+") as stderr:

@@ -1,0 +1,140 @@
+"""The Placement API end to end, through real ``berth serve`` processes:
+its model survives a restart and is decided again alike by replay;
+generations refuse a stale write and nothing of it is applied; Berth's own
+claims and Placement's allocations count against one capacity."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bench.placement_gabbits import berth_server
+
+LATEST = {"x-auth-token": "admin", "openstack-api-version": "placement latest"}
+
+
+def _client(address: tuple[str, int]) -> httpx.Client:
+    host, port = address
+    return httpx.Client(base_url=f"http://{host}:{port}", headers=LATEST, timeout=30)
+
+
+def _provider(api: httpx.Client, vcpus: int) -> str:
+    rp = str(uuid.uuid4())
+    assert (
+        api.post("/resource_providers", json={"name": f"node-{rp}", "uuid": rp}).status_code == 200
+    )
+    inventories = {"VCPU": {"total": vcpus}, "MEMORY_MB": {"total": 4096, "max_unit": 2048}}
+    put = api.put(
+        f"/resource_providers/{rp}/inventories",
+        json={"resource_provider_generation": 0, "inventories": inventories},
+    )
+    assert put.status_code == 200, put.text
+    return rp
+
+
+def _allocate(
+    api: httpx.Client, consumer: str, rp: str, vcpus: int, generation: Any
+) -> httpx.Response:
+    body = {
+        "allocations": {rp: {"resources": {"VCPU": vcpus}}},
+        "project_id": "p1",
+        "user_id": "u1",
+        "consumer_generation": generation,
+        "consumer_type": "INSTANCE",
+    }
+    return api.put(f"/allocations/{consumer}", json=body)
+
+
+def test_the_model_survives_a_restart_and_replays_alike(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    consumer = str(uuid.uuid4())
+    with berth_server(data) as address, _client(address) as api:
+        rp = _provider(api, vcpus=8)
+        assert api.put("/traits/CUSTOM_GOLD").status_code == 201
+        traits = api.put(
+            f"/resource_providers/{rp}/traits",
+            json={"resource_provider_generation": 1, "traits": ["CUSTOM_GOLD", "HW_CPU_X86_AVX"]},
+        )
+        assert traits.status_code == 200, traits.text
+        assert _allocate(api, consumer, rp, 3, None).status_code == 204
+        before = api.get(f"/resource_providers/{rp}").json()
+        assert before["generation"] == 3  # inventories, traits, the allocation
+    with berth_server(data) as address, _client(address) as api:
+        assert api.get(f"/resource_providers/{rp}").json() == before
+        assert api.get(f"/resource_providers/{rp}/usages").json()["usages"] == {
+            "VCPU": 3,
+            "MEMORY_MB": 0,
+        }
+        assert api.get(f"/resource_providers/{rp}/traits").json()["traits"] == [
+            "CUSTOM_GOLD",
+            "HW_CPU_X86_AVX",
+        ]
+        mine = api.get(f"/allocations/{consumer}").json()
+        assert mine["consumer_generation"] == 1
+        assert mine["allocations"][rp]["resources"] == {"VCPU": 3}
+        stale = _allocate(api, consumer, rp, 4, 0)
+        assert stale.status_code == 409
+        assert stale.json()["errors"][0]["code"] == "placement.concurrent_update"
+        assert _allocate(api, consumer, rp, 4, 1).status_code == 204
+        assert api.get(f"/resource_providers/{rp}/usages").json()["usages"]["VCPU"] == 4
+    replay = subprocess.run(
+        [sys.executable, "-m", "berth.cli", "replay", "--data-dir", str(data), "--verify"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert replay.returncode == 0, replay.stdout + replay.stderr
+
+
+def test_a_stale_generation_is_refused_and_changes_nothing(tmp_path: Path) -> None:
+    with berth_server(tmp_path / "data") as address, _client(address) as api:
+        rp = _provider(api, vcpus=4)
+        stale = api.put(
+            f"/resource_providers/{rp}/inventories",
+            json={"resource_provider_generation": 0, "inventories": {"VCPU": {"total": 64}}},
+        )
+        assert stale.status_code == 409
+        assert stale.json()["errors"][0]["code"] == "placement.concurrent_update"
+        shown = api.get(f"/resource_providers/{rp}/inventories").json()
+        assert shown["resource_provider_generation"] == 1
+        assert shown["inventories"]["VCPU"]["total"] == 4
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_berth_claims_and_placement_allocations_share_one_capacity(tmp_path: Path) -> None:
+    """On one partition a Berth claim names the Placement provider itself:
+    what it holds is what a Placement allocation can no longer get."""
+    port = _free_port()
+    extra = ("--partitions", "1", "--api", f"127.0.0.1:{port}")
+    with berth_server(tmp_path / "data", *extra) as address, _client(address) as api:
+        rp = _provider(api, vcpus=4)
+        claim = {
+            "type": "claim",
+            "event_id": "claim-1",
+            "ts_ms": int(time.time() * 1000),
+            "partition_key": rp,
+            "reservation_id": "vm-1",
+            "consumer_id": "vm-1",
+            "project_id": "berth",
+            "items": [{"provider_id": rp, "resources": {"VCPU": 3}}],
+        }
+        held = httpx.post(f"http://127.0.0.1:{port}/v1/events?wait=30", json=claim, timeout=30)
+        assert held.status_code == 200, held.text
+        assert held.json()["decisions"]["claim-1"][-1]["kind"] == "accepted"
+        over = _allocate(api, str(uuid.uuid4()), rp, 2, None)
+        assert over.status_code == 409
+        assert "exceed the capacity" in over.json()["errors"][0]["detail"]
+        assert _allocate(api, str(uuid.uuid4()), rp, 1, None).status_code == 204
+        assert api.get(f"/resource_providers/{rp}/usages").json()["usages"]["VCPU"] == 4
