@@ -44,7 +44,7 @@ SERVER_OPTION_FIXTURES = {
 }
 """Fixtures that configure upstream's server: options Berth's does not have yet."""
 
-SUPPORTED_FIXTURES = frozenset({"APIFixture"})
+SUPPORTED_FIXTURES = frozenset({"APIFixture", "AllocationFixture"})
 
 START_TIMEOUT_S = 60.0
 
@@ -133,6 +133,7 @@ def run_file(path: Path, work: Path) -> FileResult:
         return result
     data_dir = work / path.stem
     with berth_server(data_dir) as (host, port):
+        placement_fixtures.SERVER[:] = [f"http://{host}:{port}"]
         suite = suitemaker.test_suite_from_dict(
             unittest.defaultTestLoader,
             path.stem.replace("-", "_").replace(".", "_"),

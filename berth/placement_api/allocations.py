@@ -42,7 +42,7 @@ def get_consumer_allocations(req: Req, consumer_uuid: str) -> Resp:
     if req.at_least(28):
         body["consumer_generation"] = found.generation
     if req.at_least(38):
-        body["consumer_type"] = found.consumer_type or "UNKNOWN"
+        body["consumer_type"] = found.consumer_type or "unknown"
     return Resp(body=body).modified(req, found.updated_ms)
 
 

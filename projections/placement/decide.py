@@ -13,6 +13,7 @@ from projections.placement.model import (
     PlacementConsumer,
     PlacementProvider,
     PlacementState,
+    class_order,
 )
 from projections.state import EMPTY_LAYOUT, PartitionState, ProviderState
 from schemas.events import (
@@ -223,11 +224,14 @@ def inventories_set(state: PartitionState, event: PlacementInventoriesSet, out: 
         )
         return
     berth = state.providers[provider.uuid]
-    in_use = [
-        rc
-        for i, rc in enumerate(berth.layout.classes)
-        if rc not in event.inventories and berth.held[i] + berth.consumed[i] > 0
-    ]
+    in_use = sorted(
+        (
+            rc
+            for i, rc in enumerate(berth.layout.classes)
+            if rc not in event.inventories and berth.held[i] + berth.consumed[i] > 0
+        ),
+        key=class_order,
+    )
     if in_use:
         _refuse(
             out,

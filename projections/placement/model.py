@@ -14,6 +14,14 @@ STANDARD_RESOURCE_CLASSES: frozenset[str] = frozenset(os_resource_classes.STANDA
 release only adds names, so a log decided with an older one replays alike."""
 STANDARD_TRAITS: frozenset[str] = frozenset(os_traits.get_traits())
 
+_STANDARD_ORDER = {name: i for i, name in enumerate(os_resource_classes.STANDARDS)}
+
+
+def class_order(name: str) -> tuple[int, str]:
+    """Resource classes as Placement lists them: standard ones in their
+    package's order, then custom ones by name."""
+    return (_STANDARD_ORDER.get(name, len(_STANDARD_ORDER)), name)
+
 Allocations = dict[str, dict[str, int]]
 """Provider uuid -> resource class -> amount."""
 
