@@ -478,16 +478,33 @@ class PlacementAggregatesSet(PlacementEvent):
     type: Literal["placement_aggregates_set"] = "placement_aggregates_set"
     uuid: Uuid
     generation: int | None = Field(default=None, ge=0)
-    aggregates: frozenset[Uuid] = Field(max_length=1024)
+    aggregates: tuple[Uuid, ...] = Field(max_length=1024)
+    """In the order given: Placement answers them in that order."""
+
+    @field_validator("aggregates")
+    @classmethod
+    def _distinct(cls, aggregates: tuple[str, ...]) -> tuple[str, ...]:
+        if len(set(aggregates)) != len(aggregates):
+            raise ValueError("aggregates must be distinct")
+        return aggregates
 
 
 class PlacementNameDefined(PlacementEvent):
-    """A custom resource class or trait created (``defined``) or deleted."""
+    """A custom resource class or trait created (``defined``) or deleted; or
+    a custom resource class renamed (``renamed_to``, before 1.7), its
+    inventories and allocations with it."""
 
     type: Literal["placement_name_defined"] = "placement_name_defined"
     kind: Literal["resource_class", "trait"]
     name: PlacementName
     defined: bool = True
+    renamed_to: PlacementName | None = None
+
+    @model_validator(mode="after")
+    def _renames_a_class(self) -> Self:
+        if self.renamed_to is not None and (self.kind != "resource_class" or not self.defined):
+            raise ValueError("only a resource class that stays defined is renamed")
+        return self
 
 
 class PlacementConsumerAllocations(Model):

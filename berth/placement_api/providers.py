@@ -407,7 +407,7 @@ def delete_provider_traits(req: Req, uuid: str) -> Resp:
 def get_provider_aggregates(req: Req, uuid: str) -> Resp:
     check_accept(req)
     p = existing(req, uuid)
-    body: dict[str, Any] = {"aggregates": sorted(p.aggregates)}
+    body: dict[str, Any] = {"aggregates": list(p.aggregates)}
     if req.at_least(19):
         body["resource_provider_generation"] = p.generation
     return Resp(body=body).modified(req, p.updated_ms)

@@ -79,9 +79,7 @@ def create_resource_class(req: Req) -> Resp:
 def update_resource_class(req: Req, name: str) -> Resp:
     _needs(req, 2)
     if not req.at_least(7):
-        raise PlacementError(
-            400, "Renaming a resource class (before microversion 1.7) is not supported by Berth"
-        )
+        return _rename_resource_class(req, name)
     if name in STANDARD_RESOURCE_CLASSES or name in custom_names(
         req.service.engine, "resource_class"
     ):
@@ -93,6 +91,25 @@ def update_resource_class(req: Req, name: str) -> Resp:
     except Refused:
         return Resp(204)
     return Resp(201, None, {"location": f"/resource_classes/{name}"})
+
+
+def _rename_resource_class(req: Req, name: str) -> Resp:
+    """Before 1.7 a PUT renames a custom class (its inventories and
+    allocations follow)."""
+    new = req.json(schemas.RESOURCE_CLASS)["name"]
+    try:
+        req.service.write(
+            {
+                "type": "placement_name_defined",
+                "kind": "resource_class",
+                "name": name,
+                "renamed_to": new,
+            }
+        )
+    except Refused as refused:
+        status = {Code.PLACEMENT_NOT_FOUND: 404, Code.PLACEMENT_INVALID: 400}.get(refused.code, 409)
+        raise PlacementError(status, refused.detail) from None
+    return Resp(body=_rc(new))
 
 
 def _valid_custom(name: str) -> None:

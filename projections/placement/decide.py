@@ -17,6 +17,7 @@ from projections.placement.model import (
 )
 from projections.state import EMPTY_LAYOUT, PartitionState, ProviderState
 from schemas.events import (
+    Inventory,
     PlacementAggregatesSet,
     PlacementAllocationsSet,
     PlacementConsumerAllocations,
@@ -280,7 +281,7 @@ def aggregates_set(state: PartitionState, event: PlacementAggregatesSet, out: Em
         return
     provider.aggregates = event.aggregates
     berth = state.providers[provider.uuid]
-    berth.aggregates = event.aggregates
+    berth.aggregates = frozenset(event.aggregates)
     state.reshaped.add(provider.uuid)
     _changed(state, provider, generation=True)
     out.emit(Kind.APPLIED, provider.uuid)
@@ -295,7 +296,10 @@ def name_defined(state: PartitionState, event: PlacementNameDefined, out: Emitte
     customs = placement.resource_classes if is_class else placement.traits
     standard = STANDARD_RESOURCE_CLASSES if is_class else STANDARD_TRAITS
     noun = "resource class" if is_class else "trait"
-    if event.defined:
+    if event.renamed_to is not None:
+        if not _renamed(state, placement, name, event.renamed_to, out):
+            return
+    elif event.defined:
         if name in customs or name in standard:
             _refuse(
                 out, name, Code.PLACEMENT_DUPLICATE, f"{noun.capitalize()} {name} already exists."
@@ -326,6 +330,64 @@ def name_defined(state: PartitionState, event: PlacementNameDefined, out: Emitte
         del customs[name]
     placement.touched_names.add((event.kind, name))
     out.emit(Kind.APPLIED, name)
+
+
+def _renamed(
+    state: PartitionState, placement: PlacementState, old: str, new: str, out: Emitter
+) -> bool:
+    """Rename a custom resource class everywhere it is used."""
+    if old in STANDARD_RESOURCE_CLASSES:
+        _refuse(out, old, Code.PLACEMENT_INVALID, f"Cannot update standard resource class {old}")
+        return False
+    if old not in placement.resource_classes:
+        _refuse(out, old, Code.PLACEMENT_NOT_FOUND, f"No such resource class {old}.")
+        return False
+    if placement.resource_class_exists(new):
+        _refuse(out, old, Code.PLACEMENT_DUPLICATE, f"Resource class already exists: {new}")
+        return False
+    placement.resource_classes[new] = placement.resource_classes.pop(old)
+    placement.touched_names.add(("resource_class", new))
+    for provider in placement.providers.values():
+        if old in provider.inventories:
+            provider.inventories = {
+                (new if rc == old else rc): inv for rc, inv in provider.inventories.items()
+            }
+            _relabel(state, state.providers[provider.uuid], old, new)
+            placement.touched_providers.add(provider.uuid)
+    for consumer in placement.consumers.values():
+        if any(old in amounts for amounts in consumer.allocations.values()):
+            consumer.allocations = {
+                uuid: {(new if rc == old else rc): n for rc, n in amounts.items()}
+                for uuid, amounts in consumer.allocations.items()
+            }
+            placement.touched_consumers.add(consumer.uuid)
+    return True
+
+
+def _relabel(state: PartitionState, berth: ProviderState, old: str, new: str) -> None:
+    """The Berth provider's inventory with one class renamed, its usage kept."""
+    limits = dict(zip(berth.own.classes, berth.own.limits, strict=True))
+    inventories = {
+        (new if rc == old else rc): Inventory(
+            total=lim.total,
+            reserved=lim.reserved,
+            min_unit=lim.min_unit,
+            max_unit=lim.max_unit,
+            step_size=lim.step_size,
+            allocation_ratio=lim.allocation_ratio,
+        )
+        for rc, lim in limits.items()
+    }
+    used = {
+        (new if rc == old else rc): (berth.held[i], berth.consumed[i])
+        for i, rc in enumerate(berth.layout.classes)
+    }
+    own = state.layout_for(inventories)
+    layout = effective_layout(state, berth, own)
+    berth.own, berth.layout = own, layout
+    berth.held = [used.get(rc, (0, 0))[0] for rc in layout.classes]
+    berth.consumed = [used.get(rc, (0, 0))[1] for rc in layout.classes]
+    state.reshaped.add(berth.provider_id)
 
 
 def allocations_set(state: PartitionState, event: PlacementAllocationsSet, out: Emitter) -> None:

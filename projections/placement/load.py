@@ -26,7 +26,7 @@ def load_placement(conn: Connection, state: PartitionState) -> None:
             parent=row.parent_uuid,
             generation=int(row.generation),
             traits=frozenset(row.traits),
-            aggregates=frozenset(row.aggregates),
+            aggregates=tuple(row.aggregates),
             inventories={rc: Inventory(**inv) for rc, inv in row.inventories.items()},
             created_ms=int(row.created_ms),
             updated_ms=int(row.updated_ms),

@@ -22,6 +22,7 @@ def class_order(name: str) -> tuple[int, str]:
     package's order, then custom ones by name."""
     return (_STANDARD_ORDER.get(name, len(_STANDARD_ORDER)), name)
 
+
 Allocations = dict[str, dict[str, int]]
 """Provider uuid -> resource class -> amount."""
 
@@ -34,7 +35,7 @@ class PlacementProvider:
     parent: str | None = None
     generation: int = 0
     traits: frozenset[str] = frozenset()
-    aggregates: frozenset[str] = frozenset()
+    aggregates: tuple[str, ...] = ()
     inventories: dict[str, Inventory] = field(default_factory=dict)
     created_ms: int = 0
     updated_ms: int = 0

@@ -49,7 +49,7 @@ def _providers(
                 "parent_uuid": p.parent,
                 "root_uuid": p.root,
                 "traits": sorted(p.traits),
-                "aggregates": sorted(p.aggregates),
+                "aggregates": list(p.aggregates),
                 "inventories": {
                     rc: inv.model_dump(mode="json") for rc, inv in sorted(p.inventories.items())
                 },
