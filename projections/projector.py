@@ -25,6 +25,7 @@ from projections.placement.decide import (
     provider_saved,
     traits_set,
 )
+from projections.placement.reshape import reshaped
 from projections.pool_events import pool_defined
 from projections.projects import refused
 from projections.providers import described, metrics_reported, provider_event
@@ -46,6 +47,7 @@ from schemas.events import (
     PlacementNameDefined,
     PlacementProviderDeleted,
     PlacementProviderSaved,
+    PlacementReshaped,
     PlacementTraitsSet,
     PoolDefined,
     ProviderDescribed,
@@ -241,4 +243,5 @@ _HANDLERS: dict[type[Any], Callable[[PartitionState, Any, Emitter], None]] = {
     PlacementAggregatesSet: aggregates_set,
     PlacementNameDefined: name_defined,
     PlacementAllocationsSet: allocations_set,
+    PlacementReshaped: reshaped,
 }

@@ -525,6 +525,24 @@ class PlacementAllocationsSet(PlacementEvent):
 
     type: Literal["placement_allocations_set"] = "placement_allocations_set"
     consumers: tuple[PlacementConsumerAllocations, ...] = Field(min_length=1, max_length=1000)
+    emptied_touch: bool = True
+    """A consumer's allocations emptied by a write move the generations of
+    the providers they were on (not when deleted: Placement's DELETE)."""
+
+
+class PlacementProviderInventories(Model):
+    generation: int = Field(ge=0)
+    inventories: dict[PlacementName, Inventory] = Field(max_length=256)
+
+
+class PlacementReshaped(PlacementEvent):
+    """Inventories of several providers and allocations of several consumers
+    replaced in one step (1.30's reshaper): a tree's resources moved from
+    one provider to another with the allocations against them."""
+
+    type: Literal["placement_reshaped"] = "placement_reshaped"
+    inventories: dict[Uuid, PlacementProviderInventories] = Field(max_length=1000)
+    consumers: tuple[PlacementConsumerAllocations, ...] = Field(max_length=1000)
 
 
 PLACEMENT_EVENTS = (
@@ -535,6 +553,7 @@ PLACEMENT_EVENTS = (
     PlacementAggregatesSet,
     PlacementNameDefined,
     PlacementAllocationsSet,
+    PlacementReshaped,
 )
 # --- end of OpenStack Placement's model ------------------------------------
 
@@ -567,7 +586,8 @@ Event = Annotated[
     | PlacementTraitsSet
     | PlacementAggregatesSet
     | PlacementNameDefined
-    | PlacementAllocationsSet,
+    | PlacementAllocationsSet
+    | PlacementReshaped,
     Field(discriminator="type"),
 ]
 

@@ -180,3 +180,41 @@ def test_a_renamed_class_keeps_its_inventory_and_usage() -> None:
     assert berth.free("CUSTOM_A") == 0
     assert state.placement is not None
     assert state.placement.consumers[VM1].allocations == {CN1: {"CUSTOM_B": 3}}
+
+
+def test_a_reshape_moves_inventory_and_allocations_or_changes_nothing() -> None:
+    state = PartitionState(partition=0, partitions=1)
+    provider(state, CN1, vcpus=8)
+    write(state, type="placement_provider_saved", uuid=CHILD, name="numa0", parent=CN1)
+    assert allocate(state, (VM1, None, {CN1: 6})) == (Kind.APPLIED, None)
+    assert state.placement is not None
+    gen = state.placement.providers[CN1].generation
+
+    def reshape(child_vcpus: int) -> tuple[str, Code | None]:
+        return write(
+            state,
+            type="placement_reshaped",
+            inventories={
+                CN1: {"generation": gen, "inventories": {}},
+                CHILD: {"generation": 0, "inventories": {"VCPU": {"total": child_vcpus}}},
+            },
+            consumers=[
+                {
+                    "consumer": VM1,
+                    "project_id": "p",
+                    "user_id": "u",
+                    "generation": 1,
+                    "allocations": {CHILD: {"VCPU": 6}},
+                }
+            ],
+        )
+
+    # the child is too small for the allocation: refused, and nothing moved
+    assert reshape(4) == (Kind.REJECTED, Code.PLACEMENT_CAPACITY)
+    assert state.providers[CN1].consumed == [6]
+    assert state.placement.providers[CN1].generation == gen
+    assert state.placement.consumers[VM1].allocations == {CN1: {"VCPU": 6}}
+    assert reshape(8) == (Kind.APPLIED, None)
+    assert state.providers[CN1].layout.classes == ()
+    assert state.providers[CHILD].consumed == [6]
+    assert state.placement.consumers[VM1].generation == 2

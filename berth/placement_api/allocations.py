@@ -9,7 +9,7 @@ from typing import Any
 from berth.placement_api import errors, schemas
 from berth.placement_api.errors import bad_request, conflict, not_found
 from berth.placement_api.http import Req, Resp, check_accept, latest
-from berth.placement_api.providers import existing
+from berth.placement_api.providers import INVENTORY_DEFAULTS, existing
 from berth.placement_api.reads import Consumer, consumer, consumers, providers
 from berth.placement_api.service import Refused
 from schemas.outcomes import Code
@@ -69,9 +69,17 @@ def _check_providers(req: Req, allocations: dict[str, Any]) -> None:
             raise bad_request(f"Allocation for resource provider '{uuid}' that does not exist.")
 
 
-def _write(req: Req, specs: list[dict[str, Any]], consumer_uuid: str | None) -> None:
+def _write(
+    req: Req, specs: list[dict[str, Any]], consumer_uuid: str | None, emptied_touch: bool = True
+) -> None:
     try:
-        req.service.write({"type": "placement_allocations_set", "consumers": specs})
+        req.service.write(
+            {
+                "type": "placement_allocations_set",
+                "consumers": specs,
+                "emptied_touch": emptied_touch,
+            }
+        )
     except Refused as refused:
         if refused.code == Code.PLACEMENT_CONCURRENT_UPDATE:
             raise conflict(refused.detail, errors.CONCURRENT_UPDATE) from None
@@ -110,6 +118,48 @@ def post_allocations(req: Req) -> Resp:
     return Resp(204)
 
 
+def reshape(req: Req) -> Resp:
+    """POST /reshaper (1.30): inventories and allocations moved in one decision."""
+    if not req.at_least(30):
+        raise not_found("The resource could not be found.")
+    data = req.json(schemas.reshaper(req.version))
+    known = {p.uuid for p in providers(req.service.engine)}
+    for uuid in data["inventories"]:
+        if uuid not in known:
+            raise bad_request(
+                f"Resource provider {uuid} in inventories not found: No resource provider "
+                f"with uuid {uuid} found",
+                errors.RESOURCE_PROVIDER_NOT_FOUND,
+            )
+    specs = []
+    for raw_uuid, body in data["allocations"].items():
+        allocations = {rp: a["resources"] for rp, a in body["allocations"].items()}
+        _check_providers(req, allocations)
+        specs.append(_spec(req, _consumer_uuid(raw_uuid), body, allocations))
+    inventories = {
+        uuid: {
+            "generation": given["resource_provider_generation"],
+            "inventories": {
+                rc: {**INVENTORY_DEFAULTS, **inv} for rc, inv in given["inventories"].items()
+            },
+        }
+        for uuid, given in data["inventories"].items()
+    }
+    try:
+        req.service.write(
+            {"type": "placement_reshaped", "inventories": inventories, "consumers": specs}
+        )
+    except Refused as refused:
+        if refused.code == Code.PLACEMENT_CONCURRENT_UPDATE:
+            raise conflict(refused.detail, errors.CONCURRENT_UPDATE) from None
+        if refused.code == Code.PLACEMENT_IN_USE:
+            raise conflict(f"update conflict: {refused.detail}", errors.INVENTORY_INUSE) from None
+        if refused.code in (Code.PLACEMENT_NOT_FOUND, Code.PLACEMENT_INVALID):
+            raise bad_request(f"malformed reshaper data: {refused.detail}") from None
+        raise conflict(f"Unable to allocate inventory: {refused.detail}") from None
+    return Resp(204)
+
+
 def delete_consumer_allocations(req: Req, consumer_uuid: str) -> Resp:
     found = consumer(req.service.engine, consumer_uuid)
     if found is None:
@@ -121,7 +171,7 @@ def delete_consumer_allocations(req: Req, consumer_uuid: str) -> Resp:
         "allocations": {},
         "check_generation": False,
     }
-    _write(req, [spec], consumer_uuid)
+    _write(req, [spec], consumer_uuid, emptied_touch=False)
     return Resp(204)
 
 
@@ -165,7 +215,9 @@ def get_usages(req: Req) -> Resp:
     ]
     if not req.at_least(38):
         return Resp(body={"usages": _summed(chosen)}).modified(req, None)
-    if kind is not None and kind not in ("all", "unknown"):
+    if kind == "unknown":
+        chosen = [c for c in chosen if c.consumer_type is None]
+    elif kind is not None and kind != "all":
         chosen = [c for c in chosen if c.consumer_type == kind]
     grouped: dict[str, list[Consumer]] = {}
     for c in chosen:

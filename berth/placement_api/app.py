@@ -111,6 +111,7 @@ def _routes(candidates: CandidateEngine) -> list[tuple[re.Pattern[str], dict[str
             },
         ),
         ("/usages", {"GET": a.get_usages}),
+        ("/reshaper", {"POST": a.reshape}),
     ]
     compiled = []
     for path, methods in table:

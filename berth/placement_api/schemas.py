@@ -144,6 +144,11 @@ def _consumer_body(version: Version) -> dict[str, Any]:
     if version.at_least(28):
         properties["consumer_generation"] = {"type": ["integer", "null"]}
         required.append("consumer_generation")
+    if version.at_least(34):
+        properties["mappings"] = {
+            "type": "object",
+            "additionalProperties": {"type": "array", "items": UUID, "minItems": 1},
+        }
     if version.at_least(38):
         properties["consumer_type"] = {"type": "string", "pattern": "^[A-Z0-9_]+$"}
         required.append("consumer_type")
@@ -160,3 +165,29 @@ def allocations_post(version: Version) -> dict[str, Any]:
         "patternProperties": {"^[0-9a-fA-F-]{36}$": body},
         "additionalProperties": False,
     }
+
+
+def reshaper(version: Version) -> dict[str, Any]:
+    """POST /reshaper (1.30): inventories by provider, allocations by consumer."""
+    inventories = {
+        "type": "object",
+        "patternProperties": {
+            "^[0-9a-fA-F-]{36}$": _object(
+                {
+                    "resource_provider_generation": GENERATION,
+                    "inventories": {
+                        "type": "object",
+                        "patternProperties": {NAME_PATTERN: _object(_INVENTORY, ["total"])},
+                        "additionalProperties": False,
+                    },
+                },
+                ["resource_provider_generation", "inventories"],
+            )
+        },
+        "additionalProperties": False,
+    }
+    allocations = allocations_post(version)
+    allocations["minProperties"] = 0
+    return _object(
+        {"inventories": inventories, "allocations": allocations}, ["inventories", "allocations"]
+    )

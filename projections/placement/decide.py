@@ -54,7 +54,7 @@ def _stale(out: Emitter, provider: PlacementProvider, generation: int | None) ->
     return False
 
 
-def _changed(state: PartitionState, provider: PlacementProvider, generation: bool) -> None:
+def changed(state: PartitionState, provider: PlacementProvider, generation: bool) -> None:
     placement = placement_of(state)
     if generation:
         provider.generation += 1
@@ -150,7 +150,7 @@ def _update(
     berth = state.providers[provider.uuid]
     berth.name = event.name
     state.reshaped.add(provider.uuid)
-    _changed(state, provider, generation=False)
+    changed(state, provider, generation=False)
     return True
 
 
@@ -224,24 +224,39 @@ def inventories_set(state: PartitionState, event: PlacementInventoriesSet, out: 
             f"{', '.join(unknown)}",
         )
         return
-    berth = state.providers[provider.uuid]
-    in_use = sorted(
-        (
-            rc
-            for i, rc in enumerate(berth.layout.classes)
-            if rc not in event.inventories and berth.held[i] + berth.consumed[i] > 0
-        ),
-        key=class_order,
-    )
-    if in_use:
+    used = in_use(state, provider.uuid, event.inventories)
+    if used:
         _refuse(
             out,
             provider.uuid,
             Code.PLACEMENT_IN_USE,
-            f"Inventory for '{', '.join(in_use)}' on resource provider '{provider.uuid}' in use.",
+            f"Inventory for '{', '.join(used)}' on resource provider '{provider.uuid}' in use.",
         )
         return
-    own = state.layout_for(event.inventories)
+    replace_inventories(state, provider, event.inventories)
+    changed(state, provider, generation=True)
+    out.emit(Kind.APPLIED, provider.uuid)
+
+
+def in_use(state: PartitionState, uuid: str, inventories: dict[str, Inventory]) -> list[str]:
+    """The classes a provider has allocated that ``inventories`` would drop."""
+    berth = state.providers[uuid]
+    return sorted(
+        (
+            rc
+            for i, rc in enumerate(berth.layout.classes)
+            if rc not in inventories and berth.held[i] + berth.consumed[i] > 0
+        ),
+        key=class_order,
+    )
+
+
+def replace_inventories(
+    state: PartitionState, provider: PlacementProvider, inventories: dict[str, Inventory]
+) -> None:
+    """The provider's inventories (checked already), its usage kept per class."""
+    berth = state.providers[provider.uuid]
+    own = state.layout_for(inventories)
     layout = effective_layout(state, berth, own)
     held = [0] * len(layout.classes)
     consumed = [0] * len(layout.classes)
@@ -251,9 +266,7 @@ def inventories_set(state: PartitionState, event: PlacementInventoriesSet, out: 
             held[j], consumed[j] = berth.held[i], berth.consumed[i]
     berth.own, berth.layout, berth.held, berth.consumed = own, layout, held, consumed
     state.reshaped.add(provider.uuid)
-    provider.inventories = dict(event.inventories)
-    _changed(state, provider, generation=True)
-    out.emit(Kind.APPLIED, provider.uuid)
+    provider.inventories = dict(inventories)
 
 
 def traits_set(state: PartitionState, event: PlacementTraitsSet, out: Emitter) -> None:
@@ -270,7 +283,7 @@ def traits_set(state: PartitionState, event: PlacementTraitsSet, out: Emitter) -
     provider.traits = event.traits
     state.providers[provider.uuid].traits = event.traits
     state.reshaped.add(provider.uuid)
-    _changed(state, provider, generation=True)
+    changed(state, provider, generation=True)
     out.emit(Kind.APPLIED, provider.uuid)
 
 
@@ -283,7 +296,7 @@ def aggregates_set(state: PartitionState, event: PlacementAggregatesSet, out: Em
     berth = state.providers[provider.uuid]
     berth.aggregates = frozenset(event.aggregates)
     state.reshaped.add(provider.uuid)
-    _changed(state, provider, generation=True)
+    changed(state, provider, generation=True)
     out.emit(Kind.APPLIED, provider.uuid)
 
 
@@ -320,12 +333,12 @@ def name_defined(state: PartitionState, event: PlacementNameDefined, out: Emitte
             (name in p.inventories if is_class else name in p.traits)
             for p in placement.providers.values()
         ):
-            in_use = (
+            refusal = (
                 f"Cannot delete resource class {name}. Class is in use in inventory."
                 if is_class
                 else f"The trait {name} is in use by a resource provider."
             )
-            _refuse(out, name, Code.PLACEMENT_IN_USE, in_use)
+            _refuse(out, name, Code.PLACEMENT_IN_USE, refusal)
             return
         del customs[name]
     placement.touched_names.add((event.kind, name))
@@ -404,17 +417,40 @@ def allocations_set(state: PartitionState, event: PlacementAllocationsSet, out: 
     if reason is not None:
         out.emit(Kind.REJECTED, subject, (reason,))
         return
-    for spec in event.consumers:
+    for uuid in sorted(write_allocations(state, placement, event.consumers, event.emptied_touch)):
+        changed(state, placement.providers[uuid], generation=True)
+    out.emit(Kind.APPLIED, subject)
+
+
+def check_allocations(
+    state: PartitionState,
+    placement: PlacementState,
+    specs: tuple[PlacementConsumerAllocations, ...],
+) -> Reason | None:
+    """Why these consumers' allocations cannot be written, or None."""
+    return _consumers_refused(placement, specs) or _allocations_refused(state, placement, specs)
+
+
+def write_allocations(
+    state: PartitionState,
+    placement: PlacementState,
+    specs: tuple[PlacementConsumerAllocations, ...],
+    emptied_touch: bool,
+) -> set[str]:
+    """Replace the consumers' allocations (checked already); the providers
+    whose generation moves: those allocated from and, with
+    ``emptied_touch``, those a consumer's emptied allocations were on."""
+    touched: set[str] = set()
+    for spec in specs:
         old = placement.consumers.get(spec.consumer)
         if old is not None:
             _count(state, old.allocations, -1)
-    touched: set[str] = set()
-    for spec in event.consumers:
+            if emptied_touch and not spec.allocations:
+                touched.update(old.allocations)
+    for spec in specs:
         _replace(state, placement, spec)
         touched.update(spec.allocations)
-    for uuid in sorted(touched):
-        _changed(state, placement.providers[uuid], generation=True)
-    out.emit(Kind.APPLIED, subject)
+    return {uuid for uuid in touched if uuid in placement.providers}
 
 
 def _consumers_refused(
