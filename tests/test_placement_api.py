@@ -138,3 +138,27 @@ def test_berth_claims_and_placement_allocations_share_one_capacity(tmp_path: Pat
         assert "exceed the capacity" in over.json()["errors"][0]["detail"]
         assert _allocate(api, str(uuid.uuid4()), rp, 1, None).status_code == 204
         assert api.get(f"/resource_providers/{rp}/usages").json()["usages"]["VCPU"] == 4
+
+
+def test_concurrent_writers_never_overcommit(tmp_path: Path) -> None:
+    """Eight clients race new consumers onto five 4-VCPU providers (20
+    slots, 48 attempts): every 204 is counted once, no provider holds more
+    than it has, and every refusal is Placement's capacity conflict."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with berth_server(tmp_path / "data") as address, _client(address) as api:
+        rps = [_provider(api, vcpus=4) for _ in range(5)]
+
+        def client(n: int) -> list[int]:
+            with _client(address) as mine:
+                return [
+                    _allocate(mine, str(uuid.uuid4()), rps[(n + i) % 5], 1, None).status_code
+                    for i in range(6)
+                ]
+
+        with ThreadPoolExecutor(8) as pool:
+            statuses = [s for found in pool.map(client, range(8)) for s in found]
+        assert set(statuses) <= {204, 409}
+        used = [api.get(f"/resource_providers/{rp}/usages").json()["usages"]["VCPU"] for rp in rps]
+        assert all(u <= 4 for u in used)
+        assert sum(used) == statuses.count(204) == 20

@@ -1,0 +1,108 @@
+"""Placement's allocation race against Berth: ``python -m bench.placement_race
+[--clients 8] [--providers 50] [--requests 600]``.
+
+A ``berth serve --placement-api`` on a fresh data directory, ``providers``
+providers of 8 VCPU each (400 slots with the defaults), and ``clients``
+concurrent clients each writing new consumers of 1 VCPU with ``PUT
+/allocations/{consumer}`` on providers in turn, ``requests`` in all.
+Prints one JSON object: placed, refused, overcommitted providers (always 0)
+and placements per second. (Issue 32's benchmark runs upstream Placement
+beside it; this is Berth's half.)"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+
+from bench.placement_gabbits import berth_server
+
+HEADERS = {"x-auth-token": "admin", "openstack-api-version": "placement 1.38"}
+SLOTS = 8
+
+
+def _providers(api: httpx.Client, count: int) -> list[str]:
+    found = []
+    for n in range(count):
+        rp = str(uuid.uuid4())
+        api.post("/resource_providers", json={"name": f"cn{n}", "uuid": rp}).raise_for_status()
+        api.put(
+            f"/resource_providers/{rp}/inventories",
+            json={"resource_provider_generation": 0, "inventories": {"VCPU": {"total": SLOTS}}},
+        ).raise_for_status()
+        found.append(rp)
+    return found
+
+
+def race(clients: int, providers: int, requests: int) -> dict[str, object]:
+    with (
+        tempfile.TemporaryDirectory(prefix="berth-race-") as work,
+        berth_server(Path(work) / "data") as (host, port),
+    ):
+        base = f"http://{host}:{port}"
+        with httpx.Client(base_url=base, headers=HEADERS, timeout=60) as api:
+            rps = _providers(api, providers)
+
+            def client(n: int) -> tuple[list[int], list[float]]:
+                statuses, latencies = [], []
+                with httpx.Client(base_url=base, headers=HEADERS, timeout=60) as mine:
+                    for i in range(n, requests, clients):
+                        body = {
+                            "allocations": {rps[i % providers]: {"resources": {"VCPU": 1}}},
+                            "project_id": "bench",
+                            "user_id": "bench",
+                            "consumer_generation": None,
+                            "consumer_type": "INSTANCE",
+                        }
+                        start = time.perf_counter()
+                        answer = mine.put(f"/allocations/{uuid.uuid4()}", json=body)
+                        latencies.append(time.perf_counter() - start)
+                        statuses.append(answer.status_code)
+                return statuses, latencies
+
+            start = time.perf_counter()
+            with ThreadPoolExecutor(clients) as pool:
+                results = list(pool.map(client, range(clients)))
+            elapsed = time.perf_counter() - start
+            statuses = [s for found, _ in results for s in found]
+            latencies = sorted(t for _, found in results for t in found)
+            used = [
+                api.get(f"/resource_providers/{rp}/usages").json()["usages"]["VCPU"] for rp in rps
+            ]
+    placed = statuses.count(204)
+    return {
+        "clients": clients,
+        "providers": providers,
+        "slots": providers * SLOTS,
+        "requests": requests,
+        "placed": placed,
+        "refused": statuses.count(409),
+        "other": len(statuses) - placed - statuses.count(409),
+        "overcommitted_providers": sum(1 for u in used if u > SLOTS),
+        "usage_matches_placed": sum(used) == placed,
+        "placements_per_s": round(placed / elapsed, 1),
+        "requests_per_s": round(len(statuses) / elapsed, 1),
+        "p50_ms": round(statistics.median(latencies) * 1000, 1),
+        "p99_ms": round(latencies[int(len(latencies) * 0.99) - 1] * 1000, 1),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument("--providers", type=int, default=50)
+    parser.add_argument("--requests", type=int, default=600)
+    args = parser.parse_args(argv)
+    print(json.dumps(race(args.clients, args.providers, args.requests)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
