@@ -10,7 +10,7 @@ from berth.placement_api import errors, schemas
 from berth.placement_api.errors import bad_request, conflict, not_found
 from berth.placement_api.http import Req, Resp, check_accept, latest
 from berth.placement_api.providers import INVENTORY_DEFAULTS, existing
-from berth.placement_api.reads import Consumer, consumer, consumers, providers
+from berth.placement_api.reads import Consumer, consumer, consumers, existing_uuids, providers
 from berth.placement_api.service import Refused
 from schemas.outcomes import Code
 
@@ -63,7 +63,7 @@ def _spec(req: Req, uuid: str, data: dict[str, Any], allocations: dict[str, Any]
 
 
 def _check_providers(req: Req, allocations: dict[str, Any]) -> None:
-    known = {p.uuid for p in providers(req.service.engine)}
+    known = existing_uuids(req.service.engine, sorted(allocations))
     for uuid in allocations:
         if uuid not in known:
             raise bad_request(f"Allocation for resource provider '{uuid}' that does not exist.")

@@ -102,6 +102,17 @@ def provider(engine: Engine, uuid: str) -> Provider | None:
     return found
 
 
+def existing_uuids(engine: Engine, uuids: list[str]) -> set[str]:
+    """Which of ``uuids`` are providers."""
+    if not uuids:
+        return set()
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(placement_providers.c.uuid).where(placement_providers.c.uuid.in_(uuids))
+        )
+        return {uuid for (uuid,) in rows}
+
+
 def _consumer(row: Any) -> Consumer:
     return Consumer(
         uuid=row.uuid,

@@ -22,6 +22,9 @@ from schemas.events import PLACEMENT_KEY
 from schemas.outcomes import Code, Kind, Outcome
 
 DECISION_TIMEOUT_S = 30.0
+VIEW_POLL_S = 0.002
+"""How often a write asks whether the view has committed its decision yet
+(the decision is published first; the commit follows within milliseconds)."""
 
 
 class Refused(Exception):
@@ -83,13 +86,12 @@ class PlacementService:
         query = select(partition_offsets.c.next_offset).where(
             partition_offsets.c.partition == partition
         )
-        pause = 0.001
-        while True:
-            with self.engine.connect() as conn:
+        with self.engine.connect() as conn:
+            while True:
                 committed = conn.execute(query).scalar()
-            if committed is not None and committed > offset:
-                return
-            if time.monotonic() > deadline:
-                raise PlacementError(503, "the write was decided but the view is behind")
-            time.sleep(pause)
-            pause = min(pause * 2, 0.02)
+                conn.rollback()  # the next read sees the next commit
+                if committed is not None and committed > offset:
+                    return
+                if time.monotonic() > deadline:
+                    raise PlacementError(503, "the write was decided but the view is behind")
+                time.sleep(VIEW_POLL_S)
