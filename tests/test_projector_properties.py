@@ -27,6 +27,7 @@ from projections.projector import apply
 from projections.state import CONSUMED, HELD, PartitionState
 from schemas.codec import decode_event, encode_event
 from schemas.events import (
+    PLACEMENT_EVENTS,
     AggregateDefined,
     AggregateMemberAdded,
     AggregateMemberRemoved,
@@ -463,6 +464,8 @@ class Reference:
             raise NotImplementedError("this reference models single claims only")
         if isinstance(event, AggregateDefined | AggregateMemberAdded | AggregateMemberRemoved):
             raise NotImplementedError("tests/test_aggregates.py models aggregates")
+        if isinstance(event, PLACEMENT_EVENTS):
+            raise NotImplementedError("tests/test_placement_model.py models Placement's")
         pid = event.provider_id
         if isinstance(event, ProviderDescribed | MetricsReported):
             return [self.described(event)]
