@@ -104,6 +104,7 @@ def test_several_consumers_are_written_all_or_none() -> None:
     ("fields", "code"),
     [
         ({"type": "placement_provider_deleted", "uuid": CN1}, Code.PLACEMENT_IN_USE),
+        ({"type": "placement_provider_deleted", "uuid": VM1}, Code.PLACEMENT_NOT_FOUND),
         (
             {
                 "type": "placement_provider_saved",

@@ -675,6 +675,9 @@ AGGREGATE_CODES = {Code.AGGREGATE_NOT_FOUND, Code.ALREADY_MEMBER, Code.NOT_A_MEM
 """Reached by tests/test_aggregates.py, whose generator has aggregates change
 capacity (the outcome model here reads capacity from inventories alone)."""
 
+PLACEMENT_CODES = {code for code in Code if code.name.startswith("PLACEMENT_")}
+"""OpenStack Placement's refusals: tests/test_placement_model.py."""
+
 
 def test_the_generator_reaches_the_interesting_cases() -> None:
     """Guard against a generator that silently stops exercising the rules."""
@@ -699,6 +702,12 @@ def test_the_generator_reaches_the_interesting_cases() -> None:
         Kind.RENEWED,
         Kind.NOOP,
         Kind.APPLIED,
-        *(set(Code) - POOL_AND_TRANSACTION_CODES - PROJECT_CODES - AGGREGATE_CODES),
+        *(
+            set(Code)
+            - POOL_AND_TRANSACTION_CODES
+            - PROJECT_CODES
+            - AGGREGATE_CODES
+            - PLACEMENT_CODES
+        ),
     }
     assert wanted <= seen, sorted(map(str, wanted - seen))
