@@ -162,3 +162,25 @@ def test_concurrent_writers_never_overcommit(tmp_path: Path) -> None:
         used = [api.get(f"/resource_providers/{rp}/usages").json()["usages"]["VCPU"] for rp in rps]
         assert all(u <= 4 for u in used)
         assert sum(used) == statuses.count(204) == 20
+
+
+def test_on_postgresql_the_model_survives_a_restart(tmp_path: Path) -> None:
+    """The view on PostgreSQL: the same model back after a restart, and its
+    generations still guarding writes."""
+    from tests.postgres import scratch_database
+
+    consumer = str(uuid.uuid4())
+    with scratch_database() as url:
+        data = tmp_path / "data"
+        with berth_server(data, "--db", url) as address, _client(address) as api:
+            rp = _provider(api, vcpus=8)
+            assert _allocate(api, consumer, rp, 5, None).status_code == 204
+            renamed = api.put(f"/resource_providers/{rp}", json={"name": "renamed"})
+            assert renamed.status_code == 200, renamed.text
+            before = api.get(f"/resource_providers/{rp}").json()
+        with berth_server(data, "--db", url) as address, _client(address) as api:
+            assert api.get(f"/resource_providers/{rp}").json() == before
+            assert api.get(f"/resource_providers/{rp}/usages").json()["usages"]["VCPU"] == 5
+            assert _allocate(api, consumer, rp, 4, 0).status_code == 409
+            assert _allocate(api, consumer, rp, 4, 1).status_code == 204
+            assert api.get(f"/resource_providers/{rp}/usages").json()["usages"]["VCPU"] == 4
