@@ -135,3 +135,77 @@ class AllocationFixture(APIFixture):
             set_allocation(api, rp, os.environ["ALT_CONSUMER_ID"], project, alt, used)
         os.environ["ALT_RP_UUID"] = str(uuid.uuid4())
         os.environ["ALT_RP_NAME"] = str(uuid.uuid4())
+
+
+def set_aggregates(api: httpx.Client, rp: str, *aggregates: str) -> None:
+    """As upstream's helper: the provider's generation does not move (1.18)."""
+    headers = {"openstack-api-version": "placement 1.18"}
+    _ok(api.put(f"/resource_providers/{rp}/aggregates", json=list(aggregates), headers=headers))
+
+
+def set_traits(api: httpx.Client, rp: str, *traits: str) -> None:
+    for trait in traits:
+        if trait.startswith("CUSTOM_"):
+            _ok(api.put(f"/traits/{trait}"))
+    generation = _ok(api.get(f"/resource_providers/{rp}")).json()["generation"]
+    body = {"traits": list(traits), "resource_provider_generation": generation}
+    _ok(api.put(f"/resource_providers/{rp}/traits", json=body))
+
+
+class NonSharedStorageFixture(APIFixture):
+    """Upstream's three compute nodes with local storage (VCPU 24, MEMORY_MB
+    128 GiB, DISK_GB 2000 each), rebuilt through the API; three aggregate
+    ids for the tests to use."""
+
+    def start_fixture(self) -> None:
+        super().start_fixture()
+        for name in ("AGGA_UUID", "AGGB_UUID", "AGGC_UUID"):
+            os.environ[name] = str(uuid.uuid4())
+        with _api() as api:
+            for n in (1, 2, 3):
+                cn = create_provider(api, f"cn{n}", str(uuid.uuid4()))
+                os.environ[f"CN{n}_UUID"] = cn
+                add_inventory(api, cn, "VCPU", 24)
+                add_inventory(api, cn, "MEMORY_MB", 128 * 1024)
+                add_inventory(api, cn, "DISK_GB", 2000)
+
+
+class SharedStorageFixture(APIFixture):
+    """Upstream's two compute nodes (one with local disk), each with two NUMA
+    children and a PF under each, and two sharing storage providers, all in
+    one aggregate; rebuilt through the API with its data and variables."""
+
+    def start_fixture(self) -> None:
+        super().start_fixture()
+        agg = os.environ["AGG_UUID"] = str(uuid.uuid4())
+        with _api() as api:
+            made: dict[str, str] = {}
+            for name in ("cn1", "cn2", "ss", "ss2"):
+                made[name] = create_provider(api, name, str(uuid.uuid4()))
+                set_aggregates(api, made[name], agg)
+            for numa, parent in (
+                ("numa1_1", "cn1"),
+                ("numa1_2", "cn1"),
+                ("numa2_1", "cn2"),
+                ("numa2_2", "cn2"),
+            ):
+                made[numa] = create_provider(api, numa, str(uuid.uuid4()), made[parent])
+            for pf, parent in (
+                ("pf1_1", "numa1_1"),
+                ("pf1_2", "numa1_2"),
+                ("pf2_1", "numa2_1"),
+                ("pf2_2", "numa2_2"),
+            ):
+                made[pf] = create_provider(api, pf, str(uuid.uuid4()), made[parent])
+            for name, uuid_ in made.items():
+                os.environ[f"{name.upper()}_UUID"] = uuid_
+            for cn in ("cn1", "cn2"):
+                add_inventory(api, made[cn], "VCPU", 24, allocation_ratio=16.0)
+                add_inventory(api, made[cn], "MEMORY_MB", 128 * 1024, allocation_ratio=1.5)
+            set_traits(api, made["cn1"], "HW_CPU_X86_SSE", "HW_CPU_X86_SSE2")
+            add_inventory(api, made["cn2"], "DISK_GB", 2000, reserved=100, allocation_ratio=1.0)
+            for shared in ("ss", "ss2"):
+                add_inventory(api, made[shared], "DISK_GB", 2000, reserved=100)
+                set_traits(api, made[shared], "MISC_SHARES_VIA_AGGREGATE")
+            for pf in ("pf1_1", "pf1_2", "pf2_1", "pf2_2"):
+                add_inventory(api, made[pf], "SRIOV_NET_VF", 8, allocation_ratio=1.0)

@@ -44,7 +44,9 @@ SERVER_OPTION_FIXTURES = {
 }
 """Fixtures that configure upstream's server: options Berth's does not have yet."""
 
-SUPPORTED_FIXTURES = frozenset({"APIFixture", "AllocationFixture"})
+SUPPORTED_FIXTURES = frozenset(
+    {"APIFixture", "AllocationFixture", "NonSharedStorageFixture", "SharedStorageFixture"}
+)
 
 START_TIMEOUT_S = 60.0
 

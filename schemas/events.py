@@ -473,7 +473,8 @@ class PlacementTraitsSet(PlacementEvent):
 
 class PlacementAggregatesSet(PlacementEvent):
     """A provider's aggregates as a whole; without ``generation`` (before
-    microversion 1.19) whatever the provider's generation is."""
+    microversion 1.19) whatever the provider's generation is, and it stays
+    (as Placement's does)."""
 
     type: Literal["placement_aggregates_set"] = "placement_aggregates_set"
     uuid: Uuid

@@ -219,3 +219,20 @@ def test_a_reshape_moves_inventory_and_allocations_or_changes_nothing() -> None:
     assert state.providers[CN1].layout.classes == ()
     assert state.providers[CHILD].consumed == [6]
     assert state.placement.consumers[VM1].generation == 2
+
+
+def test_aggregates_move_the_generation_only_when_written_against_one() -> None:
+    """Before 1.19 a PUT of aggregates names no generation and moves none."""
+    state = PartitionState(partition=0, partitions=1)
+    provider(state, CN1, vcpus=1)
+    assert state.placement is not None
+    agg = "44444444-4444-4444-4444-444444444444"
+    assert (
+        write(state, type="placement_aggregates_set", uuid=CN1, aggregates=[agg])[0] == Kind.APPLIED
+    )
+    assert state.placement.providers[CN1].generation == 1
+    assert write(state, type="placement_aggregates_set", uuid=CN1, generation=1, aggregates=[]) == (
+        Kind.APPLIED,
+        None,
+    )
+    assert state.placement.providers[CN1].generation == 2

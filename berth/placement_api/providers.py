@@ -435,8 +435,8 @@ def set_provider_aggregates(req: Req, uuid: str) -> Resp:
     except Refused as refused:
         if refused.code == Code.PLACEMENT_CONCURRENT_UPDATE:
             raise conflict(
-                "Update conflict: Another thread concurrently updated the data. Please retry "
-                "your update",
+                "Resource provider's generation already changed. Please update the "
+                "generation and try again.",
                 errors.CONCURRENT_UPDATE,
             ) from None
         raise refusal(refused) from None

@@ -296,7 +296,8 @@ def aggregates_set(state: PartitionState, event: PlacementAggregatesSet, out: Em
     berth = state.providers[provider.uuid]
     berth.aggregates = frozenset(event.aggregates)
     state.reshaped.add(provider.uuid)
-    changed(state, provider, generation=True)
+    # from 1.19 (a generation given) a change of aggregates is a new generation
+    changed(state, provider, generation=event.generation is not None)
     out.emit(Kind.APPLIED, provider.uuid)
 
 
