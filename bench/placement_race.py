@@ -41,10 +41,10 @@ def _providers(api: httpx.Client, count: int) -> list[str]:
     return found
 
 
-def race(clients: int, providers: int, requests: int) -> dict[str, object]:
+def race(clients: int, providers: int, requests: int, idle_wait_s: float) -> dict[str, object]:
     with (
         tempfile.TemporaryDirectory(prefix="berth-race-") as work,
-        berth_server(Path(work) / "data") as (host, port),
+        berth_server(Path(work) / "data", "--idle-wait-s", str(idle_wait_s)) as (host, port),
     ):
         base = f"http://{host}:{port}"
         with httpx.Client(base_url=base, headers=HEADERS, timeout=60) as api:
@@ -78,6 +78,7 @@ def race(clients: int, providers: int, requests: int) -> dict[str, object]:
             ]
     placed = statuses.count(204)
     return {
+        "idle_wait_s": idle_wait_s,
         "clients": clients,
         "providers": providers,
         "slots": providers * SLOTS,
@@ -99,8 +100,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--providers", type=int, default=50)
     parser.add_argument("--requests", type=int, default=600)
+    parser.add_argument(
+        "--idle-wait-s", type=float, default=0.05, help="berth serve's, as the server is run"
+    )
     args = parser.parse_args(argv)
-    print(json.dumps(race(args.clients, args.providers, args.requests)))
+    print(json.dumps(race(args.clients, args.providers, args.requests, args.idle_wait_s)))
     return 0
 
 
