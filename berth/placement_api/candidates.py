@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from berth.placement_api.errors import bad_request
+from berth.placement_api.errors import bad_request, not_found
 from berth.placement_api.filters import (
     Wanted,
     check_names,
@@ -30,6 +30,17 @@ from scheduling.config import SchedulerConfig
 from scheduling.model import Request
 
 _SUPPORTED = {"resources", "required", "member_of", "limit"}
+_PARAMS = (
+    (10, "resources", {"type": "string"}),
+    (16, "limit", {"type": "string", "pattern": "^[1-9][0-9]*$"}),
+    (17, "required", {"type": "string"}),
+    (21, "member_of", {"type": "string"}),
+    (25, "group_policy", {"type": "string"}),
+    (31, "in_tree", {"type": "string"}),
+    (35, "root_required", {"type": "string"}),
+    (36, "same_subtree", {"type": "string"}),
+)
+"""The unnumbered parameters Placement takes, from the version that added each."""
 
 
 class CandidateEngine:
@@ -56,24 +67,30 @@ class CandidateEngine:
 
 def list_candidates(req: Req, engine: CandidateEngine) -> Resp:
     if not req.at_least(10):
-        raise bad_request("The resource could not be found.")
+        raise not_found("The resource could not be found.")
     check_accept(req)
+    properties = {name: schema for minor, name, schema in _PARAMS if req.at_least(minor)}
+    req.params(
+        {
+            "type": "object",
+            "properties": properties,
+            "required": ["resources"],
+            # numbered request groups (1.25) are refused below as not supported
+            "patternProperties": {"^(resources|required|member_of|in_tree)[0-9a-zA-Z_-]+$": {}}
+            if req.at_least(25)
+            else {},
+            "additionalProperties": False,
+        }
+    )
     unsupported = sorted(set(req.query) - _SUPPORTED)
     if unsupported:
         raise bad_request(
             f"Invalid query string parameters: Berth does not support {', '.join(unsupported)} yet"
         )
-    resources_text = req.one("resources")
-    if resources_text is None:
-        raise bad_request("Invalid query string parameters: 'resources' is a required property")
-    wanted = Wanted(resources=parse_resources(resources_text))
+    wanted = Wanted(resources=parse_resources(req.one("resources") or ""))
     if "required" in req.query:
-        if not req.at_least(17):
-            raise bad_request("Invalid query string parameters: required is not allowed")
         parse_required(req, req.query["required"], wanted)
     if "member_of" in req.query:
-        if not req.at_least(21):
-            raise bad_request("Invalid query string parameters: member_of is not allowed")
         parse_member_of(req, req.query["member_of"], wanted)
     limit = _limit(req)
     check_names(req, wanted)
@@ -96,20 +113,9 @@ def list_candidates(req: Req, engine: CandidateEngine) -> Resp:
 
 
 def _limit(req: Req) -> int | None:
-    text = req.one("limit")
-    if text is None:
-        return None
-    if not req.at_least(16):
-        raise bad_request("Invalid query string parameters: limit is not allowed")
-    try:
-        limit = int(text)
-    except ValueError:
-        limit = 0
-    if limit < 1:
-        raise bad_request(
-            f"Invalid query string parameters: '{text}' does not match '^[1-9][0-9]*$'"
-        )
-    return limit
+    values = req.query.get("limit")
+    # the first of several, as Placement takes it (the schema checked the form)
+    return None if not values else int(values[0])
 
 
 def _request(req: Req, p: Provider, resources: dict[str, int]) -> dict[str, Any]:
