@@ -16,6 +16,7 @@ from pydantic import Field
 from sqlalchemy.exc import DBAPIError
 from starlette.concurrency import run_in_threadpool
 
+from berth.api import dashboard
 from berth.api.credentials import Caller
 from berth.api.policies import AssignmentIn, PolicyService, add_routes
 from berth.api.problems import MEDIA_TYPE, Bounded, Problem, ProblemDocument, install
@@ -299,6 +300,7 @@ def create_app(api: Api) -> FastAPI:
         return await run_in_threadpool(_stream, topic, who, last_event_id, "answer")
 
     add_routes(app, PolicyService(api.app), caller, _problems, _REF)
+    dashboard.install(app, api, caller, lambda *codes: _problems(*_READS, *codes))
     app.openapi = lambda: _document(app, api)  # type: ignore[method-assign]
     return app
 

@@ -26,7 +26,7 @@ from consumers.queue_projector import read_depth
 from consumers.snapshot_source import LiveSnapshot
 from scheduling.config import SchedulerConfig
 from scheduling.headroom import headroom
-from scheduling.model import Request
+from scheduling.model import Request, Snapshot
 from schemas.codec import EventDecodeError
 from schemas.events import Claim, ClaimSet, Event, MetadataKey, MetadataValue, Model
 from schemas.requests import BatchRequest, PlacementRequest, request_key
@@ -124,6 +124,12 @@ class Api:
         self.placement = (config or SchedulerConfig.default()).engine()
         self._live = LiveSnapshot(app.engine)
         self._snapshot_lock = threading.Lock()
+
+    def snapshot(self) -> Snapshot:
+        """The view as the engine reads it, brought up to date (only what
+        changed is read again)."""
+        with self._snapshot_lock:  # the live snapshot is one object, updated in place
+            return self._live()
 
     def post_events(self, raw: bytes, wait: float | None, caller: Caller) -> tuple[int, Any]:
         items, single = _items(raw, "events")
