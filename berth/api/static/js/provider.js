@@ -9,15 +9,21 @@ const SHOWN_STEPS = 200;
 
 export function showProvider(main, context, id) {
   const controller = new AbortController();
-  main.append(h("h2", {}, "Provider ", h("span", { class: "id" }, id)));
   load();
 
-  async function load() {
+  // ``expected``: the state just decided; the writer publishes a decision
+  // just before its view commits it, so read again until the view has it
+  async function load(expected, tries = 50) {
     try {
       const found = await get(`/v1/history/${encode(id)}?records=false`, controller.signal);
+      if (expected && found.provider && found.provider.state !== expected && tries > 0) {
+        setTimeout(load, 100, expected, tries - 1);
+        return;
+      }
+      main.replaceChildren(h("h2", {}, "Provider ", h("span", { class: "id" }, id)));
       draw(found);
     } catch (error) {
-      if (error.status === 404) main.append(h("p", { id: "unseen" }, "The view holds nothing about this provider that this token may read (a project sees its own reservations only)."));
+      if (error.status === 404) main.replaceChildren(h("h2", {}, "Provider ", h("span", { class: "id" }, id)), h("p", { id: "unseen" }, "The view holds nothing about this provider that this token may read (a project sees its own reservations only)."));
       else context.fail(error);
     }
   }
@@ -61,8 +67,7 @@ export function showProvider(main, context, id) {
         const reply = await post("/v1/events?wait=10", event);
         const kinds = Object.values(reply.decisions || {}).flat().map((o) => o.kind);
         status.textContent = `decided: ${kinds.join(", ") || "pending"}`;
-        main.replaceChildren(h("h2", {}, "Provider ", h("span", { class: "id" }, id)));
-        load();
+        load(kinds.includes("applied") ? state : undefined);
       } catch (error) {
         status.textContent = "";
         context.fail(error);
