@@ -58,12 +58,14 @@ def by_suffix(runs: Runs, pattern: str) -> Series:
     for run in runs:
         for key, value in run.items():
             match = compiled.fullmatch(key)
-            if match and isinstance(value, int | float):
-                found[float(match[1])].append(float(value))
+            if match is None:
+                continue
+            values = value if isinstance(value, list) else [value]
+            found[float(match[1])].extend(float(v) for v in values if isinstance(v, int | float))
     return dict(found)
 
 
-def _line(axes: Axes, series: Series, label: str, marker: str) -> None:
+def _line(axes: Axes, series: Series, label: str, marker: str, color: str | None = None) -> None:
     """The median of each x, with a bar from the least run to the most."""
     xs = sorted(series)
     if not xs:
@@ -71,7 +73,7 @@ def _line(axes: Axes, series: Series, label: str, marker: str) -> None:
     medians = [statistics.median(series[x]) for x in xs]
     low = [m - min(series[x]) for m, x in zip(medians, xs, strict=True)]
     high = [max(series[x]) - m for m, x in zip(medians, xs, strict=True)]
-    axes.errorbar(xs, medians, yerr=[low, high], label=label, marker=marker, capsize=3)
+    axes.errorbar(xs, medians, yerr=[low, high], label=label, marker=marker, capsize=3, color=color)
 
 
 def placement_latency(results: Path, axes: Axes) -> bool:
@@ -164,13 +166,21 @@ def dashboard(results: Path, axes: Axes) -> bool:
     if not (results / "dashboard.json").exists():
         return False
     runs = read_runs(results / "dashboard.json")
-    paint = by_suffix(runs, r"first_paint_ms_(\d+)")
+    paint = by_suffix(runs, r"first_paint_ms_runs_(\d+)")
+    cells = by_suffix(runs, r"every_cell_ms_runs_(\d+)")
     cpu = by_suffix(runs, r"server_cpu_percent_(\d+)")
     if not paint:
         return False
-    _line(axes, paint, "first paint (ms)", "o")
-    _line(axes, cpu, "server CPU, grid every 2 s (% of a core)", "s")
-    axes.set(xscale="log", xlabel="providers", ylim=(0, None))
+    _line(axes, paint, "first paint of the grid", "o")
+    _line(axes, cells, "every cell in the page", "s")
+    axes.axhline(1000, color="grey", linestyle="--", linewidth=1, label="target: 1 s")
+    axes.set(xscale="log", xlabel="providers", ylabel="ms from the navigation", ylim=(0, None))
+    server = axes.twinx()
+    _line(server, cpu, "server CPU, grid every 2 s", "^", color="#c44e52")
+    server.set(ylabel="server CPU (% of a core)", ylim=(0, 10))
+    lines = axes.get_legend_handles_labels()
+    more = server.get_legend_handles_labels()
+    axes.legend(lines[0] + more[0], lines[1] + more[1], fontsize="small", loc="upper left")
     axes.set_title("The dashboard against providers")
     return True
 
@@ -194,7 +204,7 @@ def draw(results: Path, out: Path) -> list[Path]:
             if not plot(results, axes):
                 print(f"bench.plot: no results for {name} in {results}", file=sys.stderr)
                 continue
-            if axes.get_legend_handles_labels()[0]:
+            if axes.get_legend_handles_labels()[0] and axes.get_legend() is None:
                 axes.legend(fontsize="small")
             axes.grid(True, alpha=0.3)
             figure.tight_layout()

@@ -43,6 +43,8 @@ class Layout:
 
     key: str
     columns: dict[str, Any]
+    text: str
+    """The columns as JSON object members (without the braces), encoded once."""
 
 
 _LAYOUT_NUMBERS = itertools.count(1)
@@ -91,7 +93,8 @@ def _encode(providers: Sequence[Provider]) -> Layout:
         "traits": traits,
         "trait": [sorted(trait_no[t] for t in p.traits) for p in providers],
     }
-    return Layout(f"L{next(_LAYOUT_NUMBERS)}", columns)
+    text = json.dumps(columns, separators=(",", ":"))[1:-1]
+    return Layout(f"L{next(_LAYOUT_NUMBERS)}", columns, text)
 
 
 def cluster(snapshot: Snapshot, resource_class: str | None, held_layout: str | None) -> str:
@@ -116,9 +119,10 @@ def cluster(snapshot: Snapshot, resource_class: str | None, held_layout: str | N
         "capacity": capacity,
         "used": used,
     }
-    if held_layout != encoded.key:
-        reply.update(encoded.columns)
-    return json.dumps(reply, separators=(",", ":"))
+    usage = json.dumps(reply, separators=(",", ":"))
+    if held_layout == encoded.key:
+        return usage
+    return usage[:-1] + "," + encoded.text + "}"
 
 
 def find_request(log: Log, topic: str, partition: int, request_id: str) -> Any | None:

@@ -3,6 +3,7 @@ process does (``berth serve --api`` runs the writers in the main thread)."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from http import HTTPStatus
@@ -10,9 +11,12 @@ from http import HTTPStatus
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from berth.api.cluster import layout
 from berth.api.problems import MAX_TARGET_BYTES, Problem
 from berth.api.routes import create_app
 from berth.api.service import Api
+
+_log = logging.getLogger(__name__)
 
 
 class _Protocol(HttpToolsProtocol):
@@ -63,6 +67,7 @@ class Server:
             timeout_keep_alive=30,
             http=_Protocol,
         )
+        self._api = api
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, name="berth-api", daemon=True)
 
@@ -76,7 +81,17 @@ class Server:
             time.sleep(0.01)
         socket = self._server.servers[0].sockets[0]
         host, port = socket.getsockname()[:2]
+        threading.Thread(target=self._warm, name="berth-api-warm", daemon=True).start()
         return str(host), int(port)
+
+    def _warm(self) -> None:
+        """Read the view's snapshot, and encode the dashboard's grid, once
+        now, so that the first page (or headroom) does not wait for them
+        (2 s at 10,000 providers)."""
+        try:
+            layout(self._api.snapshot())
+        except Exception as error:  # the first request meets it again, as a 503
+            _log.warning("api: the view could not be read ahead: %s", error)
 
     def stop(self) -> None:
         self._server.should_exit = True

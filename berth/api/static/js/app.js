@@ -3,25 +3,31 @@
 // draws into <main> and returns a function that stops its timers and streams.
 
 import { ApiError, get, setToken, token } from "./api.js";
-import { showCluster } from "./grid.js";
-import { showLag } from "./lag.js";
-import { showLive } from "./live.js";
-import { showProvider } from "./provider.js";
-import { showQueue } from "./queue.js";
-import { showRequest } from "./request.js";
+
+// each page's module is loaded when first shown: the first page needs only its own
+const page = (file, name) => async () => (await import(file))[name];
+const showCluster = page("./grid.js", "showCluster");
+const showProvider = page("./provider.js", "showProvider");
+const showQueue = page("./queue.js", "showQueue");
+const showLive = page("./live.js", "showLive");
+const showLag = page("./lag.js", "showLag");
+const showRequest = page("./request.js", "showRequest");
 
 const main = document.getElementById("main");
 const errorLine = document.getElementById("error");
 const context = { me: null, fail };
 let stop = () => {};
+let routed = 0;
 
+// [location, page, whether the page reads the caller's role]: the cluster
+// does not, so its data and the role are fetched at once
 const routes = [
-  [/^#?\/?$/, () => showCluster],
-  [/^#\/provider\/(.+)$/, () => showProvider],
-  [/^#\/queue$/, () => showQueue],
-  [/^#\/live$/, () => showLive],
-  [/^#\/lag$/, () => showLag],
-  [/^#\/request\/(.+)$/, () => showRequest],
+  [/^#?\/?$/, showCluster, false],
+  [/^#\/provider\/(.+)$/, showProvider, true],
+  [/^#\/queue$/, showQueue, false],
+  [/^#\/live$/, showLive, false],
+  [/^#\/lag$/, showLag, true],
+  [/^#\/request\/(.+)$/, showRequest, false],
 ];
 
 function fail(error) {
@@ -49,16 +55,19 @@ async function route() {
   errorLine.hidden = true;
   main.replaceChildren();
   const where = location.hash || "#/";
-  for (const [pattern, page] of routes) {
+  for (const [pattern, load, readsRole] of routes) {
     const match = where.match(pattern);
     if (!match) continue;
     document.querySelectorAll("nav a").forEach((a) => {
       a.toggleAttribute("aria-current", a.getAttribute("href") === where);
     });
-    if (context.me === null) await whoami();
-    if (context.me === null) return;
+    const known = context.me === null ? whoami() : Promise.resolve();
+    const shown = ++routed;
+    const show = await load();
+    if (readsRole) await known;
+    if (shown !== routed || (readsRole && context.me === null)) return; // moved on, or no role
     const argument = match[1] ? decodeURIComponent(match[1]) : undefined;
-    stop = page()(main, context, argument) || (() => {});
+    stop = show(main, context, argument) || (() => {});
     return;
   }
   main.append("No such page.");

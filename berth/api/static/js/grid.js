@@ -15,6 +15,10 @@ export const BUCKETS = [
   { name: "u3", label: "75–90%", below: 0.9 },
   { name: "u4", label: "90% and over", below: Infinity },
 ];
+const ROWS_PER_BLOCK = 8;
+const FIRST_BLOCKS = 4;
+const LATER_BLOCKS = 6;
+const CELL_GAP_PX = 2;
 const STATE_MARK = { enabled: "", disabled: "D", offline: "O", evacuating: "E" };
 
 export function bucketOf(used, capacity) {
@@ -31,6 +35,9 @@ export function showCluster(main, context) {
   let shown = [];
   let timer = null;
   let stopped = false;
+  let columns = 1;
+  let drawn = 0;
+  let resized = null;
 
   const classSelect = h("select", { id: "class", onchange: () => {
     chosen.resource_class = classSelect.value;
@@ -47,7 +54,10 @@ export function showCluster(main, context) {
   const summary = h("p", { id: "summary", "aria-live": "polite" });
   const legend = h("ul", { class: "legend", "aria-label": "Legend" });
   const grid = h("div", { id: "grid", class: "grid", role: "group",
-    "aria-label": "Providers (arrow keys move, Enter opens)", onkeydown: move });
+    "aria-label": "Providers (arrow keys move, Enter opens)", onkeydown: move,
+    onfocusin: (event) => name(event.target), onmouseover: (event) => {
+      if (event.target.classList.contains("cell")) name(event.target);
+    } });
 
   main.append(
     h("h2", {}, "Cluster"),
@@ -89,23 +99,64 @@ export function showCluster(main, context) {
       cell.className = `cell ${bucket} state-${state}`;
       cell.dataset.bucket = bucket;
       cell.textContent = label;
-      cell.setAttribute("aria-label", describe(i));
-      cell.title = describe(i);
+      if (cell.hasAttribute("aria-label")) name(cell);
     }
   }
 
+  // a cell's full name (provider, share used, zone, state) is made when it
+  // is focused or pointed at, not for all 10,000 at every refresh
+  function name(cell) {
+    const i = shown[cells.indexOf(cell)];
+    if (i === undefined) return;
+    cell.setAttribute("aria-label", describe(i));
+    cell.title = describe(i);
+  }
+
+  // The cells go in blocks of whole rows, each laid out and painted by the
+  // browser only when on screen (content-visibility): 10,000 cells cost
+  // about as much as the thousand in view.
   function draw() {
     shown = [];
     for (let i = 0; i < data.ids.length; i++) if (passes(i)) shown.push(i);
-    const fragment = document.createDocumentFragment();
-    cells = shown.map((i, n) => {
-      const cell = h("a", { href: `#/provider/${encode(data.ids[i])}`, tabindex: n === 0 ? "0" : "-1" });
-      paint(cell, i);
-      fragment.append(cell);
-      return cell;
-    });
-    grid.replaceChildren(fragment);
+    cells = [];
+    grid.replaceChildren();
+    columns = 1;
+    if (shown.length) {
+      const probe = h("div", { class: "block" }, makeCell(0));
+      grid.append(probe);
+      const width = probe.firstChild.getBoundingClientRect().width + CELL_GAP_PX;
+      columns = Math.max(1, Math.floor((grid.clientWidth + CELL_GAP_PX) / width));
+      probe.remove();
+    }
+    const perBlock = columns * ROWS_PER_BLOCK;
+    const block = (from) => {
+      const made = [];
+      for (let n = from; n < Math.min(shown.length, from + perBlock); n++) made.push(makeCell(n));
+      cells.push(...made);
+      return h("div", { class: "block" }, made);
+    };
+    // the first screenful now, the rest a few blocks a task after it, so
+    // the grid shows (and the page answers) before 10,000 cells are made
+    const drawing = ++drawn;
+    for (let b = 0; b < FIRST_BLOCKS && b * perBlock < shown.length; b++) grid.append(block(b * perBlock));
+    // each step after a frame: the browser paints between them
+    const later = (step) => requestAnimationFrame(() => setTimeout(step, 0));
+    const more = () => {
+      for (let b = 0; b < LATER_BLOCKS && drawing === drawn && cells.length < shown.length; b++) {
+        grid.append(block(cells.length));
+      }
+      if (drawing === drawn && cells.length < shown.length) later(more);
+    };
+    later(more);
     count();
+  }
+
+  function makeCell(n) {
+    const cell = document.createElement("a");
+    cell.href = `#/provider/${encode(data.ids[shown[n]])}`;
+    cell.tabIndex = n === 0 ? 0 : -1;
+    paint(cell, shown[n]);
+    return cell;
   }
 
   function count() {
@@ -144,13 +195,14 @@ export function showCluster(main, context) {
         const classChanged = reply.resource_class !== data.resource_class;
         Object.assign(data, { capacity: reply.capacity, used: reply.used,
           resource_class: reply.resource_class, providers: reply.providers });
-        shown.forEach((i, n) => paint(cells[n], i));
-        if (classChanged) cells.forEach((cell, n) => cell.setAttribute("aria-label", describe(shown[n])));
+        cells.forEach((cell, n) => paint(cell, shown[n]));
+        if (classChanged) cells.forEach((cell) => { if (cell.hasAttribute("aria-label")) name(cell); });
         count();
       }
       main.dataset.refreshed = String(Date.now());
     } catch (error) {
       context.fail(error);
+      if (error.status === 401) return; // until a token is given
     }
     if (!stopped) timer = setTimeout(refresh, REFRESH_MS);
   }
@@ -158,7 +210,6 @@ export function showCluster(main, context) {
   function move(event) {
     const at = cells.indexOf(document.activeElement);
     if (at < 0) return;
-    const columns = Math.max(1, Math.round(grid.clientWidth / cells[0].offsetWidth));
     const to = { ArrowRight: at + 1, ArrowLeft: at - 1, ArrowDown: at + columns, ArrowUp: at - columns,
       Home: 0, End: cells.length - 1 }[event.key];
     if (to === undefined) return;
@@ -169,9 +220,18 @@ export function showCluster(main, context) {
     next.focus();
   }
 
+  // whole rows again when the window's width changes
+  const onResize = () => {
+    clearTimeout(resized);
+    resized = setTimeout(() => { if (data) draw(); }, 200);
+  };
+  window.addEventListener("resize", onResize);
   refresh();
   return () => {
     stopped = true;
+    drawn += 1; // blocks still to append are not
     clearTimeout(timer);
+    clearTimeout(resized);
+    window.removeEventListener("resize", onResize);
   };
 }

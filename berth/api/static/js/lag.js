@@ -32,6 +32,7 @@ export function showLag(main, context) {
           : []));
     } catch (error) {
       context.fail(error);
+      if (error.status === 401) return; // until a token is given
     }
     if (!controller.signal.aborted) timer = setTimeout(refresh, REFRESH_MS);
   }

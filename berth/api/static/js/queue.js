@@ -40,6 +40,7 @@ export function showQueue(main, context) {
       room.replaceChildren(table("More instances that fit", ["shape", "instances", "providers"], found));
     } catch (error) {
       context.fail(error);
+      if (error.status === 401) return; // until a token is given
     }
     if (!controller.signal.aborted) timer = setTimeout(refresh, REFRESH_MS);
   }
