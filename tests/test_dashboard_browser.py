@@ -203,6 +203,11 @@ def test_every_page_loads_without_a_console_error(browser: Browser, served: Serv
         assert served.console == [], name
     assert "placed" in page.locator("#answer").inner_text()
     assert page.locator("#reservations table").count() == 1
+    # the answer's recorded ranking, and the request placed again as decided
+    assert page.locator("#decided table tbody tr").count() >= 1
+    page.locator("button", has_text="Place it again as decided").click()
+    page.locator("#replayed", has_text="the same pick").wait_for(timeout=60_000)
+    assert served.console == []
     page.context.close()
 
 

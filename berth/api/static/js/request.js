@@ -26,10 +26,41 @@ export function showRequest(main, context, id) {
         last ? h("p", {}, last.status === "queued" ? "queued" : last.placed ? "placed" : "failed",
           last.reason ? `: ${last.reason}` : "", ` after ${last.attempts ?? 0} attempts`) : h("p", {}, "not answered yet"),
         last && last.trace && last.trace.length ? h("pre", {}, last.trace.join("\n")) : null),
+      decided(last),
       h("section", {}, h("h3", {}, "As submitted"), h("pre", {}, JSON.stringify(found.request, null, 2))),
       explanation(found.explanation),
       h("section", { id: "reservations" }, h("h3", {}, "Reservations"),
         found.reservations.length ? found.reservations.map(reservation) : h("p", {}, "none")));
+  }
+
+  // how the scheduler made the answer, as it recorded it: the policy, the
+  // best candidates with each weigher's part; and, when asked, the request
+  // placed again on the view as of the answer (GET /v1/explain/ID)
+  function decided(answer) {
+    if (!answer) return "";
+    const candidates = answer.candidates || [];
+    const weighers = candidates.length ? Object.keys(candidates[0].weighers) : [];
+    const again = h("div", { id: "replayed", "aria-live": "polite" });
+    const button = h("button", { type: "button", onclick: async () => {
+      button.disabled = true;
+      again.replaceChildren("placing it again on the view as it was…");
+      try {
+        const e = await get(`/v1/explain/${encode(id)}`, controller.signal);
+        again.replaceChildren(h("p", {}, e.same ? "Placed again, the same pick: " : "Placed again, another pick: ",
+          `recorded ${e.recorded.join(", ") || "none"}, now ${e.recomputed.join(", ") || "none"} (policy ${e.policy})`));
+      } catch (error) {
+        again.replaceChildren(`could not place it again: ${error.message}`);
+      }
+      button.disabled = false;
+    } }, "Place it again as decided");
+    return h("section", { id: "decided" }, h("h3", {}, "How it was decided"),
+      h("p", {}, `policy ${answer.policy || "default"}`),
+      candidates.length
+        ? table("Best candidates, as ranked then", ["provider", "score", ...weighers],
+          candidates.map((c) => [link(`#/provider/${encode(c.provider_id)}`, c.provider_id), c.score.toFixed(3),
+            ...weighers.map((w) => `${c.weighers[w][0].toFixed(2)} × ${c.weighers[w][1]}`)]))
+        : h("p", {}, "The answer records no candidates."),
+      h("p", {}, button), again);
   }
 
   function explanation(e) {
