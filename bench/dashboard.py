@@ -14,7 +14,9 @@ Playwright:
   shared with other work these swing widely, so also: the wall time of the
   page's main-thread tasks until that first paint (Chromium's TaskDuration:
   scripts, style, layout, paint, stretched too by a loaded machine), the
-  time the grid's data took to come, and the load average;
+  time the grid's data took to come, the CPU time the browser's processes
+  and the server spent until that first paint (what a quiet machine would
+  need, about), and the load average;
 - the server's CPU: the serve process's user and system time over
   ``--window-s`` seconds, first with no page open (the writers and the
   scheduler idle), then with one tab on the grid, refreshing every 2 s.
@@ -54,6 +56,28 @@ def _cpu_s(pid: int) -> float:
     """User and system time of ``pid`` (all its threads) so far."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / TICKS_S
+
+
+def _descendants_cpu_s(root: int) -> float:
+    """User and system time so far of every living process under ``root``
+    (the browser's, started by Playwright's driver under this process)."""
+    parents: dict[int, int] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parents[int(stat.parent.name)] = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError):
+            continue
+    total = 0.0
+    for pid in parents:
+        ancestor = parents.get(pid)
+        while ancestor is not None and ancestor != root and ancestor > 1:
+            ancestor = parents.get(ancestor)
+        if ancestor == root:
+            try:
+                total += _cpu_s(pid)
+            except OSError:
+                continue
+    return total
 
 
 def _free_port() -> int:
@@ -108,11 +132,15 @@ def measure(data: Path, providers: int, loads: int, window_s: float) -> dict[str
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True)
             painted, complete, contentful, busy, served = [], [], [], [], []
+            browser_cpu: list[float] = []
+            server_cpu: list[float] = []
             for load in range(loads):
                 note(f"first paint, load {load + 1} of {loads} ...")
                 page = browser.new_page(viewport={"width": 1280, "height": 900})
                 devtools = page.context.new_cdp_session(page)
                 devtools.send("Performance.enable")
+                browser_before = _descendants_cpu_s(os.getpid())
+                server_before = _cpu_s(serve.pid)
                 page.goto(url + "/")
                 # the first cells are in, and the next frame drew them: the
                 # grid's first screenful painted
@@ -120,6 +148,8 @@ def measure(data: Path, providers: int, loads: int, window_s: float) -> dict[str
                     "document.querySelector('#grid a') !== null", polling="raf", timeout=60_000
                 )
                 painted.append(page.evaluate(NEXT_FRAME))
+                browser_cpu.append(_descendants_cpu_s(os.getpid()) - browser_before)
+                server_cpu.append(_cpu_s(serve.pid) - server_before)
                 metrics = devtools.send("Performance.getMetrics")["metrics"]
                 busy.append(next(m["value"] for m in metrics if m["name"] == "TaskDuration"))
                 served.append(page.evaluate(CLUSTER_SERVED))
@@ -159,6 +189,8 @@ def measure(data: Path, providers: int, loads: int, window_s: float) -> dict[str
         f"first_contentful_paint_ms_{n}": round(statistics.median(contentful)),
         f"first_paint_main_thread_busy_ms_{n}": round(1000 * statistics.median(busy)),
         f"cluster_reply_ms_{n}": round(statistics.median(served)),
+        f"first_paint_browser_cpu_ms_{n}": round(1000 * statistics.median(browser_cpu)),
+        f"first_paint_server_cpu_ms_{n}": round(1000 * statistics.median(server_cpu)),
         f"every_cell_ms_{n}": round(statistics.median(complete)),
         f"every_cell_ms_runs_{n}": [round(p) for p in complete],
         f"server_cpu_percent_{n}": round(100 * refreshing, 2),
