@@ -20,6 +20,7 @@ from berth.api.credentials import Credentials, digest
 from berth.app import App, Settings
 from tests.builders import provider
 from tests.http_calls import call, deciding, serving
+from tests.polling import wait_for
 
 TOKENS = {"admin": "d-admin", "operator": "d-operator", "project:a": "d-a", "project:b": "d-b"}
 NOW = int(time.time() * 1000)
@@ -56,6 +57,13 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         request = {"request_id": "r-a", "ts_ms": NOW, "project_id": "a", "resources": {"VCPU": 4}}
         status, reply = call(url, "/v1/requests?wait=30", request, token=TOKENS["project:a"])
         assert status == 200 and reply["answers"]["r-a"]["placed"], reply
+
+        def held() -> bool:
+            # answered once the writer decided, which is just before its view commits
+            found = call(url, "/v1/cluster?resource_class=VCPU", token=TOKENS["admin"])[1]
+            return len(found["ids"]) == 3 and sum(found["used"]) == 4
+
+        wait_for(held, "the view to hold r-a", timeout_s=10)
         yield url
 
 
@@ -96,9 +104,16 @@ def test_the_layout_changes_with_the_providers(served: str) -> None:
         "state": "offline",
     }
     assert call(served, "/v1/events?wait=30", event, token=TOKENS["operator"])[0] == 200
-    _, after = call(served, f"/v1/cluster?layout={before['layout']}", token=TOKENS["admin"])
-    assert after["layout"] != before["layout"]
-    assert after["states"][after["state"][after["ids"].index("n2")]] == "offline"
+    found: dict[str, Any] = {}
+
+    def changed() -> bool:
+        # a decision is published just before the view commits it
+        _, after = call(served, f"/v1/cluster?layout={before['layout']}", token=TOKENS["admin"])
+        found.update(after)
+        return bool(after["layout"] != before["layout"])
+
+    wait_for(changed, "the view to commit the new state", timeout_s=10)
+    assert found["states"][found["state"][found["ids"].index("n2")]] == "offline"
 
 
 def test_a_request_s_page(served: str) -> None:
