@@ -152,6 +152,11 @@ class BatchScheduler:
         self.queue: list[tuple[int, int, BatchRequest]] = []
         """(-priority, arrival, batch), kept sorted: the head is tried first."""
         self._arrivals = 0
+        self._tried: dict[str, int] = {}
+        """Queued batch id -> the attempts made so far: a queued batch tried
+        again numbers its transactions on, never reusing a reservation id
+        (a writer would take a reused one for a duplicate, and the view
+        refuses it in another partition)."""
 
     # --- the public face ----------------------------------------------------
 
@@ -159,6 +164,7 @@ class BatchScheduler:
         """Place a batch now; a ``queue`` batch that does not fit is queued."""
         result = self._attempt(batch)
         if result.status == "failed" and batch.mode == "queue" and not self._expired(batch):
+            self._tried[batch.batch_id] = self._tried.get(batch.batch_id, 0) + result.attempts
             self.enqueue(batch)
             result.status = "queued"
             result.priority = batch.priority
@@ -181,14 +187,17 @@ class BatchScheduler:
             _, _, batch = self.queue[0]
             if self._expired(batch):
                 self.queue.pop(0)
+                self._tried.pop(batch.batch_id, None)
                 finished.append(
                     BatchResult(batch.batch_id, "failed", reason="queue deadline passed")
                 )
                 continue
             result = self._attempt(batch)
             if result.status != "committed":
+                self._tried[batch.batch_id] = self._tried.get(batch.batch_id, 0) + result.attempts
                 break
             self.queue.pop(0)
+            self._tried.pop(batch.batch_id, None)
             finished.append(result)
         return finished
 
@@ -205,11 +214,12 @@ class BatchScheduler:
         tried: dict[int, set[str]] = {m: set() for m in range(len(batch.members))}
         votes: tuple[Vote, ...] = ()
         reason = ""
+        before = self._tried.get(batch.batch_id, 0)
         for attempt in range(1, self.max_attempts + 1):
             planned = self._plan(batch, tried, high)
             if len(planned.instances) < low:
                 return self._unplaceable(batch, planned, attempt, votes)
-            txn = f"{batch.batch_id}.{attempt}{self.generation}"
+            txn = f"{batch.batch_id}.{before + attempt}{self.generation}"
             parts, rids = self._parts(batch, planned, txn)
             needed = sum(map(len, rids.values())) if batch.mode != "at_least" else low
             result = self.coordinator.execute(

@@ -264,6 +264,32 @@ def test_compute_addresses_and_vnis_are_claimed_together(tmp_path: Path) -> None
         assert set(again.instances[0].identifiers) == set(ok.instances[0].identifiers)
 
 
+
+def test_a_queued_batch_tried_again_never_reuses_a_reservation_id(tmp_path: Path) -> None:
+    """Found by the simulator (seed 1, docs/simulation.md): a queued batch
+    tried again numbered its transactions from 1 again, so its reservation
+    ids were those of its refused first attempts; a writer then took the
+    claims for duplicates of the aborted holds, or the view refused a
+    reused id in another partition and the writer stopped."""
+    with stack(tmp_path) as s:
+        s.publisher.publish([pool("vnis", "range", first=1, last=1, ts=1)])
+        wanted = (IdentifierItem(pool_id="vnis"),)
+        scheduler = s.batches()
+        first = scheduler.place(batch("first", 1, vcpu=1, identifiers=wanted))
+        assert first.status == "committed", first.reason
+        waiting = scheduler.place(batch("wait", 1, vcpu=1, identifiers=wanted, mode="queue"))
+        assert waiting.status == "queued"  # the one identifier is taken: refused 3 times
+        refused = set(s.statuses())
+        assert scheduler.drain_queue() == []  # still taken: refused again
+        s.publisher.release_consumer("first.0.0")
+        s.pump()
+        (placed,) = scheduler.drain_queue()
+        assert placed.status == "committed", placed.reason
+        (instance,) = placed.instances
+        assert not set(instance.reservation_ids) & refused
+        assert instance.identifiers == (("vnis", "1"),)
+
+
 class _Crash(Exception):
     pass
 
