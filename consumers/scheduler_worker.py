@@ -48,11 +48,7 @@ class SchedulerWorker:
         self.queued_at: dict[str, tuple[int, int]] = {}
         """Queued batch id -> its request's (partition, offset)."""
         self.next_offsets = self._resume()
-        # a new generation per start: end of the placements topic is unique
-        self.scheduler.generation = "g" + "-".join(
-            str(log_.end_offset(topics.placements, p))
-            for p in range(log_.partition_count(topics.placements))
-        )
+        self.scheduler.generation = _generation(log_, topics)
         if batches is not None:
             batches.generation = self.scheduler.generation
             batches.coordinator.recover()
@@ -181,3 +177,17 @@ class SchedulerWorker:
             self.next_offsets[partition] = records[-1].offset + 1
             answered += len(records)
         return answered
+
+
+def _generation(log_: Log, topics: Topics) -> str:
+    """A new generation per start: how many records the topics a scheduler
+    appends to hold. A run that appended anything (an answer, a claim, a
+    transaction's step) moved one of them, so the next start differs from
+    it; one that appended nothing left no id to collide with. The placements
+    topic alone is not enough: a worker that died after its claims and
+    before its answer would give its successor its own generation, whose
+    reservation ids its writers then take for duplicates."""
+    return "g" + "-".join(
+        str(sum(log_.end_offset(topic, p) for p in range(log_.partition_count(topic))))
+        for topic in (topics.placements, topics.events, topics.transactions)
+    )

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+
+import pytest
 
 from berth.app import App, Settings
 from berth.client import Publisher
@@ -19,10 +22,18 @@ from tests.placements import placement_answers
 NOW_MS = 10**12
 
 
-def _worker(app: App) -> SchedulerWorker:
+class _Died(Exception):
+    pass
+
+
+def _worker(app: App, dies: bool = False) -> SchedulerWorker:
     writers = app.writers()
+    pumped = []
 
     def pump() -> None:
+        pumped.append(1)
+        if dies and len(pumped) > 1:  # after its claims are appended, before any answer
+            raise _Died
         catch_up_all(writers)
 
     scheduler = Scheduler(
@@ -71,3 +82,29 @@ def test_requests_are_answered_once_and_the_worker_resumes(tmp_path: Path) -> No
         return reservation_id.split(".", 2)[2]
 
     assert generation(by_id["r9"].reservations[0][0]) != generation(by_id["r1"].reservations[0][0])
+
+
+def test_a_worker_that_died_before_answering_claims_under_a_new_generation(
+    tmp_path: Path,
+) -> None:
+    """Found by the simulator (docs/simulation.md): the generation came from
+    the placements topic alone, so a worker that died after claiming and
+    before answering gave its successor the same reservation ids."""
+    with App(Settings(data_dir=tmp_path, partitions=2)) as app:
+        edge = Publisher(app.log, clock_ms=lambda: NOW_MS)
+        edge.publish(provider("n0", ts=1, VCPU=4))
+        edge.submit([_request("r1", 1)])
+        with pytest.raises(_Died):
+            _worker(app, dies=True).step()
+        events = [
+            json.loads(r.value)
+            for p in range(2)
+            for r in app.log.read(app.settings.topics.events, p, 0, 100)
+        ]
+        abandoned = [e["reservation_id"] for e in events if e["type"] == "claim"]
+        assert len(abandoned) == 1
+        assert _worker(app).step() == 1
+        (answer,) = placement_answers(app)
+    placed = Scheduled.from_dict(answer)
+    assert placed.placed, placed.reason
+    assert placed.reservations[0][0] not in abandoned
