@@ -118,8 +118,6 @@ def _replay_partitions(
     With ``until_ms``, each partition stops at the end of its
     :func:`clock_prefix`; with ``until``, at the offset it gives (0 for a
     partition it does not name)."""
-    records = outcomes = verified = 0
-    divergence: Divergence | None = None
     log = open_log(target, read_only=True)
     events = target.topics.events
     ends = (
@@ -144,48 +142,9 @@ def _replay_partitions(
     batch_size = max(target.batch_size, REBUILD_BATCH_SIZE) if rebuild else target.batch_size
     try:
         view = ViewWriter(engine, holds_back=REBUILD_HELD_ROWS if rebuild else None)
-        for partition in partitions:
-            writer = PartitionWriter(
-                log,
-                view,
-                partition,
-                target.partitions,
-                target.topics,
-                batch_size=batch_size,
-                publish=False,
-                until=ends[partition] if ends else None,
-            )
-            recorded = recorded_outcomes(log, target.topics.outcomes, partition)
-            if ends:
-                recorded = _before(recorded, ends[partition])
-            checking = verify
-            while (batch := writer.step()) is not None:
-                records += batch.end - batch.start
-                if progress is not None:
-                    progress(batch.end - batch.start)
-                outcomes += sum(map(len, map(_OUTCOMES_OF, batch.applied)))
-                if not checking:
-                    continue
-                for applied in batch.applied:
-                    if not checking:
-                        break
-                    for actual in applied.outcomes:
-                        expected = next(recorded, None)
-                        if expected is None:
-                            checking = False  # the rest is not decided live yet
-                            break
-                        if expected != actual:
-                            if divergence is None:
-                                divergence = Divergence(partition, applied.offset, expected, actual)
-                            checking = False
-                            break
-                        verified += 1
-            view.write_held_back(writer.state)
-            if checking and divergence is None:
-                extra = next(recorded, None)
-                if extra is not None:
-                    divergence = Divergence(partition, extra.offset, extra, None)
-        view.flush()
+        records, outcomes, verified, divergence = replay_log(
+            log, view, partitions, target, batch_size, verify, progress, ends
+        )
     except (PartitionHalted, CorruptLog) as damaged:
         raise ReplayStopped(str(damaged)) from damaged
     finally:
@@ -204,6 +163,67 @@ def replay_until(target: Settings, until: Mapping[int, int]) -> ReplayResult:
     # syncing, the active reservations and usage written once at the end)
     partitions = list(range(target.partitions))
     return _replay_partitions(target, partitions, False, None, rebuild=True, until=until)
+
+
+def replay_log(
+    log: Log,
+    view: ViewWriter,
+    partitions: list[int],
+    target: Settings,
+    batch_size: int,
+    verify: bool,
+    progress: Callable[[int], object] | None = None,
+    ends: dict[int, int] | None = None,
+) -> tuple[int, int, int, Divergence | None]:
+    """Decide ``partitions`` of ``log`` again from offset 0 into ``view`` with
+    the live writer's code, comparing (``verify``) every recomputed outcome
+    with the recorded one; the records, outcomes and verified outcomes, and
+    the first divergence. Any log will do (the simulator replays its own)."""
+    records = outcomes = verified = 0
+    divergence: Divergence | None = None
+    for partition in partitions:
+        writer = PartitionWriter(
+            log,
+            view,
+            partition,
+            target.partitions,
+            target.topics,
+            batch_size=batch_size,
+            publish=False,
+            until=ends[partition] if ends else None,
+        )
+        recorded = recorded_outcomes(log, target.topics.outcomes, partition)
+        if ends:
+            recorded = _before(recorded, ends[partition])
+        checking = verify
+        while (batch := writer.step()) is not None:
+            records += batch.end - batch.start
+            if progress is not None:
+                progress(batch.end - batch.start)
+            outcomes += sum(map(len, map(_OUTCOMES_OF, batch.applied)))
+            if not checking:
+                continue
+            for applied in batch.applied:
+                if not checking:
+                    break
+                for actual in applied.outcomes:
+                    expected = next(recorded, None)
+                    if expected is None:
+                        checking = False  # the rest is not decided live yet
+                        break
+                    if expected != actual:
+                        if divergence is None:
+                            divergence = Divergence(partition, applied.offset, expected, actual)
+                        checking = False
+                        break
+                    verified += 1
+        view.write_held_back(writer.state)
+        if checking and divergence is None:
+            extra = next(recorded, None)
+            if extra is not None:
+                divergence = Divergence(partition, extra.offset, extra, None)
+    view.flush()
+    return records, outcomes, verified, divergence
 
 
 def _worker(

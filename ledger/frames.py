@@ -45,6 +45,9 @@ from array import array
 from dataclasses import dataclass
 from pathlib import Path
 
+Buffer = mmap.mmap | bytes | bytearray
+"""What a scan reads: a mapped file, or bytes in memory."""
+
 __all__ = [
     "CURRENT_FORMAT",
     "FORMATS",
@@ -54,6 +57,7 @@ __all__ = [
     "frame",
     "header_size",
     "scan",
+    "scan_buffer",
     "seal",
 ]
 
@@ -152,22 +156,40 @@ def scan(fd: int, fmt: int, start: int, size: int, offset: int, chain: int) -> S
     # mmap offsets must be multiples of the allocation granularity
     base = start - start % mmap.ALLOCATIONGRANULARITY
     with mmap.mmap(fd, size - base, access=mmap.ACCESS_READ, offset=base) as mm:
-        view = memoryview(mm)
-        try:
-            if fmt == 2:
-                stop = _scan_v2(mm, view, base, start - base, size - base, offset, result)
-            else:
-                stop = _scan_v1(mm, view, base, start - base, size - base, result)
-            result.stop = stop + base
-            if stop < size - base:
-                at = offset + len(result.ends)
-                result.damage = _judge(view, fmt, stop, size - base, result.chain, at)
-        finally:
-            view.release()
+        _scan_into(result, mm, fmt, base, start - base, size - base, offset)
     return result
 
 
-def _scan_v1(mm: mmap.mmap, view: memoryview, base: int, pos: int, limit: int, result: Scan) -> int:
+def scan_buffer(data: Buffer, fmt: int, start: int, limit: int, offset: int, chain: int) -> Scan:
+    """:func:`scan` of bytes held in memory, from ``start`` up to ``limit``:
+    the same checks and the same judgement of what follows the intact
+    records (the simulator's log keeps its partitions this way)."""
+    result = Scan(array("q"), array("I"), chain, start)
+    if limit > start:
+        _scan_into(result, data, fmt, 0, start, limit, offset)
+    return result
+
+
+def _scan_into(
+    result: Scan, data: Buffer, fmt: int, base: int, pos: int, limit: int, offset: int
+) -> None:
+    """Scan ``data`` (whose byte 0 is file position ``base``) from ``pos`` to
+    ``limit`` into ``result``."""
+    view = memoryview(data)
+    try:
+        if fmt == 2:
+            stop = _scan_v2(data, view, base, pos, limit, offset, result)
+        else:
+            stop = _scan_v1(data, view, base, pos, limit, result)
+        result.stop = stop + base
+        if stop < limit:
+            at = offset + len(result.ends)
+            result.damage = _judge(view, fmt, stop, limit, result.chain, at)
+    finally:
+        view.release()
+
+
+def _scan_v1(mm: Buffer, view: memoryview, base: int, pos: int, limit: int, result: Scan) -> int:
     ends = result.ends
     key_lengths = result.key_lengths
     unpack = _V1.unpack_from
@@ -185,7 +207,7 @@ def _scan_v1(mm: mmap.mmap, view: memoryview, base: int, pos: int, limit: int, r
 
 
 def _scan_v2(
-    mm: mmap.mmap, view: memoryview, base: int, pos: int, limit: int, offset: int, result: Scan
+    mm: Buffer, view: memoryview, base: int, pos: int, limit: int, offset: int, result: Scan
 ) -> int:
     ends = result.ends
     key_lengths = result.key_lengths

@@ -59,8 +59,13 @@ class Publisher:
         topics: Topics = DEFAULT_TOPICS,
         clock_ms: Callable[[], int] = wall_clock_ms,
         max_skew_ms: int = DEFAULT_MAX_SKEW_MS,
+        new_id: Callable[[], str] = lambda: str(uuid.uuid4()),
     ) -> None:
+        """``new_id`` names the events the edge makes itself (ticks, a
+        consumer's releases, aggregate and pool definitions); a seeded
+        simulation gives one that repeats run after run."""
         self.log = log
+        self.new_id = new_id
         self.topics = topics
         self.clock_ms = clock_ms
         self.max_skew_ms = max_skew_ms
@@ -141,7 +146,7 @@ class Publisher:
         appends = []
         for partition in targets:
             key = keys[partition]
-            tick = Tick(event_id=f"tick-{uuid.uuid4()}", ts_ms=now, partition_key=key)
+            tick = Tick(event_id=f"tick-{self.new_id()}", ts_ms=now, partition_key=key)
             appends.append(Append(partition, key.encode(), encode_event(tick)))
         self.log.append(self.topics.events, appends)
 
@@ -151,7 +156,7 @@ class Publisher:
         keyed so that it hashes to its partition. Where the consumer holds
         nothing the writer records a no-op. Returns the (partition, offset)s."""
         now = self.clock_ms()
-        request = f"release-consumer-{uuid.uuid4()}"
+        request = f"release-consumer-{self.new_id()}"
         appends = []
         for partition, key in enumerate(partition_keys(self.partitions)):
             event = validate_event(
@@ -179,7 +184,7 @@ class Publisher:
         the definition; copy ``p`` is ``EVENT_ID-p``. The (partition,
         offset)s; :class:`EventDecodeError` says what is wrong with it."""
         now = self.clock_ms()
-        base = event_id or f"aggregate-{uuid.uuid4()}"
+        base = event_id or f"aggregate-{self.new_id()}"
         appends = []
         for partition, key in enumerate(partition_keys(self.partitions)):
             event = validate_event(
@@ -213,7 +218,7 @@ class Publisher:
         with a definition. Returns its (partition, offset)."""
         data: dict[str, Any] = {
             "type": "pool_defined",
-            "event_id": f"pool-{uuid.uuid4()}",
+            "event_id": f"pool-{self.new_id()}",
             "ts_ms": self.clock_ms(),
             "partition_key": pool_id,
             "pool_id": pool_id,
