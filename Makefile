@@ -4,7 +4,7 @@ VENV ?= .venv
 PYTHON ?= python3
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint check bench interpreted clean
+.PHONY: demo test lint check bench sim interpreted clean
 
 # The decision core compiled with mypyc (berth/compile.py says why), again
 # whenever a source in projections/ changes; without a C compiler the build
@@ -29,7 +29,7 @@ test: $(COMPILED)
 
 lint: $(BIN)/.installed
 	$(BIN)/ruff check .
-	$(BIN)/mypy schemas ledger projections consumers scheduling berth bench tests
+	$(BIN)/mypy schemas ledger projections consumers scheduling berth sim bench tests
 
 check: lint test
 
@@ -37,6 +37,12 @@ bench: $(COMPILED)
 	$(BIN)/python -m bench.projector --kafka auto
 	$(BIN)/python -m bench.ledger --kafka auto
 	$(BIN)/python -m bench.worker --kafka auto
+
+# the simulator (docs/simulation.md): new random seeds for SIM_BUDGET_S seconds
+SIM_BUDGET_S ?= 300
+SIM_STEPS ?= 3000
+sim: $(COMPILED)
+	$(BIN)/python -m sim --budget-s $(SIM_BUDGET_S) --steps $(SIM_STEPS)
 
 # the same code, run by the interpreter (until the next make demo/test/bench)
 interpreted: $(BIN)/.installed

@@ -1,5 +1,5 @@
 """Layers import downward only: schemas <- ledger <- projections <- scheduling
-<- consumers <- berth (ARCHITECTURE.md). Every import counts, those inside
+<- consumers <- berth <- sim (ARCHITECTURE.md). Every import counts, those inside
 functions and under ``TYPE_CHECKING`` too: a deferred import is still an
 arrow back up, it only fails later."""
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-LAYERS = ("schemas", "ledger", "projections", "scheduling", "consumers", "berth")
+LAYERS = ("schemas", "ledger", "projections", "scheduling", "consumers", "berth", "sim")
 """Lowest first: a module may import from its own layer and those before it."""
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,0 +1,296 @@
+"""The invariants, checked after every step of a run and once more at its end.
+
+Each check raises :class:`Violation` naming the invariant; the run prints the
+seed and step that reproduce it. The writers' states are checked against a
+shadow: the same pure projector fed every record of the log exactly once,
+in order, by the checker itself.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Iterable
+
+from sqlalchemy import select, text
+
+from consumers.partition_writer import PartitionWriter
+from ledger.log import Tail
+from projections.batch import decide
+from projections.state import CONSUMED, PartitionState
+from projections.view.tables import partition_offsets
+from schemas.outcomes import Kind, Outcome
+from sim.system import System
+from sim.workload import Workload
+
+OVER_CAPACITY = "no provider over capacity (writers)"
+VIEW_OVER_CAPACITY = "no provider over capacity (view)"
+USAGE_COUNTED = "usage equals the sum of the active reservations"
+ALL_OR_NOTHING = "every batch all or nothing"
+IDENTIFIERS = "no identifier held by two live reservations"
+ACKNOWLEDGED = "every acknowledged append present"
+APPLIED_ONCE = "no record applied twice to the view"
+REPLAY = "replay --verify equality"
+LIVENESS = "every request answered once the faults stop"
+DAMAGE = "storage damage detected, never an acknowledged record lost"
+UNHANDLED = "no component fails on what the system may do to it"
+
+INVARIANTS = (
+    OVER_CAPACITY,
+    VIEW_OVER_CAPACITY,
+    USAGE_COUNTED,
+    ALL_OR_NOTHING,
+    IDENTIFIERS,
+    ACKNOWLEDGED,
+    APPLIED_ONCE,
+    REPLAY,
+    LIVENESS,
+    DAMAGE,
+    UNHANDLED,
+)
+
+_GENERATION = re.compile(r"\.\d+(g[\d-]+)(?:\.p\d+)?$")
+
+
+class Violation(Exception):
+    def __init__(self, invariant: str, detail: str) -> None:
+        super().__init__(f"{invariant}: {detail}")
+        self.invariant = invariant
+        self.detail = detail
+
+
+class Checker:
+    def __init__(self, system: System, workload: Workload) -> None:
+        self.system = system
+        self.workload = workload
+        count = system.partitions
+        self.shadows = [PartitionState(partition=p, partitions=count) for p in range(count)]
+        self.shadow_next = [0] * count
+        self.outcomes = Tail(system.log, system.topics.outcomes, from_start=True)
+        self.kinds: dict[str, list[str]] = defaultdict(list)
+        """Reservation id -> the kinds of its outcomes, in log order."""
+        self.failed_batches: set[str] = set()
+        self.judged: set[str] = set()
+        self.crashed_generations: set[str] = set()
+        self.checks = 0
+        self.seen: dict[int, tuple[PartitionWriter, int]] = {}
+        """Partition -> (writer, offset) last checked: a writer that has
+        neither moved on nor been replaced has nothing new to check."""
+
+    # -- after every step -------------------------------------------------------
+
+    def after_step(self) -> None:
+        self.checks += 1
+        for writer in list(self.system.writers.writers.values()):
+            if writer.halted is not None:
+                continue
+            p = writer.partition
+            last = self.seen.get(p)
+            if last is not None and last[0] is writer and last[1] == writer.next_offset:
+                continue
+            self.seen[p] = (writer, writer.next_offset)
+            self._within_capacity(writer.state)
+            self._identifiers(writer.state)
+            if writer.next_offset > self.shadow_next[p]:
+                self._advance_shadow(p, writer.next_offset)
+            if writer.next_offset == self.shadow_next[p]:
+                self._same_as_shadow(writer.state, self.shadows[p])
+        self._answers()
+
+    def _advance_shadow(self, partition: int, end: int) -> None:
+        log, topic = self.system.log, self.system.topics.events
+        shadow = self.shadows[partition]
+        while self.shadow_next[partition] < end:
+            offset = self.shadow_next[partition]
+            records = log.read(topic, partition, offset, end - offset)
+            decide(shadow, records)
+            self.shadow_next[partition] = records[-1].offset + 1
+        shadow.touched.clear()
+        shadow.reshaped.clear()
+        shadow.pools_touched.clear()
+        shadow.aggregates_touched.clear()
+
+    def _same_as_shadow(self, state: PartitionState, shadow: PartitionState) -> None:
+        """A record applied twice (or skipped) leaves the writer's state
+        unlike the shadow's, which saw every record exactly once."""
+        mine, theirs = _digest(state), _digest(shadow)
+        if mine != theirs:
+            raise Violation(
+                APPLIED_ONCE,
+                f"partition {state.partition}: the writer's state differs from every record "
+                f"applied once: {_first_difference(mine, theirs)}",
+            )
+
+    def _within_capacity(self, state: PartitionState) -> None:
+        counted: dict[str, list[int]] = {}
+        for reservation in state.reservations.values():
+            for provider, amounts in reservation.items:
+                used = counted.setdefault(provider.provider_id, [0] * len(provider.layout.classes))
+                for rc, amount in amounts:
+                    used[provider.layout.index[rc]] += amount
+        for pid, provider in state.providers.items():
+            layout = provider.layout
+            counts = counted.get(pid, [0] * len(layout.classes))
+            for i, limits in enumerate(layout.limits):
+                amount = provider.held[i] + provider.consumed[i]
+                if amount != counts[i]:
+                    raise Violation(
+                        USAGE_COUNTED,
+                        f"{pid} {layout.classes[i]}: counted {amount}, "
+                        f"reservations hold {counts[i]}",
+                    )
+                if amount > limits.capacity:
+                    raise Violation(
+                        OVER_CAPACITY,
+                        f"{pid} {layout.classes[i]}: {amount} used of {limits.capacity}",
+                    )
+
+    def _identifiers(self, state: PartitionState) -> None:
+        holder: dict[tuple[str, int], str] = {}
+        for rid, reservation in state.reservations.items():
+            for pool, value in reservation.identifiers:
+                key = (pool.pool_id, value)
+                if key in holder:
+                    raise Violation(IDENTIFIERS, f"{key} held by {holder[key]} and {rid}")
+                if pool.free.is_free(value):
+                    raise Violation(IDENTIFIERS, f"{key} held by {rid} but free in its pool")
+                holder[key] = rid
+
+    def _answers(self) -> None:
+        """A batch answered committed holds every instance it says (at least
+        its minimum), each accepted or committed by its writer."""
+        for record in self.outcomes.records():
+            outcome = Outcome.from_json(record.value)
+            self.kinds[outcome.subject].append(outcome.kind)
+        for bid, asked in self.workload.asked.items():
+            answer = asked.answer
+            if answer is None or bid in self.judged or not answer.get("batch"):
+                continue
+            self.judged.add(bid)
+            if not answer["placed"]:
+                self.failed_batches.add(bid)
+                continue
+            instances = answer["instances"]
+            if len(instances) < asked.least or len(instances) > asked.instances:
+                raise Violation(
+                    ALL_OR_NOTHING,
+                    f"{bid} ({asked.mode}) committed {len(instances)} of {asked.instances} "
+                    f"instances, at least {asked.least} needed",
+                )
+            for instance in instances:
+                for rid in instance["reservation_ids"]:
+                    kinds = self.kinds.get(rid, [])
+                    if Kind.ACCEPTED not in kinds and Kind.COMMITTED not in kinds:
+                        raise Violation(
+                            ALL_OR_NOTHING, f"{bid} committed, but {rid} was never held: {kinds}"
+                        )
+
+    # -- when the writers are at the end of the log --------------------------------
+
+    def caught_up(self) -> None:
+        """Checks that need every writer at the end of its partition: the
+        view within capacity and in step with the writers; a failed batch
+        holds nothing (but what a crashed scheduler abandoned, which its
+        lease ends)."""
+        with self.system.engine.connect() as conn:
+            over = conn.execute(
+                text(
+                    "SELECT provider_id, resource_class, held, consumed, capacity "
+                    "FROM inventories WHERE held + consumed > capacity"
+                )
+            ).first()
+            if over is not None:
+                raise Violation(VIEW_OVER_CAPACITY, f"{tuple(over)}")
+            offsets = dict(
+                conn.execute(
+                    select(partition_offsets.c.partition, partition_offsets.c.next_offset)
+                ).all()
+            )
+            usage = conn.execute(
+                text("SELECT provider_id, resource_class, held, consumed FROM inventories")
+            ).all()
+        for writer in self.system.writers.writers.values():
+            if offsets.get(writer.partition, 0) != writer.next_offset:
+                raise Violation(
+                    APPLIED_ONCE,
+                    f"partition {writer.partition}: view at {offsets.get(writer.partition)}, "
+                    f"writer at {writer.next_offset}",
+                )
+        self._view_usage(usage)
+        self._failed_hold_nothing()
+
+    def _view_usage(self, usage: Iterable[tuple[str, str, int, int]]) -> None:
+        expected: dict[tuple[str, str], tuple[int, int]] = {}
+        for shadow in self.shadows:
+            for pid, provider in shadow.providers.items():
+                for i, rc in enumerate(provider.layout.classes):
+                    expected[(pid, rc)] = (provider.held[i], provider.consumed[i])
+        for pid, rc, held, consumed in usage:
+            want = expected.get((pid, rc))
+            if want is not None and want != (held, consumed):
+                raise Violation(
+                    APPLIED_ONCE,
+                    f"the view says {pid} {rc} holds {held} and consumes {consumed}; "
+                    f"every record applied once: {want}",
+                )
+
+    def _failed_hold_nothing(self) -> None:
+        if not self.failed_batches:
+            return
+        for writer in self.system.writers.writers.values():
+            for rid, reservation in writer.state.reservations.items():
+                bid = reservation.consumer_id.split(".", 1)[0]
+                if bid not in self.failed_batches:
+                    continue
+                generation = _GENERATION.search(rid)
+                if generation is not None and generation[1] in self.crashed_generations:
+                    continue
+                raise Violation(
+                    ALL_OR_NOTHING,
+                    f"{bid} answered failed, but {rid} is "
+                    f"{'consumed' if reservation.status == CONSUMED else 'held'}",
+                )
+
+    # -- at the end ------------------------------------------------------------------
+
+    def acknowledged_present(self) -> int:
+        """Every acknowledged record reads back as it was appended; how many."""
+        log = self.system.log
+        checked = 0
+        for topic, parts in log.topics.items():
+            for p in range(len(parts)):
+                stored = {}
+                offset = 0
+                while records := log.read(topic, p, offset, 5000):
+                    offset = records[-1].offset + 1
+                    stored.update({r.offset: (r.key, r.value) for r in records})
+                for at, key, value in log.acknowledged(topic, p):
+                    if stored.get(at) != (key, value):
+                        raise Violation(ACKNOWLEDGED, f"{topic} partition {p} record {at}")
+                    checked += 1
+        return checked
+
+
+def _digest(state: PartitionState) -> tuple[object, ...]:
+    providers = {
+        pid: (p.state, tuple(p.held), tuple(p.consumed), p.layout.limits, p.active)
+        for pid, p in state.providers.items()
+    }
+    reservations = {
+        rid: (r.status, r.expires_at_ms, r.transaction) for rid, r in state.reservations.items()
+    }
+    pools = {pid: pool.free.count for pid, pool in state.pools.items()}
+    return (state.clock_ms, providers, reservations, pools)
+
+
+def _first_difference(mine: tuple[object, ...], theirs: tuple[object, ...]) -> str:
+    names = ("clock", "providers", "reservations", "pools")
+    for name, a, b in zip(names, mine, theirs, strict=True):
+        if a == b:
+            continue
+        if isinstance(a, dict) and isinstance(b, dict):
+            for key in sorted(set(a) | set(b)):
+                if a.get(key) != b.get(key):
+                    return f"{name} {key}: writer {a.get(key)}, once {b.get(key)}"
+        return f"{name}: writer {a}, once {b}"
+    return "?"
