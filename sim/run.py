@@ -42,7 +42,7 @@ from sim.system import Clock, System, migrated_view
 from sim.workload import MAX_PRODUCER_SKEW_MS, Workload
 
 PARTITIONS = 4
-MOST_PUMPS = 20_000
+MOST_PUMPS = 2_000
 """The most times one scheduler step may wait on the writers: past it, a
 request is stuck (liveness)."""
 DRAIN_STEPS = 2_000
