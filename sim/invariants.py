@@ -70,7 +70,6 @@ class Checker:
         self.kinds: dict[str, list[str]] = defaultdict(list)
         """Reservation id -> the kinds of its outcomes, in log order."""
         self.failed_batches: set[str] = set()
-        self.judged: set[str] = set()
         self.crashed_generations: set[str] = set()
         self.checks = 0
         self.seen: dict[int, tuple[PartitionWriter, int]] = {}
@@ -162,11 +161,12 @@ class Checker:
         for record in self.outcomes.records():
             outcome = Outcome.from_json(record.value)
             self.kinds[outcome.subject].append(outcome.kind)
-        for bid, asked in self.workload.asked.items():
+        fresh, self.workload.answered = self.workload.answered, []
+        for bid in fresh:
+            asked = self.workload.asked[bid]
             answer = asked.answer
-            if answer is None or bid in self.judged or not answer.get("batch"):
+            if answer is None or not answer.get("batch"):
                 continue
-            self.judged.add(bid)
             if not answer["placed"]:
                 self.failed_batches.add(bid)
                 continue

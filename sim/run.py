@@ -100,6 +100,7 @@ class Result:
     """The last faults and operations before the end (or the violation)."""
     log_digest: str = ""
     """Of every byte the log holds at the end: the same seed, the same bytes."""
+    cpu_s: float = 0.0
 
     @property
     def ok(self) -> bool:
@@ -115,6 +116,7 @@ class Result:
             "at_step": self.at_step,
             "log_digest": self.log_digest,
             "seconds": round(self.seconds, 2),
+            "cpu_s": round(self.cpu_s, 2),
             "ops_per_s": round(self.ops / self.seconds) if self.seconds else 0,
             "counts": dict(sorted(self.counts.items())),
         }
@@ -191,6 +193,7 @@ class Run:
 
     def execute(self) -> Result:
         started = time.perf_counter()
+        cpu = time.process_time()
         violation: Violation | None = None
         try:
             while self.step_no < self.steps:
@@ -222,6 +225,7 @@ class Run:
             time.perf_counter() - started,
             list(self.trace),
             digest.hexdigest()[:16],
+            time.process_time() - cpu,
         )
 
     def step(self) -> None:
@@ -230,7 +234,7 @@ class Run:
         roll = rng.random()
         if roll < 0.35:
             self._guarded("workload", self._workload)
-        elif roll < 0.47:
+        elif roll < 0.41:
             self._scheduler_step()
         elif roll < 0.90:
             self._writers_act()

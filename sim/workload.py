@@ -66,6 +66,8 @@ class Workload:
     asked: dict[str, Asked] = field(default_factory=dict)
     consumers: list[str] = field(default_factory=list)
     skews: tuple[int, ...] = ()
+    answered: list[str] = field(default_factory=list)
+    """Requests answered since the checker last looked."""
     events: int = 0
     published: int = 0
 
@@ -238,7 +240,7 @@ class Workload:
                 "mode": mode,
                 "priority": rng.randint(0, 3),
                 "prepare_timeout_ms": rng.choice((2_000, 30_000)),
-                "queue_timeout_ms": rng.choice((0, 20_000)),
+                "queue_timeout_ms": rng.choice((0, 3_000, 10_000)),
                 **({"min_count": least} if mode == "at_least" else {}),
             }
         )
@@ -306,6 +308,7 @@ class Workload:
                 continue
             if asked.answer is None:
                 asked.answer = answer
+                self.answered.append(answer["request_id"])
             if not answer["placed"]:
                 continue
             for instance in answer.get("instances") or ():
