@@ -33,6 +33,8 @@ APPLIED_ONCE = "no record applied twice to the view"
 REPLAY = "replay --verify equality"
 LIVENESS = "every request answered once the faults stop"
 DAMAGE = "storage damage detected, never an acknowledged record lost"
+ANTI_AFFINITY = "no two instances of an anti-affinity group on one provider"
+LEASES = "no hold outlives its lease"
 UNHANDLED = "no component fails on what the system may do to it"
 
 INVARIANTS = (
@@ -46,6 +48,8 @@ INVARIANTS = (
     REPLAY,
     LIVENESS,
     DAMAGE,
+    ANTI_AFFINITY,
+    LEASES,
     UNHANDLED,
 )
 
@@ -90,6 +94,7 @@ class Checker:
             self.seen[p] = (writer, writer.next_offset)
             self._within_capacity(writer.state)
             self._identifiers(writer.state)
+            self._rules_and_leases(writer.state)
             if writer.next_offset > self.shadow_next[p]:
                 self._advance_shadow(p, writer.next_offset)
             if writer.next_offset == self.shadow_next[p]:
@@ -154,6 +159,28 @@ class Checker:
                 if pool.free.is_free(value):
                     raise Violation(IDENTIFIERS, f"{key} held by {rid} but free in its pool")
                 holder[key] = rid
+
+    def _rules_and_leases(self, state: PartitionState) -> None:
+        """Anti-affinity holds on every provider; a hold whose lease the
+        partition's clock has passed was expired before anything else was
+        decided (holds expire first)."""
+        groups: set[tuple[str, str]] = set()
+        groups_of = self.workload.groups  # the group the request asked for
+        for rid, reservation in state.reservations.items():
+            if reservation.status != CONSUMED and reservation.expires_at_ms < state.clock_ms:
+                raise Violation(
+                    LEASES,
+                    f"{rid} held until {reservation.expires_at_ms}, "
+                    f"partition {state.partition}'s clock at {state.clock_ms}",
+                )
+            group = groups_of.get(reservation.consumer_id.split(".", 1)[0])
+            if group is None:
+                continue
+            for provider, _ in reservation.items:
+                key = (provider.provider_id, group)
+                if key in groups:
+                    raise Violation(ANTI_AFFINITY, f"group {key[1]} twice on {key[0]}")
+                groups.add(key)
 
     def _answers(self) -> None:
         """A batch answered committed holds every instance it says (at least

@@ -67,6 +67,8 @@ class Workload:
     consumers: list[str] = field(default_factory=list)
     skews: tuple[int, ...] = ()
     answered: list[str] = field(default_factory=list)
+    groups: dict[str, str] = field(default_factory=dict)
+    """Request id -> its anti-affinity group."""
     """Requests answered since the checker last looked."""
     events: int = 0
     published: int = 0
@@ -218,6 +220,11 @@ class Workload:
     def request(self) -> str:
         rid = self.next_id("r")
         request = self._member(rid, identifiers=self.rng.random() < 0.15)
+        if request.num_instances > 1 and self.rng.random() < 0.3:
+            # each instance on its own provider, a rule the writers hold too
+            spread = {"group_id": f"group-{rid}", "group_policy": "anti-affinity"}
+            request = request.model_copy(update=spread)
+            self.groups[rid] = spread["group_id"]
         self.edge.submit([request])  # asked once acknowledged: a torn append never was
         self.asked[rid] = Asked("single", request.num_instances, request.num_instances)
         return "request"
