@@ -22,7 +22,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -134,7 +133,8 @@ class BalanceWorker:
     def _claim(self, plan: Plan) -> list[MoveClaim]:
         publisher = self.publisher
         now = publisher.clock_ms()
-        ids = [f"{m.instance.reservation_id}.move-{uuid.uuid4().hex[:12]}" for m in plan.moves]
+        # named by the publisher's id maker: a seeded simulation repeats them
+        ids = [f"{m.instance.reservation_id}.move-{publisher.new_id()}" for m in plan.moves]
         positions = publisher.publish(
             [move_claim(m, rid, self.lease_ms, now) for m, rid in zip(plan.moves, ids, strict=True)]
         )
