@@ -158,9 +158,12 @@ class Run:
             self.clock,
             self.system.publisher(0),
             Tail(self.log, self.system.topics.placements, from_start=True),
+            Tail(self.log, self.system.topics.moves, from_start=True),
             skews=skews,
         )
         self.reaper = self.system.reaper(rng.choice(skews))
+        self.balancer_skew_ms = rng.choice(skews)
+        self.balancer = self.system.balancer(self.balancer_skew_ms)
         self.checker = Checker(self.system, self.workload)
         self.flips: set[tuple[str, int, int]] = set()
         self.delivered = [0] * PARTITIONS
@@ -238,13 +241,21 @@ class Run:
             self._scheduler_step()
         elif roll < 0.90:
             self._writers_act()
-        else:
+        elif roll < 0.985:
             self._tick()
+        else:
+            self._guarded("balancer", self._balance)
         self._fault()
 
     def _workload(self) -> None:
         op = self.workload.act()
         self.counts[f"op: {op}"] += 1
+
+    def _balance(self) -> None:
+        planned = self.balancer.step()
+        self.counts["op: balance round"] += 1
+        if planned is not None and planned[1]:
+            self.counts["op: move claimed"] += len(planned[1])
 
     def _tick(self) -> None:
         if self.clock.now_ms < self.ticks_back_at:
@@ -323,6 +334,8 @@ class Run:
     def _restart(self, who: str) -> None:
         if who == "writers":
             self.system.restart_writers()
+        elif who == "balancer":
+            self.balancer = self.system.balancer(self.balancer_skew_ms)
         elif who == "scheduler":
             if self.system.scheduler is not None:
                 self.checker.crashed_generations.add(self.system.scheduler.scheduler.generation)

@@ -24,6 +24,7 @@ from typing import cast
 from sqlalchemy import Engine
 
 from berth.app import Settings, create_topics
+from consumers.balance_worker import BalanceWorker
 from consumers.batches import BatchScheduler
 from consumers.coordinator import Coordinator
 from consumers.group_writers import GroupWriters
@@ -215,6 +216,15 @@ class System:
             self.log, self.topics, scheduler, batches=batches, batch_size=8
         )
         return self.scheduler
+
+    def balancer(self, skew_ms: int) -> BalanceWorker:
+        """``berth balance --claim``: even out VCPU use above half of capacity."""
+        config = SchedulerConfig.from_mapping(
+            {"balance": {"policy": "evenly_distributed", "high_utilization": 50.0}}
+        )
+        return BalanceWorker(
+            self.engine, self.publisher(skew_ms), config, claim=True, lease_ms=30_000
+        )
 
     def reaper(self, skew_ms: int) -> Reaper:
         return Reaper(self.publisher(skew_ms), interval_s=1.0)

@@ -59,6 +59,9 @@ class Workload:
     clock: Clock
     edge: Publisher
     answers: Tail
+    moves: Tail
+    """The balancer's proposals, which the workload carries out (or not) as
+    the service moving instances would."""
     providers: list[str] = field(default_factory=list)
     retired: set[str] = field(default_factory=set)
     pools: list[str] = field(default_factory=list)
@@ -95,6 +98,8 @@ class Workload:
             return self.retire()
         if roll < 0.13 or not self.pools:
             return self.define_pool()
+        if roll < 0.21:
+            return self.claim()
         if roll < 0.45:
             return self.request()
         if roll < 0.60:
@@ -105,8 +110,10 @@ class Workload:
             return self.release()
         if roll < 0.90:
             return self.renew()
-        if roll < 0.95:
+        if roll < 0.94:
             return self.delete_consumer()
+        if roll < 0.97:
+            return self.move()
         return self.resubmit()
 
     def publish(self, events: list[dict[str, Any]]) -> None:
@@ -217,6 +224,30 @@ class Workload:
             }
         )
 
+    def claim(self) -> str:
+        """A claim published directly (``berth publish``, the HTTP API), on
+        a provider the user picked: its writer alone decides whether it fits."""
+        pid = self._live_provider()
+        if pid is None:
+            return self.register()
+        rid = self.next_id("c")
+        shape = self.rng.choice(_SHAPES)
+        self.publish(
+            [
+                {
+                    "type": "claim",
+                    **self._base(pid),
+                    "reservation_id": rid,
+                    "consumer_id": rid,
+                    "project_id": "gamma",
+                    "items": [{"provider_id": pid, "resources": dict(shape)}],
+                    "lease_ms": self.rng.choice((5_000, 60_000)),
+                }
+            ]
+        )
+        self._placed(rid, pid, rid)  # perhaps refused: a consume of it is refused too
+        return "claim"
+
     def request(self) -> str:
         rid = self.next_id("r")
         request = self._member(rid, identifiers=self.rng.random() < 0.15)
@@ -304,6 +335,26 @@ class Workload:
         for rid in [r for r, p in self.placed.items() if p.consumer_id == consumer]:
             del self.placed[rid]
         return "delete-consumer"
+
+    def move(self) -> str:
+        """Carry out the balancer's proposals so far: most moves are made
+        (the new reservation consumed, the old released), some abandoned
+        (the new one released)."""
+        moved = 0
+        for record in self.moves.records():
+            proposal = json.loads(record.value)
+            new = Placed(proposal["claim_id"], proposal["destination"], proposal["consumer_id"])
+            if self.rng.random() < 0.2:
+                self._reservation_event("release", new)
+                continue
+            self._reservation_event("consume", new)
+            old = self.placed.pop(proposal["reservation_id"], None)
+            if old is not None:
+                self._reservation_event("release", old)
+            new.consumed = True
+            self.placed[new.reservation_id] = new
+            moved += 1
+        return "move" if moved else self.request()
 
     # -- answers ---------------------------------------------------------------
 
