@@ -500,8 +500,13 @@ class _Traced(Counter[str]):
 
 
 def run(seed: int, steps: int, rates: Rates | None = None) -> Result:
-    logging.getLogger().setLevel(logging.CRITICAL)
-    return Run(seed, steps, rates).execute()
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.CRITICAL)  # the components log every fault the run injects
+    try:
+        return Run(seed, steps, rates).execute()
+    finally:
+        root.setLevel(level)
 
 
 def shrink(seed: int, steps: int, rates: Rates | None = None) -> tuple[int, Result]:
