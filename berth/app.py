@@ -177,6 +177,7 @@ class App:
         from consumers.policies import PolicyBook
         from consumers.scheduler import OutcomeFollower, Scheduler
         from consumers.scheduler_worker import SchedulerWorker
+        from consumers.server_groups import LiveRules
         from consumers.snapshot_source import LiveSnapshot
 
         topics = self.settings.topics
@@ -210,6 +211,7 @@ class App:
             publisher.partitions,
             pump=pump,
             max_attempts=config.max_attempts,
+            groups=LiveRules(self.engine),
         )
         return SchedulerWorker(self.log, topics, scheduler, partitions=partitions, batches=batches)
 

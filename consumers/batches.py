@@ -14,12 +14,13 @@ are tried again, head first, whenever the scheduler looks at its queue.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from consumers.coordinator import Coordinator, Part, TxnResult, Vote
 from consumers.scheduler import engine_request
+from consumers.server_groups import GroupRule, RuleSource
 from ledger.partitioner import partition_for
 from scheduling.engine import Engine, Placement, demand_row
 from scheduling.model import Snapshot
@@ -127,6 +128,8 @@ class _Planned:
     instances: list[tuple[int, int, str]]
     """(member, index, provider id) per instance placed."""
     unplaced: dict[int, Placement]
+    groups: Mapping[str, GroupRule] = field(default_factory=dict)
+    """The server groups the log created, as the plan saw them."""
 
 
 class BatchScheduler:
@@ -140,7 +143,12 @@ class BatchScheduler:
         clock_ms: Callable[[], int] | None = None,
         max_attempts: int = 3,
         generation: str = "",
+        groups: RuleSource | None = None,
     ) -> None:
+        """``groups``: the server groups' rules; a member of one claims its
+        membership in the group's partition in the same transaction as its
+        compute, so the group's writer checks the policy."""
+        self.groups = groups
         self.coordinator = coordinator
         self.engine = engine
         self.snapshot = snapshot
@@ -256,14 +264,15 @@ class BatchScheduler:
         used = snapshot.used.copy()
         working = snapshot.with_used(used, ())  # the same usage, for now
         rows = snapshot.row_of
-        planned = _Planned([], {})
+        planned = _Planned([], {}, self.groups() if self.groups is not None else {})
         explain = batch.explain
         for m, member in enumerate(batch.members):
             room = most - len(planned.instances)
             wanted = min(member.num_instances, room)
             if wanted <= 0:
                 break
-            request = engine_request(member, wanted, frozenset(tried[m]))
+            group = planned.groups.get(member.group_id) if member.group_id else None
+            request = engine_request(member, wanted, frozenset(tried[m]), group)
             placement = self.engine.place(working, request, explain=explain or member.explain)
             if not placement.placed:
                 planned.unplaced[m] = placement
@@ -293,12 +302,17 @@ class BatchScheduler:
             for item in member.identifiers:
                 where = partition_for(item.pool_id.encode(), self.partitions)
                 (local if where == home else elsewhere.setdefault(where, [])).append(item)
-            specs = [(home, pid, _spec(member, f"{consumer}.{txn}", consumer, pid, tuple(local)))]
+            group = planned.groups.get(member.group_id) if member.group_id else None
+            joins = None if group is None else group.partition
+            if joins is not None and joins != home:
+                elsewhere.setdefault(joins, [])
+            spec = _spec(member, f"{consumer}.{txn}", consumer, pid, tuple(local), group, home)
+            specs = [(home, pid, spec)]
             for where, items in sorted(elsewhere.items()):
                 rid = f"{consumer}.{txn}.p{where}"
-                specs.append(
-                    (where, items[0].pool_id, _spec(member, rid, consumer, None, tuple(items)))
-                )
+                key = items[0].pool_id if items else member.group_id or ""
+                spec = _spec(member, rid, consumer, None, tuple(items), group, where, pid)
+                specs.append((where, key, spec))
             for where, key, spec in specs:
                 by_partition.setdefault(where, (key, []))[1].append(spec)
                 rids.setdefault((m, i), []).append((spec.reservation_id, key))
@@ -400,8 +414,18 @@ def _spec(
     consumer: str,
     provider_id: str | None,
     identifiers: tuple[IdentifierItem, ...],
+    server_group: GroupRule | None = None,
+    partition: int = -1,
+    host: str | None = None,
 ) -> ClaimSpec:
+    """One claim of an instance in ``partition``: its compute on
+    ``provider_id`` (None: identifiers or membership only), and its server
+    group's membership on ``host`` if the group lives in that partition."""
+    # an ad-hoc anti-affinity group (none was created): the compute's partition's rule
     group = member.group_id if member.group_policy == "anti-affinity" else None
+    if server_group is not None:
+        group = None
+    joins = server_group is not None and server_group.partition == partition
     return ClaimSpec(
         reservation_id=rid,
         consumer_id=consumer,
@@ -417,4 +441,6 @@ def _spec(
         require_without_tags=member.require_without_tags
         if provider_id is not None
         else frozenset(),
+        server_group=member.group_id if joins else None,
+        group_host=(provider_id or host) if joins else None,
     )

@@ -19,6 +19,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from consumers.policies import Policy, PolicyBook, PolicyError
+from consumers.server_groups import GroupRule
 from ledger.log import Log
 from ledger.publisher import Publisher
 from scheduling.engine import Engine, Ranking, demand_row
@@ -435,8 +436,15 @@ def _engine_request(p: _Pending) -> Request:
     return engine_request(p.request, len(p.left), frozenset(p.tried))
 
 
-def engine_request(r: PlacementRequest, instances: int, tried: frozenset[str]) -> Request:
-    """The engine's view of ``instances`` more instances of a request."""
+def engine_request(
+    r: PlacementRequest,
+    instances: int,
+    tried: frozenset[str],
+    group: GroupRule | None = None,
+) -> Request:
+    """The engine's view of ``instances`` more instances of a request;
+    ``group``: its server group's rule, when the group is one the log
+    created (its policy then comes from there)."""
     return Request(
         request_id=r.request_id,
         resources=r.resources,
@@ -458,7 +466,8 @@ def engine_request(r: PlacementRequest, instances: int, tried: frozenset[str]) -
             cidr=r.cidr if r.cidr is not None else "/24",
         ),
         group_id=r.group_id,
-        group_policy=r.group_policy,
+        group_policy=r.group_policy if group is None else group.policy,
+        max_server_per_host=1 if group is None else group.max_server_per_host,
         tags=TagRules(
             require_with=r.require_with_tags,
             require_without=r.require_without_tags,

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import ValidationError
 
 from consumers.batches import BatchResult, BatchScheduler
 from consumers.scheduler import Scheduled, Scheduler
+from consumers.server_groups import GroupRule
 from ledger.log import Append, Log, Watches
 from ledger.topics import Topics
 from schemas.requests import BatchRequest, PlacementRequest
@@ -111,6 +113,10 @@ class SchedulerWorker:
             self.queued_at[batch.batch_id] = (partition, offset)
         return result
 
+    def _rules(self) -> Mapping[str, GroupRule]:
+        source = None if self.batches is None else self.batches.groups
+        return {} if source is None else source()
+
     def watches(self) -> Watches:
         """The next request of each partition this worker answers."""
         return {self.topics.requests: {p: self.next_offsets[p] for p in self.partitions}}
@@ -131,6 +137,7 @@ class SchedulerWorker:
                 continue
             valid: list[tuple[int, PlacementRequest]] = []
             results: list[tuple[int, Scheduled | BatchResult]] = []
+            rules: Mapping[str, GroupRule] | None = None  # read at the first grouped request
             for record in records:
                 try:
                     if b'"type":"batch"' in record.value:
@@ -160,7 +167,19 @@ class SchedulerWorker:
                     )
                     results.append((record.offset, again))
                     continue
-                if request.identifiers:  # compute and identifiers together: a transaction
+                grouped = False
+                if request.group_id is not None:
+                    if rules is None:
+                        rules = self._rules()
+                    rule = rules.get(request.group_id)
+                    refused = group_refusal(request, rule)
+                    if refused:
+                        failed = Scheduled(request.request_id, False, (), 0, refused)
+                        results.append((record.offset, failed))
+                        continue
+                    grouped = rule is not None
+                # compute with identifiers or a server group's membership: a transaction
+                if request.identifiers or grouped:
                     alone = BatchRequest(
                         batch_id=request.request_id,
                         ts_ms=request.ts_ms,
@@ -191,3 +210,20 @@ def _generation(log_: Log, topics: Topics) -> str:
         str(sum(log_.end_offset(topic, p) for p in range(log_.partition_count(topic))))
         for topic in (topics.placements, topics.events, topics.transactions)
     )
+
+
+def group_refusal(request: PlacementRequest, rule: GroupRule | None) -> str:
+    """Why a request's server group hint cannot be placed by ("": it can).
+    A group the log never created is an ad-hoc one only with a policy given
+    (the compute's partition keeps its anti-affinity, as before groups were
+    records); without one it names nothing."""
+    if rule is None:
+        if request.group_policy is None:
+            return f"no server group {request.group_id} (berth group create)"
+        return ""
+    if request.group_policy is not None and request.group_policy != rule.policy:
+        return (
+            f"server group {request.group_id} is {rule.policy}, "
+            f"the request says {request.group_policy}"
+        )
+    return ""

@@ -27,6 +27,7 @@ from projections.view.tables import (
     partition_offsets,
     providers,
     reservations,
+    server_group_members,
 )
 from scheduling.balancers.base import Instance
 from scheduling.model import RESOURCE_ARRAYS, Aggregate, Provider, Snapshot
@@ -125,10 +126,23 @@ def _provider(
     )
 
 
+_MEMBER_COLUMNS = (
+    server_group_members.c.group_id.label("member_group"),
+    server_group_members.c.provider_id.label("member_host"),
+)
+"""A reservation's server-group membership, if it is one (outer-joined)."""
+_WITH_MEMBERS = reservations.outerjoin(
+    server_group_members,
+    server_group_members.c.reservation_id == reservations.c.reservation_id,
+)
+
+
 def _active(conn: Connection, *columns: Any) -> Sequence[Row[Any]]:
     """The active reservations' placement columns, and ``columns`` more."""
     c = reservations.c
-    query = select(c.consumer_id, c["items"], c.anti_affinity_group, c.tags, *columns)
+    query = select(
+        c.consumer_id, c["items"], c.anti_affinity_group, c.tags, *_MEMBER_COLUMNS, *columns
+    ).select_from(_WITH_MEMBERS)
     return conn.execute(query.where(c.status.in_(ACTIVE_STATUSES))).all()
 
 
@@ -140,6 +154,15 @@ class _Placed:
     providers: tuple[str, ...]
     group: str | None
     tags: tuple[str, ...]
+    member: tuple[str, str] | None = None
+    """(server group, provider) of a server group's membership."""
+
+    @property
+    def on(self) -> tuple[str, ...]:
+        """The providers it counts on."""
+        if self.member is None:
+            return self.providers
+        return (*self.providers, self.member[1])
 
     @classmethod
     def of(cls, row: Any) -> _Placed:
@@ -148,6 +171,7 @@ class _Placed:
             tuple(item["provider_id"] for item in row.items),
             row.anti_affinity_group,
             tuple(row.tags),
+            None if row.member_group is None else (row.member_group, row.member_host),
         )
 
 
@@ -165,14 +189,14 @@ class _Placements:
         touched: set[str] = set()
         old = self.active.pop(reservation_id, None)
         if old is not None:
-            for pid in old.providers:
+            for pid in old.on:
                 self.on[pid].discard(reservation_id)
-            touched.update(old.providers)
+            touched.update(old.on)
         if placed is not None:
             self.active[reservation_id] = placed
-            for pid in placed.providers:
+            for pid in placed.on:
                 self.on[pid].add(reservation_id)
-            touched.update(placed.providers)
+            touched.update(placed.on)
         return touched
 
     def of(self, pid: str) -> tuple[set[str], Counter[str], Counter[str]]:
@@ -182,6 +206,11 @@ class _Placements:
         tags: Counter[str] = Counter()
         for rid in self.on.get(pid, ()):
             placed = self.active[rid]
+            member = placed.member
+            if member is not None and member[1] == pid:
+                groups[member[0]] += 1
+                if not placed.providers:
+                    continue  # a membership alone: no instance of its own here
             instances.add(placed.consumer_id)
             if placed.group:
                 groups[placed.group] += 1
@@ -216,6 +245,8 @@ def _read(conn: Connection, placements: bool, active: Sequence[Row[Any]] | None 
     tags: dict[str, Counter[str]] = defaultdict(Counter)
     for row in active:
         group = row.anti_affinity_group
+        if row.member_group is not None:
+            groups[row.member_host][row.member_group] += 1
         for item in row.items:
             pid = item["provider_id"]
             instances[pid].add(row.consumer_id)
@@ -396,11 +427,13 @@ class LiveSnapshot:
             c["items"],
             c.anti_affinity_group,
             c.tags,
+            *_MEMBER_COLUMNS,
         )
         placed: dict[str, _Placed | None] = {}
         for start in range(0, len(subjects), _CHUNK):
             chunk = subjects[start : start + _CHUNK]
-            for row in conn.execute(select(*columns).where(c.reservation_id.in_(chunk))):
+            query = select(*columns).select_from(_WITH_MEMBERS)
+            for row in conn.execute(query.where(c.reservation_id.in_(chunk))):
                 placed[row.reservation_id] = (
                     _Placed.of(row) if row.status in ACTIVE_STATUSES else None
                 )

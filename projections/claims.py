@@ -14,6 +14,7 @@ from typing import NamedTuple
 from projections.emitter import Emitter, missing_pool, missing_provider
 from projections.holds import finish, give_back, hold, named
 from projections.pools import PoolState
+from projections.server_groups import membership_refused
 from projections.state import (
     Amounts,
     PartitionState,
@@ -47,6 +48,8 @@ def fingerprint(spec: ClaimSpec, shapes: Shapes) -> int:
             f["tags"],
             f["require_with_tags"],
             f["require_without_tags"],
+            f["server_group"],
+            f["group_host"],
         )
     )
 
@@ -70,6 +73,7 @@ def claim(state: PartitionState, event: Claim, out: Emitter) -> None:
         len(items) == 1
         and not f["identifiers"]
         and f["anti_affinity_group"] is None
+        and f["server_group"] is None
         and not f["require_with_tags"]
         and not f["require_without_tags"]
         and rid not in state.reservations
@@ -187,6 +191,7 @@ def _decide_set(
         for d in decided[:-1]:
             assert d.reservation is not None
             give_back(state, d.reservation)  # undone, not finished: it never took effect
+            state.joined.pop(d.reservation.reservation_id, None)
         return [d for d in decided if d.reservation is None]
     return decided
 
@@ -244,6 +249,7 @@ _CONTESTED = frozenset(
     {
         Code.INSUFFICIENT_CAPACITY,
         Code.ANTI_AFFINITY_CONFLICT,
+        Code.AFFINITY_CONFLICT,
         Code.IDENTIFIER_TAKEN,
         Code.POOL_EXHAUSTED,
     }
@@ -279,8 +285,12 @@ def _wound(
 
 
 def _stands_on(reservation: Reservation, blocked: set[str]) -> bool:
-    return any(p.provider_id in blocked for p, _ in reservation.items) or any(
-        pool.pool_id in blocked for pool, _ in reservation.identifiers
+    membership = reservation.membership
+    return (
+        any(p.provider_id in blocked for p, _ in reservation.items)
+        or any(pool.pool_id in blocked for pool, _ in reservation.identifiers)
+        # a younger pending member of a group on the host an older one needs
+        or (membership is not None and membership[1] in blocked)
     )
 
 
@@ -334,6 +344,10 @@ def _decide(
         if not _misfits(provider, amounts, reasons) and constrained:
             _check_tags(provider, spec, reasons)
         items.append((provider, amounts))
+    if spec.server_group is not None and not reasons:
+        refused = membership_refused(state, spec)
+        if refused is not None:
+            reasons.append(refused)
     if not spec.identifiers or reasons:
         return items, ()
     return items, _pick(state, spec.identifiers, reasons)

@@ -39,6 +39,8 @@ def hold(
     for pool, _ in picks:
         state.pools_touched.add(pool.pool_id)
     rid = f["reservation_id"]
+    group_id = f["server_group"]
+    membership = None if group_id is None else (group_id, f["group_host"])
     reservation = Reservation(
         rid,
         tuple(items),
@@ -52,7 +54,10 @@ def hold(
         transaction,
         f["lease_ms"],
         f["project_id"],
+        membership,
     )
+    if membership is not None:
+        join(state, membership, f["consumer_id"], rid)
     state.reservations[rid] = reservation
     heapq.heappush(state.expiry, (expires_at_ms, rid))
     return reservation
@@ -73,6 +78,8 @@ def give_back(state: PartitionState, reservation: Reservation) -> None:
             _decrement(provider.tag_counts, reservation.tags)
         if reservation.group is not None and provider.group_counts is not None:
             _decrement(provider.group_counts, (reservation.group,))
+    if reservation.membership is not None:
+        leave(state, reservation.membership)
     for pool, identifier in reservation.identifiers:
         pool.free.give_back(identifier)
         state.pools_touched.add(pool.pool_id)
@@ -107,3 +114,25 @@ def _decrement(counts: dict[str, int], keys: frozenset[str] | tuple[str, ...]) -
             counts[key] = left
         else:
             del counts[key]
+
+
+def join(state: PartitionState, membership: tuple[str, str], consumer_id: str, rid: str) -> None:
+    """Count a server-group membership just held on its group's host, and
+    note it for the view's members table."""
+    group = state.groups[membership[0]]
+    host = membership[1]
+    group.hosts[host] = group.hosts.get(host, 0) + 1
+    state.joined[rid] = (membership[0], host, consumer_id)
+
+
+def leave(state: PartitionState, membership: tuple[str, str]) -> None:
+    """Count a membership given back (the group may be gone: deleted)."""
+    group = state.groups.get(membership[0])
+    if group is None:
+        return
+    host = membership[1]
+    left = group.hosts[host] - 1
+    if left:
+        group.hosts[host] = left
+    else:
+        del group.hosts[host]

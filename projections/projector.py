@@ -29,6 +29,7 @@ from projections.placement.reshape import reshaped
 from projections.pool_events import pool_defined
 from projections.projects import refused
 from projections.providers import described, metrics_reported, provider_event
+from projections.server_groups import group_created, group_deleted
 from projections.state import CONSUMED, HELD, PartitionState, Reservation
 from schemas.events import (
     AggregateDefined,
@@ -57,6 +58,8 @@ from schemas.events import (
     Release,
     ReleaseConsumer,
     Renew,
+    ServerGroupCreated,
+    ServerGroupDeleted,
     Tick,
     TraitsSet,
     TransactionDecision,
@@ -244,4 +247,6 @@ _HANDLERS: dict[type[Any], Callable[[PartitionState, Any, Emitter], None]] = {
     PlacementNameDefined: name_defined,
     PlacementAllocationsSet: allocations_set,
     PlacementReshaped: reshaped,
+    ServerGroupCreated: group_created,
+    ServerGroupDeleted: group_deleted,
 }

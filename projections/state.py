@@ -158,6 +158,19 @@ class ProviderState:
         return self.layout.limits[i].capacity - self.held[i] - self.consumed[i]
 
 
+class ServerGroup:
+    """A server group in its partition: its policy, its rule, and how many
+    of its members (held, consumed or pending) are on each provider."""
+
+    __slots__ = ("group_id", "hosts", "max_server_per_host", "policy")
+
+    def __init__(self, group_id: str, policy: str, max_server_per_host: int = 1) -> None:
+        self.group_id = group_id
+        self.policy = policy
+        self.max_server_per_host = max_server_per_host
+        self.hosts: dict[str, int] = {}
+
+
 Taken = tuple[tuple[PoolState, int], ...]
 """Identifiers a reservation holds: (pool, identifier as an integer) pairs."""
 
@@ -179,6 +192,7 @@ class Reservation:
         "identifiers",
         "items",
         "lease_ms",
+        "membership",
         "project_id",
         "reservation_id",
         "status",
@@ -200,6 +214,7 @@ class Reservation:
         transaction: str | None = None,
         lease_ms: int = 0,
         project_id: str = "",
+        membership: tuple[str, str] | None = None,
     ) -> None:
         self.reservation_id = reservation_id
         self.items = items
@@ -216,6 +231,8 @@ class Reservation:
         """The lease a pending hold gets once its transaction commits."""
         self.project_id = project_id
         """Whose it is: only that project's events may consume, renew or release it."""
+        self.membership = membership
+        """(server group, provider) when the reservation is a group's membership."""
 
     def __repr__(self) -> str:
         return (
@@ -265,6 +282,13 @@ class PartitionState:
     """Transactions with pending holds here, awaiting their decision."""
     placement: PlacementState | None = None
     """OpenStack Placement's model, in the partition that holds it (issue 32)."""
+    groups: dict[str, ServerGroup] = field(default_factory=dict)
+    """The server groups that live in this partition (their id's)."""
+    groups_touched: set[str] = field(default_factory=set)
+    """Server groups created or deleted since the view last drained this set."""
+    joined: dict[str, tuple[str, str, str]] = field(default_factory=dict)
+    """Memberships held since the view last drained this: reservation id ->
+    (group, provider, consumer)."""
     _layouts: dict[tuple[_InventoryKey, ...], Layout] = field(default_factory=dict)
     _shapes: dict[Amounts, Amounts] = field(default_factory=dict)
 

@@ -251,6 +251,55 @@ class AggregateMemberRemoved(AggregateMemberEvent):
     type: Literal["aggregate_member_removed"] = "aggregate_member_removed"
 
 
+# --- server groups (issue 22 part 3) ---------------------------------------
+
+GroupPolicyName = Literal["affinity", "anti-affinity", "soft-affinity", "soft-anti-affinity"]
+HARD_GROUP_POLICIES: frozenset[str] = frozenset({"affinity", "anti-affinity"})
+MAX_SERVERS_PER_HOST = 1000
+
+
+class ServerGroupEvent(EventBase):
+    """An event of one server group, kept in the partition of its id."""
+
+    group_id: Identifier
+
+    @model_validator(mode="after")
+    def _keyed_by_group(self) -> Self:
+        if self.partition_key != self.group_id:
+            raise ValueError("partition_key must equal group_id")
+        return self
+
+
+class ServerGroupCreated(ServerGroupEvent):
+    """A server group (Nova's) and its policy. Its members are the
+    reservations whose claims name it (``ClaimSpec.server_group``), decided
+    by this group's partition: a hard policy's rule (affinity: every member
+    on one provider; anti-affinity: at most ``max_server_per_host`` on one)
+    is checked there, in log order, so no race between schedulers breaks
+    it. Creating it again with the same policy and rules is a no-op."""
+
+    type: Literal["server_group_created"] = "server_group_created"
+    policy: GroupPolicyName
+    max_server_per_host: int | None = Field(default=None, ge=1, le=MAX_SERVERS_PER_HOST)
+    """Anti-affinity's only rule (Nova's, default 1)."""
+
+    @model_validator(mode="after")
+    def _rules_of_its_policy(self) -> Self:
+        if self.max_server_per_host is not None and self.policy != "anti-affinity":
+            raise ValueError("max_server_per_host is a rule of the anti-affinity policy only")
+        return self
+
+
+class ServerGroupDeleted(ServerGroupEvent):
+    """The group goes; its memberships held here are released with it (the
+    instances' own reservations stay)."""
+
+    type: Literal["server_group_deleted"] = "server_group_deleted"
+
+
+# --- end of server groups ----------------------------------------------------
+
+
 class ClaimItem(Model):
     provider_id: Identifier
     resources: dict[ResourceClass, Amount] = Field(min_length=1, max_length=64)
@@ -282,6 +331,10 @@ class ClaimSpec(Model):
     tags: frozenset[Tag] = Field(default=frozenset(), max_length=64)
     require_with_tags: frozenset[Tag] = Field(default=frozenset(), max_length=64)
     require_without_tags: frozenset[Tag] = Field(default=frozenset(), max_length=64)
+    server_group: Identifier | None = None
+    """A membership of this server group, on provider ``group_host``: decided
+    by the group's partition (the claim is keyed there), against its policy."""
+    group_host: Identifier | None = None
 
     @field_validator("items")
     @classmethod
@@ -302,8 +355,10 @@ class ClaimSpec(Model):
 
     @model_validator(mode="after")
     def _asks_for_something(self) -> Self:
-        if not self.items and not self.identifiers:
-            raise ValueError("a claim needs at least one item or identifier")
+        if (self.server_group is None) != (self.group_host is None):
+            raise ValueError("server_group and group_host go together")
+        if not self.items and not self.identifiers and self.server_group is None:
+            raise ValueError("a claim needs at least one item, identifier or server group")
         return self
 
 
@@ -571,6 +626,8 @@ Event = Annotated[
     | AggregateDefined
     | AggregateMemberAdded
     | AggregateMemberRemoved
+    | ServerGroupCreated
+    | ServerGroupDeleted
     | Claim
     | ClaimSet
     | TransactionDecision

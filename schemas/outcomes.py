@@ -54,6 +54,13 @@ class Code(IntEnum):
     AGGREGATE_NOT_FOUND = 26
     """No definition of the aggregate has reached this partition."""
     ANTI_AFFINITY_CONFLICT = 30
+    # server groups (``server_group_created``): the group's partition decides
+    GROUP_NOT_FOUND = 33
+    """No server group of that id lives in this partition."""
+    AFFINITY_CONFLICT = 34
+    """A hard affinity group's members are on another provider."""
+    GROUP_EXISTS = 35
+    """A server group of that id exists with another policy or rules."""
     REQUIRED_TAG_ABSENT = 31
     FORBIDDEN_TAG_PRESENT = 32
     POOL_NOT_FOUND = 40
@@ -94,6 +101,8 @@ class Code(IntEnum):
     standard name deleted, amounts outside the unit rules)."""
     PLACEMENT_CAPACITY = 65
     """Allocations beyond a provider's capacity."""
+    ALREADY_DEFINED = 66
+    """The server group exists already, with the same policy and rules."""
 
 
 class Reason(NamedTuple):

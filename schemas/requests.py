@@ -12,6 +12,7 @@ from schemas.events import (
     DEFAULT_LEASE_MS,
     MAX_LEASE_MS,
     Amount,
+    GroupPolicyName,
     Identifier,
     IdentifierItem,
     Model,
@@ -19,7 +20,6 @@ from schemas.events import (
     Tag,
 )
 
-GroupPolicyName = Literal["affinity", "anti-affinity", "soft-affinity", "soft-anti-affinity"]
 PlacementReason = Literal["new", "evacuation", "relocation"]
 Names = frozenset[Annotated[str, Field(min_length=1, max_length=255)]]
 

@@ -172,7 +172,11 @@ BAD: list[tuple[str, bytes | str, list[str]]] = [
         variant("claim", "items.0.resources", {"vcpu": 2}),
         ["claim.items.0.resources.vcpu", "pattern"],
     ),
-    ("no items", variant("claim", "items", []), ["claim", "at least one item or identifier"]),
+    (
+        "no items",
+        variant("claim", "items", []),
+        ["claim", "at least one item, identifier or server group"],
+    ),
     ("no resources", variant("claim", "items.0.resources", {}), ["claim.items.0.resources"]),
     (
         "one provider named twice",
@@ -213,7 +217,11 @@ BAD: list[tuple[str, bytes | str, list[str]]] = [
         variant("claim", "reservation_id"),
         ["claim.reservation_id", "Field required"],
     ),
-    ("missing items", variant("claim", "items"), ["claim", "at least one item or identifier"]),
+    (
+        "missing items",
+        variant("claim", "items"),
+        ["claim", "at least one item, identifier or server group"],
+    ),
     (
         "missing provider_id of an item",
         variant("claim", "items.0.provider_id"),

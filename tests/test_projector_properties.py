@@ -47,6 +47,8 @@ from schemas.events import (
     Release,
     ReleaseConsumer,
     Renew,
+    ServerGroupCreated,
+    ServerGroupDeleted,
     Tick,
     TransactionDecision,
 )
@@ -466,6 +468,8 @@ class Reference:
             raise NotImplementedError("tests/test_aggregates.py models aggregates")
         if isinstance(event, PLACEMENT_EVENTS):
             raise NotImplementedError("tests/test_placement_model.py models Placement's")
+        if isinstance(event, ServerGroupCreated | ServerGroupDeleted):
+            raise NotImplementedError("tests/test_server_groups.py models server groups")
         pid = event.provider_id
         if isinstance(event, ProviderDescribed | MetricsReported):
             return [self.described(event)]
@@ -679,6 +683,15 @@ PLACEMENT_CODES = {code for code in Code if code.name.startswith("PLACEMENT_")}
 """OpenStack Placement's refusals: tests/test_placement_model.py."""
 
 
+GROUP_CODES = {
+    Code.GROUP_NOT_FOUND,
+    Code.AFFINITY_CONFLICT,
+    Code.GROUP_EXISTS,
+    Code.ALREADY_DEFINED,
+}
+"""Reached by tests/test_server_group_properties.py."""
+
+
 def test_the_generator_reaches_the_interesting_cases() -> None:
     """Guard against a generator that silently stops exercising the rules."""
     seen: set[object] = set()
@@ -708,6 +721,7 @@ def test_the_generator_reaches_the_interesting_cases() -> None:
             - PROJECT_CODES
             - AGGREGATE_CODES
             - PLACEMENT_CODES
+            - GROUP_CODES
         ),
     }
     assert wanted <= seen, sorted(map(str, wanted - seen))

@@ -29,6 +29,7 @@ from projections.state import (
     PendingTransaction,
     ProviderState,
     Reservation,
+    ServerGroup,
     Taken,
 )
 from projections.view.tables import (
@@ -39,6 +40,8 @@ from projections.view.tables import (
     providers,
     reservation_identifiers,
     reservations,
+    server_group_members,
+    server_groups,
 )
 from schemas.events import ClaimItem, ClaimSpec, IdentifierItem, Inventory
 from schemas.pool_space import PoolSpace
@@ -67,6 +70,7 @@ def load_state(conn: Connection, partition: int, partitions: int) -> tuple[Parti
     _load_aggregates(conn, state)
     _load_providers(conn, state)
     _load_pools(conn, state)
+    _load_groups(conn, state)
     _load_reservations(conn, state)
     load_placement(conn, state)
     return state, int(row.next_offset)
@@ -121,7 +125,22 @@ def _metrics(row: Any) -> Metrics:
     return Metrics(row.metrics, row.metrics_at_ms, row.num_io_ops, row.build_failures)
 
 
-def _spec_of(row: Any) -> ClaimSpec:
+def _load_groups(conn: Connection, state: PartitionState) -> None:
+    query = select(server_groups).where(server_groups.c.partition == state.partition)
+    for row in conn.execute(query):
+        state.groups[row.group_id] = ServerGroup(row.group_id, row.policy, row.max_server_per_host)
+
+
+def _memberships(conn: Connection, state: PartitionState) -> dict[str, tuple[str, str]]:
+    """Reservation id -> (group, provider) of every membership claim here."""
+    m = server_group_members.c
+    query = select(m.reservation_id, m.group_id, m.provider_id).where(
+        m.partition == state.partition
+    )
+    return {row.reservation_id: (row.group_id, row.provider_id) for row in conn.execute(query)}
+
+
+def _spec_of(row: Any, membership: tuple[str, str] | None = None) -> ClaimSpec:
     # model_construct: these rows were validated when the claim was first decoded
     requested = row.identifiers or ()
     return ClaimSpec.model_construct(
@@ -141,6 +160,8 @@ def _spec_of(row: Any) -> ClaimSpec:
         tags=frozenset(row.tags),
         require_with_tags=frozenset(row.require_with_tags),
         require_without_tags=frozenset(row.require_without_tags),
+        server_group=None if membership is None else membership[0],
+        group_host=None if membership is None else membership[1],
     )
 
 
@@ -193,11 +214,13 @@ def _held_identifiers(conn: Connection, state: PartitionState) -> dict[str, Take
 
 def _load_reservations(conn: Connection, state: PartitionState) -> None:
     held = _held_identifiers(conn, state)
+    memberships = _memberships(conn, state)
     pending: list[tuple[int, int, str, str, int]] = []
     for row in conn.execute(
         select(reservations).where(reservations.c.partition == state.partition)
     ):
-        spec = _spec_of(row)
+        membership = memberships.get(row.reservation_id)
+        spec = _spec_of(row, membership)
         shapes = claim_shapes(state, spec)
         print_ = fingerprint(spec, shapes)
         status = _ACTIVE.get(row.status)
@@ -220,8 +243,13 @@ def _load_reservations(conn: Connection, state: PartitionState) -> None:
             transaction,
             spec.lease_ms,
             spec.project_id,
+            membership,
         )
         state.reservations[row.reservation_id] = reservation
+        if membership is not None:
+            group = state.groups.get(membership[0])
+            if group is not None:  # else deleted, and the membership with it
+                group.hosts[membership[1]] = group.hosts.get(membership[1], 0) + 1
         for provider, amounts in items:
             used = provider.held if status == HELD else provider.consumed
             provider.take(amounts, used, tags, spec.anti_affinity_group)

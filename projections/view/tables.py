@@ -161,6 +161,29 @@ reservations = Table(
 decision; ``expires_at_ms`` is the deadline), and the final 'released',
 'expired', 'aborted'."""
 
+server_groups = Table(
+    "server_groups",
+    metadata,
+    # a server group, in the partition of its id (its writer decides members)
+    Column("group_id", String(255), primary_key=True),
+    Column("partition", Integer, nullable=False, index=True),
+    Column("policy", String(32), nullable=False),
+    Column("max_server_per_host", Integer, nullable=False),
+    Column("updated_offset", BigInteger, nullable=False),
+)
+
+server_group_members = Table(
+    "server_group_members",
+    metadata,
+    # one row per membership claim ever held, written once: the reservation
+    # (in the group's partition) says whether it is still a member
+    Column("reservation_id", String(255), primary_key=True),
+    Column("partition", Integer, nullable=False, index=True),
+    Column("group_id", String(255), nullable=False, index=True),
+    Column("provider_id", String(255), nullable=False),
+    Column("consumer_id", String(255), nullable=False),
+)
+
 pools = Table(
     "pools",
     metadata,

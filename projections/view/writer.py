@@ -14,6 +14,7 @@ from sqlalchemy import Connection, Engine
 from projections.batch import Batch
 from projections.state import PartitionState
 from projections.view.engine import begin_writing
+from projections.view.group_rows import write_server_groups
 from projections.view.outcome_rows import write_dead_letters, write_outcomes
 from projections.view.placement_rows import write_placement
 from projections.view.plan import Plan, bulk
@@ -64,6 +65,7 @@ class ViewWriter:
         held = self.held_back
         write_outcomes(plan, batch)
         write_aggregates(plan, state, batch.end)
+        write_server_groups(plan, state, batch.end)
         write_reservations(plan, state, batch, None if held is None else held.reservations)
         write_providers(plan, state, batch.end, None if held is None else held.usage)
         if held is not None and len(held.reservations) > held.at_most:

@@ -531,6 +531,9 @@ def _assert_same_state(a: PartitionState, b: PartitionState) -> None:
     assert {tid: (t.priority, t.reservation_ids) for tid, t in a.transactions.items()} == {
         tid: (t.priority, t.reservation_ids) for tid, t in b.transactions.items()
     }
+    assert {g: (x.policy, x.max_server_per_host, x.hosts) for g, x in a.groups.items()} == {
+        g: (x.policy, x.max_server_per_host, x.hosts) for g, x in b.groups.items()
+    }
 
 
 def _reservation(r: Reservation) -> tuple[Any, ...]:
@@ -544,6 +547,7 @@ def _reservation(r: Reservation) -> tuple[Any, ...]:
         named(r),
         r.transaction,
         r.lease_ms,
+        r.membership,
     )
 
 

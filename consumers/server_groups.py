@@ -1,0 +1,116 @@
+"""Server groups as the view has them: for the scheduler, which reads a
+request's group's policy and rule here (its members are in the snapshot,
+``Provider.groups``), and for ``berth group`` and ``/v1/groups``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import Engine, select
+
+from projections.view.loader import committed_offsets
+from projections.view.tables import reservations, server_group_members, server_groups
+from schemas.events import HARD_GROUP_POLICIES, GroupPolicyName
+
+ACTIVE_MEMBER_STATUSES = ("held", "consumed", "pending")
+
+
+@dataclass(frozen=True, slots=True)
+class GroupRule:
+    """A server group's policy and rule, and the partition it lives in."""
+
+    group_id: str
+    policy: GroupPolicyName
+    max_server_per_host: int
+    partition: int
+
+    @property
+    def hard(self) -> bool:
+        return self.policy in HARD_GROUP_POLICIES
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    reservation_id: str
+    consumer_id: str
+    provider_id: str
+    status: str
+
+
+@dataclass(frozen=True, slots=True)
+class GroupView:
+    """A group and its members (those still held, consumed or pending)."""
+
+    rule: GroupRule
+    members: tuple[Member, ...] = field(default=())
+
+    def to_dict(self) -> dict[str, Any]:
+        hosts: dict[str, int] = {}
+        for m in self.members:
+            hosts[m.provider_id] = hosts.get(m.provider_id, 0) + 1
+        return {
+            "group_id": self.rule.group_id,
+            "policy": self.rule.policy,
+            "max_server_per_host": self.rule.max_server_per_host,
+            "partition": self.rule.partition,
+            "members": [
+                {
+                    "consumer_id": m.consumer_id,
+                    "provider_id": m.provider_id,
+                    "reservation_id": m.reservation_id,
+                    "status": m.status,
+                }
+                for m in self.members
+            ],
+            "hosts": dict(sorted(hosts.items())),
+        }
+
+
+def read_rules(engine: Engine) -> dict[str, GroupRule]:
+    """Every server group's rule, by id."""
+    with engine.connect() as conn:
+        return {
+            row.group_id: GroupRule(
+                row.group_id, row.policy, row.max_server_per_host, row.partition
+            )
+            for row in conn.execute(select(server_groups).order_by(server_groups.c.group_id))
+        }
+
+
+def read_group(engine: Engine, group_id: str) -> GroupView | None:
+    """A group and its members, or None when the view has no such group."""
+    g, m, r = server_groups.c, server_group_members.c, reservations.c
+    with engine.connect() as conn:
+        row = conn.execute(select(server_groups).where(g.group_id == group_id)).first()
+        if row is None:
+            return None
+        members = conn.execute(
+            select(m.reservation_id, m.consumer_id, m.provider_id, r.status)
+            .join(reservations, r.reservation_id == m.reservation_id)
+            .where(m.group_id == group_id, r.status.in_(ACTIVE_MEMBER_STATUSES))
+            .order_by(m.reservation_id)
+        ).all()
+    rule = GroupRule(row.group_id, row.policy, row.max_server_per_host, row.partition)
+    return GroupView(rule, tuple(Member(*member) for member in members))
+
+
+class LiveRules:
+    """The groups' rules, read again only when the view has moved on."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._seen: dict[int, int] | None = None
+        self._rules: dict[str, GroupRule] = {}
+
+    def __call__(self) -> Mapping[str, GroupRule]:
+        with self.engine.connect() as conn:
+            offsets = committed_offsets(conn)
+        if offsets != self._seen:
+            self._rules = read_rules(self.engine)
+            self._seen = offsets
+        return self._rules
+
+
+RuleSource = Callable[[], Mapping[str, GroupRule]]
