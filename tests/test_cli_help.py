@@ -43,6 +43,7 @@ def test_help_lists_every_command_once_by_group(
         "publish and request",
         "providers and pools",
         "aggregates",
+        "server groups",
         "scheduling policies, set at run time",
         "read side",
         "the view: replay, prune, migrate",

@@ -55,7 +55,7 @@ def test_it_describes_every_route_the_api_serves_and_no_other(api: Api) -> None:
         if isinstance(route, APIRoute)
         for method in route.methods or ()
     }
-    assert described == served and len(served) == 21
+    assert described == served and len(served) == 25
 
 
 def test_every_reference_resolves(api: Api) -> None:

@@ -5,12 +5,15 @@ replay."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import select
 
+from berth.api import Api
+from berth.api.credentials import Credentials, digest
 from berth.app import App, Settings
 from berth.client import Publisher
 from berth.replay import replay
@@ -22,7 +25,11 @@ from scheduling.config import SchedulerConfig
 from schemas.events import ClaimSet, ClaimSpec, Event, ServerGroupCreated, ServerGroupDeleted
 from schemas.requests import PlacementRequest
 from tests.builders import provider
+from tests.conftest import Cli
+from tests.http_calls import call, deciding
+from tests.http_calls import serving as serving_api
 from tests.placements import placement_answers
+from tests.processes import serving
 
 NOW_MS = 10**12
 CONFIG = SchedulerConfig.from_mapping(
@@ -229,3 +236,88 @@ def test_the_writer_refuses_a_member_that_breaks_the_rule_after_a_restart(
     assert _hosts(placed) == [host]
     result = replay(settings, verify=True)
     assert result.divergence is None and result.verified == result.outcomes
+
+
+def test_the_group_commands_and_a_request_through_berth_serve(tmp_path: Path, cli: Cli) -> None:
+    data = tmp_path / "data"
+    where = ["--data-dir", str(data)]
+    with serving(data, 2):
+        for pid in ("n1", "n2"):
+            assert cli("provider", "register", pid, *where, "--wait")[0] == 0
+            assert (
+                cli("provider", "inventory", pid, "VCPU=4", "MEMORY_MB=4096", *where, "--wait")[0]
+                == 0
+            )
+        code, out, _ = cli("group", "create", "web", "--policy", "anti-affinity", *where, "--wait")
+        decided = [json.loads(line) for line in out.splitlines()]
+        assert code == 0 and decided[-1]["kind"] == "applied" and decided[-1]["subject"] == "web"
+        code, out, _ = cli("group", "create", "web", "--policy", "affinity", *where, "--wait")
+        assert code == 1 and '"GROUP_EXISTS"' in out
+        code, _, err = cli(
+            "group", "create", "x", "--policy", "affinity", "--max-server-per-host", "2", *where
+        )
+        assert code == 2 and "max_server_per_host is a rule of the anti-affinity policy" in err
+        asked = tmp_path / "asked.json"
+        asked.write_text(
+            "\n".join(
+                json.dumps(request(f"r{i}", group_id="web").model_dump(mode="json"))
+                for i in range(3)
+            )
+        )
+        code, out, _ = cli("request", str(asked), *where, "--wait")
+        answers = [json.loads(line) for line in out.splitlines() if '"placed"' in line]
+        assert code == 1 and [a["placed"] for a in answers] == [True, True, False], out
+        code, out, _ = cli("group", "show", "web", *where)
+        shown = json.loads(out)
+        assert code == 0 and shown["policy"] == "anti-affinity"
+        assert shown["hosts"] == {"n1": 1, "n2": 1}
+        code, out, _ = cli("group", "list", *where)
+        assert [json.loads(line)["group_id"] for line in out.splitlines()] == ["web"]
+        code, out, _ = cli("group", "delete", "web", *where, "--wait")
+        kinds = [json.loads(line)["kind"] for line in out.splitlines() if '"kind"' in line]
+        assert code == 0 and kinds == ["released", "released", "applied"]
+        assert cli("group", "show", "web", *where)[0] == 1
+        assert cli("group", "delete", "web", *where)[0] == 2
+
+
+def test_the_api_creates_shows_and_deletes_a_group(tmp_path: Path) -> None:
+    tokens = {"admin": "t-admin", "operator": "t-operator", "project:p": "t-p"}
+    credentials = Credentials({digest(token): role for role, token in tokens.items()})
+    with (
+        App(Settings(data_dir=tmp_path / "data", partitions=2)) as app,
+        deciding(app),
+        serving_api(Api(app, credentials=credentials)) as url,
+    ):
+        setup = [
+            json.loads(e.model_dump_json()) for e in provider("n1", ts=1, VCPU=4, MEMORY_MB=4096)
+        ]
+        assert call(url, "/v1/events?wait=30", setup, token="t-operator")[0] == 200
+        body = {"policy": "affinity"}
+        status, reply = call(url, "/v1/groups/g1?wait=30", body, token="t-operator", method="PUT")
+        assert status == 200
+        ((outcome,),) = reply["decisions"].values()
+        assert outcome["kind"] == "applied" and outcome["subject"] == "g1"
+        status, _ = call(url, "/v1/groups/g2", body, token="t-p", method="PUT")
+        assert status == 403
+        status, reply = call(
+            url, "/v1/groups/g2", {"policy": "sideways"}, token="t-admin", method="PUT"
+        )
+        assert status == 422 and reply["errors"][0]["pointer"] == "/policy"
+        nowhere = json.loads(request("r0", group_id="g9").model_dump_json())
+        status, reply = call(url, "/v1/requests", nowhere, token="t-p")
+        assert status == 422 and reply["errors"][0]["pointer"] == "/group_id"
+        assert "no server group g9" in reply["errors"][0]["detail"]
+        asked = json.loads(request("r1", group_id="g1").model_dump_json())
+        status, reply = call(url, "/v1/requests?wait=30", asked, token="t-p")
+        assert status == 200 and reply["answers"]["r1"]["placed"]
+        status, shown = call(url, "/v1/groups/g1", token="t-p")
+        assert status == 200 and shown["hosts"] == {"n1": 1}
+        assert shown["members"][0]["consumer_id"] == "r1.0.0"
+        status, listed = call(url, "/v1/groups", token="t-p")
+        assert status == 200 and listed == {
+            "groups": [{"group_id": "g1", "policy": "affinity", "max_server_per_host": 1}]
+        }
+        status, reply = call(url, "/v1/groups/g1?wait=30", token="t-operator", method="DELETE")
+        assert status == 200
+        assert call(url, "/v1/groups/g1", token="t-p")[0] == 404
+        assert call(url, "/v1/groups/g1", token="t-operator", method="DELETE")[0] == 404

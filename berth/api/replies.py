@@ -121,3 +121,34 @@ class AggregateOut(Reply):
 def json_reply(status: int, reply: Any) -> Response:
     """``reply`` as JSON, written directly (no reply model is built)."""
     return Response(json.dumps(reply), status, media_type="application/json")
+
+
+class GroupMember(Reply):
+    consumer_id: str
+    provider_id: str
+    reservation_id: str = Field(
+        description="the membership's reservation, in the group's partition"
+    )
+    status: str
+
+
+class GroupOut(Reply):
+    """A server group as the view holds it, with the members still held,
+    consumed or pending."""
+
+    group_id: str
+    policy: str
+    max_server_per_host: int
+    partition: int = Field(description="the partition whose writer decides its members")
+    members: list[GroupMember]
+    hosts: dict[str, int] = Field(description="provider -> members there")
+
+
+class GroupSummary(Reply):
+    group_id: str
+    policy: str
+    max_server_per_host: int
+
+
+class GroupsOut(Reply):
+    groups: list[GroupSummary]

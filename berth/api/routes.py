@@ -18,6 +18,7 @@ from starlette.concurrency import run_in_threadpool
 
 from berth.api import dashboard
 from berth.api.credentials import Caller
+from berth.api.groups import GROUP
 from berth.api.policies import AssignmentIn, PolicyService, add_routes
 from berth.api.problems import MEDIA_TYPE, Bounded, Problem, ProblemDocument, install
 from berth.api.replies import (
@@ -26,6 +27,8 @@ from berth.api.replies import (
     Appended,
     Decided,
     Depth,
+    GroupOut,
+    GroupsOut,
     Headroom,
     HistoryOut,
     Submitted,
@@ -180,6 +183,63 @@ def create_app(api: Api) -> FastAPI:
     )
     async def get_aggregate(who: Who, aggregate_id: AggregateId) -> Response:
         return json_reply(200, await run_in_threadpool(api.aggregate, aggregate_id))
+
+    GroupId = Annotated[str, Path(min_length=1, max_length=255)]
+
+    @app.put(
+        "/v1/groups/{group_id}",
+        summary="Create a server group with its policy, in its id's partition (operators)",
+        status_code=202,
+        response_model=None,
+        responses={
+            202: {"model": Appended, "description": "appended to the group's partition"},
+            200: {"model": Decided, "description": "appended, and decided by its writer"},
+            **_problems(*_POSTS),
+        },
+        openapi_extra={
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": {"$ref": _REF.format(model="GroupIn")}}},
+            }
+        },
+    )
+    async def put_group(
+        request: Request, who: Who, group_id: GroupId, wait: Wait = None
+    ) -> Response:
+        raw = await request.body()
+        return json_reply(*await run_in_threadpool(api.groups.create, group_id, raw, wait, who))
+
+    @app.delete(
+        "/v1/groups/{group_id}",
+        summary="Delete a server group; its memberships are released (operators)",
+        status_code=202,
+        response_model=None,
+        responses={
+            202: {"model": Appended, "description": "appended to the group's partition"},
+            200: {"model": Decided, "description": "appended, and decided by its writer"},
+            **_problems(*_POSTS, 404),
+        },
+    )
+    async def delete_group(who: Who, group_id: GroupId, wait: Wait = None) -> Response:
+        return json_reply(*await run_in_threadpool(api.groups.delete, group_id, wait, who))
+
+    @app.get(
+        "/v1/groups/{group_id}",
+        summary="A server group's policy, rule and members",
+        response_model=None,
+        responses={200: {"model": GroupOut}, **_problems(*_READS, 404)},
+    )
+    async def get_group(who: Who, group_id: GroupId) -> Response:
+        return json_reply(200, await run_in_threadpool(api.groups.show, group_id))
+
+    @app.get(
+        "/v1/groups",
+        summary="Every server group, with its policy and rule",
+        response_model=None,
+        responses={200: {"model": GroupsOut}, **_problems(*_READS)},
+    )
+    async def get_groups(who: Who) -> Response:
+        return json_reply(200, await run_in_threadpool(api.groups.list))
 
     @app.get(
         "/v1/history/{id}",
@@ -368,6 +428,7 @@ def _document(app: FastAPI, api: Api) -> dict[str, Any]:
         schema = model.model_json_schema(ref_template=_REF)
         schemas.update(schema.pop("$defs", {}))
         schemas[model.__name__] = schema
+    schemas["GroupIn"] = GROUP.json_schema(ref_template=_REF)
     _closed(schemas)
     schemas["ProblemDocument"] = ProblemDocument.model_json_schema(ref_template=_REF)
     schemas.update(ProblemDocument.model_json_schema(ref_template=_REF).pop("$defs", {}))

@@ -15,6 +15,7 @@ from typing import Annotated, Any
 from pydantic import Discriminator, Field, Tag, TypeAdapter, ValidationError
 
 from berth.api.credentials import Caller, Credentials
+from berth.api.groups import Groups
 from berth.api.problems import Problem, forbidden, invalid, json_body
 from berth.api.visibility import Visibility
 from berth.app import App
@@ -46,6 +47,8 @@ OPERATOR_EVENTS = frozenset(
         "aggregate_member_added",
         "aggregate_member_removed",
         "pool_defined",
+        "server_group_created",
+        "server_group_deleted",
         "tick",
     }
 )
@@ -124,6 +127,7 @@ class Api:
         self.placement = (config or SchedulerConfig.default()).engine()
         self._live = LiveSnapshot(app.engine)
         self._snapshot_lock = threading.Lock()
+        self.groups = Groups(app, self.publisher)
 
     def snapshot(self) -> Snapshot:
         """The view as the engine reads it, brought up to date (only what
@@ -210,6 +214,7 @@ class Api:
         requests: list[PlacementRequest | BatchRequest] = _validated(REQUEST, items, single)
         for r in requests:
             _may_request(caller, r)
+        self.groups.check_named(requests, single)
         answers = None if wait is None else Answers(self.app.log, self.topics)  # as above
         submitted = self.publisher.submit(requests)
         positions = [list(at) for at in submitted]

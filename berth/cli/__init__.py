@@ -2,7 +2,7 @@
 
 One module per group of commands, in the order ``berth --help`` lists them:
 ``workers`` (serve and the workers it combines), ``publishing`` (publish
-and request), ``admin`` (providers and pools), ``aggregates``, ``policies``
+and request), ``admin`` (providers and pools), ``aggregates``, ``server_groups``, ``policies``
 (scheduling policies set at run time), ``reading`` (the read side),
 ``view`` (replay, prune, migrate), ``integrity`` (log verify and truncate,
 backup, restore) and ``demo``; ``common`` holds the options
@@ -23,12 +23,24 @@ from berth.cli import (
     policies,
     publishing,
     reading,
+    server_groups,
     view,
     workers,
 )
 from berth.cli.common import Commands, Run
 
-GROUPS = (workers, publishing, admin, aggregates, policies, reading, view, integrity, demo)
+GROUPS = (
+    workers,
+    publishing,
+    admin,
+    aggregates,
+    server_groups,
+    policies,
+    reading,
+    view,
+    integrity,
+    demo,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,163 @@
+"""Server groups over HTTP: ``PUT /v1/groups/{id}`` creates one (its
+``server_group_created`` appended to the group's partition),
+``DELETE`` deletes it, ``GET`` reads one or all from the view. Creating and
+deleting are operators' (a group's id is global, as an aggregate's); with
+``?wait=`` the reply carries the group writer's decision."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from http import HTTPStatus
+from typing import Any
+
+from pydantic import Field, TypeAdapter, ValidationError
+from pydantic_core import from_json
+
+from berth.api.credentials import Caller
+from berth.api.problems import Problem, invalid
+from berth.app import App
+from berth.client import Decisions, Publisher, PublishError
+from consumers.server_groups import read_group, read_rules
+from schemas.events import (
+    MAX_SERVERS_PER_HOST,
+    GroupPolicyName,
+    Model,
+    ServerGroupCreated,
+    ServerGroupDeleted,
+)
+from schemas.requests import BatchRequest, PlacementRequest
+
+
+class GroupIn(Model):
+    """A server group's policy and, for anti-affinity, its rule."""
+
+    policy: GroupPolicyName
+    max_server_per_host: int | None = Field(default=None, ge=1, le=MAX_SERVERS_PER_HOST)
+
+
+GROUP: TypeAdapter[GroupIn] = TypeAdapter(GroupIn)
+
+
+class Groups:
+    """The server-group operations on one :class:`App`."""
+
+    def __init__(self, app: App, publisher: Publisher) -> None:
+        self.app = app
+        self.publisher = publisher
+
+    def create(
+        self, group_id: str, raw: bytes, wait: float | None, caller: Caller
+    ) -> tuple[int, Any]:
+        _operator(caller)
+        try:
+            body = GROUP.validate_python(from_json(raw), strict=False)
+        except ValueError as error:
+            if isinstance(error, ValidationError):
+                raise invalid(error.errors(include_url=False, include_context=False)) from None
+            raise Problem(
+                HTTPStatus.BAD_REQUEST, f"the body is not JSON: {error}", "not-json"
+            ) from None
+        try:
+            event = ServerGroupCreated(
+                event_id=f"group-create-{group_id}-{uuid.uuid4().hex[:12]}",
+                ts_ms=self.publisher.clock_ms(),
+                policy=body.policy,
+                max_server_per_host=body.max_server_per_host,
+                group_id=group_id,
+                partition_key=group_id,
+            )
+        except ValidationError as error:
+            raise invalid(error.errors(include_url=False, include_context=False)) from None
+        return self._append(event, wait)
+
+    def delete(self, group_id: str, wait: float | None, caller: Caller) -> tuple[int, Any]:
+        _operator(caller)
+        if read_group(self.app.engine, group_id) is None:
+            raise Problem(HTTPStatus.NOT_FOUND, f"no server group {group_id!r} in the view")
+        event = ServerGroupDeleted(
+            event_id=f"group-delete-{group_id}-{uuid.uuid4().hex[:12]}",
+            ts_ms=self.publisher.clock_ms(),
+            partition_key=group_id,
+            group_id=group_id,
+        )
+        return self._append(event, wait)
+
+    def show(self, group_id: str) -> dict[str, Any]:
+        found = read_group(self.app.engine, group_id)
+        if found is None:
+            raise Problem(HTTPStatus.NOT_FOUND, f"no server group {group_id!r} in the view")
+        return found.to_dict()
+
+    def list(self) -> dict[str, Any]:
+        rules = read_rules(self.app.engine)
+        return {
+            "groups": [
+                {
+                    "group_id": r.group_id,
+                    "policy": r.policy,
+                    "max_server_per_host": r.max_server_per_host,
+                }
+                for r in rules.values()
+            ]
+        }
+
+    def check_named(
+        self, requests: Sequence[PlacementRequest | BatchRequest], single: bool
+    ) -> None:
+        """422 for a request whose ``group_id`` names no group and gives no
+        policy (with a policy, a group never created is an ad-hoc one)."""
+        errors: list[dict[str, Any]] = []
+        rules: Mapping[str, Any] | None = None
+        for n, r in enumerate(requests):
+            members = r.members if isinstance(r, BatchRequest) else (r,)
+            for m, member in enumerate(members):
+                if member.group_id is None or member.group_policy is not None:
+                    continue
+                if rules is None:
+                    rules = read_rules(self.app.engine)
+                if member.group_id not in rules:
+                    loc: list[Any] = [] if single else [n]
+                    if isinstance(r, BatchRequest):
+                        loc += ["members", m]
+                    errors.append(
+                        {
+                            "type": "unknown_group",
+                            "loc": (*loc, "group_id"),
+                            "msg": f"no server group {member.group_id} (PUT /v1/groups/ID)",
+                        }
+                    )
+        if errors:
+            raise invalid(errors)
+
+    def _append(
+        self, event: ServerGroupCreated | ServerGroupDeleted, wait: float | None
+    ) -> tuple[int, Any]:
+        decisions = None if wait is None else Decisions(self.app.log, self.app.settings.topics)
+        try:
+            ((partition, offset),) = self.publisher.publish([event])
+        except PublishError as error:
+            raise Problem(
+                HTTPStatus.CONFLICT, str(error), "rule", title="Refused by a rule of the log"
+            ) from None
+        reply: dict[str, Any] = {"appended": [[partition, offset]]}
+        if decisions is None or wait is None:
+            return HTTPStatus.ACCEPTED, reply
+        pending = decisions.wait([event.event_id], wait, partitions={partition})
+        if pending:
+            return HTTPStatus.ACCEPTED, {**reply, "decisions": {}, "pending": pending}
+        found = decisions.found[event.event_id]
+        return HTTPStatus.OK, {
+            **reply,
+            "decisions": {event.event_id: [o.to_dict() for o in found]},
+        }
+
+
+def _operator(caller: Caller) -> None:
+    if not caller.operator:
+        raise Problem(
+            HTTPStatus.FORBIDDEN,
+            f"{caller.role}: a server group is an operator's to create and delete",
+            "forbidden",
+            title="Not this role's",
+        )
