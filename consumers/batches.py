@@ -20,7 +20,7 @@ from typing import Any
 
 from consumers.coordinator import Coordinator, Part, TxnResult, Vote
 from consumers.scheduler import engine_request
-from consumers.server_groups import GroupRule, RuleSource
+from consumers.server_groups import GroupRule, RuleSource, group_refusal
 from ledger.partitioner import partition_for
 from scheduling.engine import Engine, Placement, demand_row
 from scheduling.model import Snapshot
@@ -169,7 +169,11 @@ class BatchScheduler:
     # --- the public face ----------------------------------------------------
 
     def place(self, batch: BatchRequest) -> BatchResult:
-        """Place a batch now; a ``queue`` batch that does not fit is queued."""
+        """Place a batch now; a ``queue`` batch that does not fit is queued
+        (one whose server group hint names nothing is refused, never queued)."""
+        refused = self._group_refusal(batch)
+        if refused:
+            return BatchResult(batch.batch_id, "failed", reason=refused)
         result = self._attempt(batch)
         if result.status == "failed" and batch.mode == "queue" and not self._expired(batch):
             self._tried[batch.batch_id] = self._tried.get(batch.batch_id, 0) + result.attempts
@@ -193,11 +197,12 @@ class BatchScheduler:
         finished = []
         while self.queue:
             _, _, batch = self.queue[0]
-            if self._expired(batch):
+            refused = self._group_refusal(batch)  # its group deleted while it waited
+            if self._expired(batch) or refused:
                 self.queue.pop(0)
                 self._tried.pop(batch.batch_id, None)
                 finished.append(
-                    BatchResult(batch.batch_id, "failed", reason="queue deadline passed")
+                    BatchResult(batch.batch_id, "failed", reason=refused or "queue deadline passed")
                 )
                 continue
             result = self._attempt(batch)
@@ -257,6 +262,18 @@ class BatchScheduler:
             reason=f"not held after {self.max_attempts} attempts; last: {reason}",
             no_votes=tuple(str(v) for v in votes),
         )
+
+    def _group_refusal(self, batch: BatchRequest) -> str:
+        """Why a member's server group hint cannot be placed ("": none does)."""
+        if not any(m.group_id is not None for m in batch.members):
+            return ""
+        rules = self.groups() if self.groups is not None else {}
+        for m, member in enumerate(batch.members):
+            if member.group_id is not None:
+                refused = group_refusal(member, rules.get(member.group_id))
+                if refused:
+                    return f"{_label(batch, m)}: {refused}"
+        return ""
 
     def _plan(self, batch: BatchRequest, tried: dict[int, set[str]], most: int) -> _Planned:
         self.pump()

@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 from consumers.batches import BatchResult, BatchScheduler
 from consumers.scheduler import Scheduled, Scheduler
-from consumers.server_groups import GroupRule
+from consumers.server_groups import GroupRule, group_refusal
 from ledger.log import Append, Log, Watches
 from ledger.topics import Topics
 from schemas.requests import BatchRequest, PlacementRequest
@@ -210,20 +210,3 @@ def _generation(log_: Log, topics: Topics) -> str:
         str(sum(log_.end_offset(topic, p) for p in range(log_.partition_count(topic))))
         for topic in (topics.placements, topics.events, topics.transactions)
     )
-
-
-def group_refusal(request: PlacementRequest, rule: GroupRule | None) -> str:
-    """Why a request's server group hint cannot be placed by ("": it can).
-    A group the log never created is an ad-hoc one only with a policy given
-    (the compute's partition keeps its anti-affinity, as before groups were
-    records); without one it names nothing."""
-    if rule is None:
-        if request.group_policy is None:
-            return f"no server group {request.group_id} (berth group create)"
-        return ""
-    if request.group_policy is not None and request.group_policy != rule.policy:
-        return (
-            f"server group {request.group_id} is {rule.policy}, "
-            f"the request says {request.group_policy}"
-        )
-    return ""

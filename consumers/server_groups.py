@@ -13,6 +13,7 @@ from sqlalchemy import Engine, select
 from projections.view.loader import committed_offsets
 from projections.view.tables import reservations, server_group_members, server_groups
 from schemas.events import HARD_GROUP_POLICIES, GroupPolicyName
+from schemas.requests import PlacementRequest
 
 ACTIVE_MEMBER_STATUSES = ("held", "consumed", "pending")
 
@@ -114,3 +115,20 @@ class LiveRules:
 
 
 RuleSource = Callable[[], Mapping[str, GroupRule]]
+
+
+def group_refusal(request: PlacementRequest, rule: GroupRule | None) -> str:
+    """Why a request's server group hint cannot be placed by ("": it can).
+    A group the log never created is an ad-hoc one only with a policy given
+    (the compute's partition keeps its anti-affinity, as before groups were
+    records); without one it names nothing."""
+    if rule is None:
+        if request.group_policy is None:
+            return f"no server group {request.group_id} (berth group create)"
+        return ""
+    if request.group_policy is not None and request.group_policy != rule.policy:
+        return (
+            f"server group {request.group_id} is {rule.policy}, "
+            f"the request says {request.group_policy}"
+        )
+    return ""

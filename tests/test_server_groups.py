@@ -23,7 +23,7 @@ from ledger.partitioner import partition_for
 from projections.view.tables import outcomes
 from scheduling.config import SchedulerConfig
 from schemas.events import ClaimSet, ClaimSpec, Event, ServerGroupCreated, ServerGroupDeleted
-from schemas.requests import PlacementRequest
+from schemas.requests import BatchRequest, PlacementRequest
 from tests.builders import provider
 from tests.conftest import Cli
 from tests.http_calls import call, deciding
@@ -94,7 +94,7 @@ class Deployment:
     def catch_up(self) -> None:
         catch_up_all(self.writers)
 
-    def place(self, *requests: PlacementRequest) -> dict[str, Any]:
+    def place(self, *requests: PlacementRequest | BatchRequest) -> dict[str, Any]:
         for r in requests:  # one at a time: each sees the ones before it in the view
             self.edge.submit([r])
             while self.worker.step():
@@ -189,9 +189,16 @@ def test_a_request_that_names_no_group_or_the_wrong_policy_is_refused(tmp_path: 
             request("wrong", group_id="g", group_policy="anti-affinity"),
             request("adhoc", group_id="x", group_policy="anti-affinity"),
         )
+        batch = BatchRequest(
+            batch_id="b", ts_ms=NOW_MS, members=(request("b0", group_id="nope2"),), mode="queue"
+        )
+        answers |= d.place(batch)
     assert "no server group nope" in answers["nothing"]["reason"]
     assert "g is affinity, the request says anti-affinity" in answers["wrong"]["reason"]
     assert answers["adhoc"]["placed"]  # a group never created: the old, ad-hoc meaning
+    # refused, not queued: waiting would not make the group exist
+    assert answers["b"]["status"] == "failed"
+    assert answers["b"]["reason"] == "member 0 (b0): no server group nope2 (berth group create)"
 
 
 def _member(rid: str, gid: str, on: str) -> ClaimSet:
@@ -271,6 +278,9 @@ def test_the_group_commands_and_a_request_through_berth_serve(tmp_path: Path, cl
         shown = json.loads(out)
         assert code == 0 and shown["policy"] == "anti-affinity"
         assert shown["hosts"] == {"n1": 1, "n2": 1}
+        code, out, _ = cli("explain", "--resources", "VCPU=1", "--group", "web", *where)
+        assert code == 1 and "n1: anti-affinity group web: 1 member(s) here" in out
+        assert cli("headroom", "--resources", "VCPU=1", "--group", "nope", *where)[0] == 2
         code, out, _ = cli("group", "list", *where)
         assert [json.loads(line)["group_id"] for line in out.splitlines()] == ["web"]
         code, out, _ = cli("group", "delete", "web", *where, "--wait")

@@ -158,6 +158,9 @@ def shape_options(p: argparse.ArgumentParser, shape_required: bool = True) -> No
     p.add_argument("--build-near-host-ip", default=None, metavar="IP")
     p.add_argument("--cidr", default=None, help="with --build-near-host-ip (default /24)")
     p.add_argument("--query", default=None, help="a JsonFilter query, as JSON")
+    p.add_argument(
+        "--group", default=None, metavar="GROUP", help="a server group: its policy and members"
+    )
     p.add_argument("--config", default=None, help="scheduler TOML (default: built in)")
     p.add_argument("--json", action="store_true")
 
@@ -311,6 +314,24 @@ def _placement_request(args: argparse.Namespace) -> PlacementRequest:
     )
 
 
+def _in_group(app: App, args: argparse.Namespace, request: Request) -> Request:
+    """``request`` in the server group ``--group`` names, with its policy and
+    rule from the view (ValueError when the view has no such group)."""
+    if args.group is None:
+        return request
+    from consumers.server_groups import read_rules
+
+    rule = read_rules(app.engine).get(args.group)
+    if rule is None:
+        raise ValueError(f"--group {args.group}: no such server group (berth group list)")
+    return dataclasses.replace(
+        request,
+        group_id=rule.group_id,
+        group_policy=rule.policy,
+        max_server_per_host=rule.max_server_per_host,
+    )
+
+
 def _pairs(items: list[str], what: str) -> list[tuple[str, str]]:
     pairs = []
     for item in items:
@@ -345,6 +366,11 @@ def cmd_explain(args: argparse.Namespace) -> int:
         return 2
     with App(settings_from(args)) as app:
         engine = _policy_engine(app, config)
+        try:
+            request = _in_group(app, args, request)
+        except ValueError as error:
+            print(f"berth: {error}", file=sys.stderr)
+            return 2
         placement = engine.place(snapshot_from_view(app.engine), request, explain=True)
     trace = placement.trace
     story = trace.lines() if trace else []
@@ -427,6 +453,11 @@ def cmd_headroom(args: argparse.Namespace) -> int:
         print(f"berth: {error}", file=sys.stderr)
         return 2
     with App(settings_from(args)) as app:
+        try:
+            request = _in_group(app, args, request)
+        except ValueError as error:
+            print(f"berth: {error}", file=sys.stderr)
+            return 2
         room = headroom(_policy_engine(app, config), snapshot_from_view(app.engine), request)
     if args.json:
         print(json.dumps(room.to_dict()))
