@@ -20,7 +20,12 @@ from berth.replay import replay
 from consumers.partition_writer import catch_up_all
 from consumers.server_groups import read_group
 from ledger.partitioner import partition_for
-from projections.view.tables import outcomes
+from projections.view.tables import (
+    outcomes,
+    reservations,
+    server_group_members,
+    server_groups,
+)
 from scheduling.config import SchedulerConfig
 from schemas.events import ClaimSet, ClaimSpec, Event, ServerGroupCreated, ServerGroupDeleted
 from schemas.requests import BatchRequest, PlacementRequest
@@ -241,8 +246,31 @@ def test_the_writer_refuses_a_member_that_breaks_the_rule_after_a_restart(
         "web": ("rejected", "GROUP_EXISTS"),
     }
     assert _hosts(placed) == [host]
-    result = replay(settings, verify=True)
+    before = _group_tables(settings)
+    result = replay(settings, verify=True, jobs=2)  # a rebuild, in a fresh file
     assert result.divergence is None and result.verified == result.outcomes
+    assert _group_tables(settings) == before
+
+
+def _group_tables(settings: Settings) -> tuple[list[Any], ...]:
+    """The view's server groups (but the offset of the batch that wrote
+    each, which depends on how the log was cut into batches), members and
+    the members' reservations."""
+    with App(settings) as app, app.engine.connect() as conn:
+        g, m, r = server_groups.c, server_group_members.c, reservations.c
+        return (
+            conn.execute(
+                select(g.group_id, g.partition, g.policy, g.max_server_per_host).order_by(
+                    g.group_id
+                )
+            ).all(),
+            conn.execute(select(server_group_members).order_by(m.reservation_id)).all(),
+            conn.execute(
+                select(r.reservation_id, r.status, r.expires_at_ms)
+                .join(server_group_members, m.reservation_id == r.reservation_id)
+                .order_by(r.reservation_id)
+            ).all(),
+        )
 
 
 def test_the_group_commands_and_a_request_through_berth_serve(tmp_path: Path, cli: Cli) -> None:
