@@ -76,7 +76,7 @@ class Publisher:
 
     def route(self, event: Event) -> int:
         """The partition an event belongs in. Whatever a claim, or any member of
-        a claim set, names (providers, identifier pools) must live there too: the
+        a claim set, names (providers, identifier pools, a server group) must live there too: the
         partition's writer decides alone, so it can only give out what it owns."""
         partition = self.partition_of(event.partition_key)
         if isinstance(event, AggregateDefined):
@@ -96,6 +96,8 @@ class Publisher:
     def _refuse_elsewhere(self, spec: ClaimSpec, what: str, event: Event, partition: int) -> None:
         named = [("provider", item.provider_id) for item in spec.items]
         named += [("pool", item.pool_id) for item in spec.identifiers]
+        if spec.server_group is not None:
+            named.append(("server group", spec.server_group))
         for noun, name in named:
             home = self.partition_of(name)
             if home != partition:

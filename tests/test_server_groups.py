@@ -7,15 +7,17 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import pytest
 from sqlalchemy import select
 
 from berth.api import Api
 from berth.api.credentials import Credentials, digest
 from berth.app import App, Settings
-from berth.client import Publisher
+from berth.client import Publisher, PublishError
 from berth.replay import replay
 from consumers.partition_writer import catch_up_all
 from consumers.server_groups import read_group
@@ -252,7 +254,7 @@ def test_the_writer_refuses_a_member_that_breaks_the_rule_after_a_restart(
     assert _group_tables(settings) == before
 
 
-def _group_tables(settings: Settings) -> tuple[list[Any], ...]:
+def _group_tables(settings: Settings) -> tuple[Sequence[Any], ...]:
     """The view's server groups (but the offset of the batch that wrote
     each, which depends on how the log was cut into batches), members and
     the members' reservations."""
@@ -359,3 +361,15 @@ def test_the_api_creates_shows_and_deletes_a_group(tmp_path: Path) -> None:
         assert status == 200
         assert call(url, "/v1/groups/g1", token="t-p")[0] == 404
         assert call(url, "/v1/groups/g1", token="t-operator", method="DELETE")[0] == 404
+
+
+def test_the_edge_refuses_a_membership_keyed_to_another_partition(tmp_path: Path) -> None:
+    with App(Settings(data_dir=tmp_path / "data", partitions=4)) as app:
+        edge = Publisher(app.log, clock_ms=lambda: NOW_MS)
+        key = next(
+            k for k in ("a", "b", "c", "d", "e") if edge.partition_of(k) != edge.partition_of("web")
+        )
+        elsewhere = _member("m1", "web", "n1").model_copy(update={"partition_key": key})
+        with pytest.raises(PublishError, match="claim m1: server group web is in partition"):
+            edge.publish([elsewhere])
+        assert all(app.log.end_offset(app.settings.topics.events, p) == 0 for p in range(4))
