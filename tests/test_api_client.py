@@ -18,6 +18,7 @@ import pytest
 from berth.api.client import ApiClient, ApiProblem
 from schemas.requests import PlacementRequest
 from tests.builders import claim, provider
+from tests.polling import wait_for
 from tests.processes import berth_running
 from tests.test_api import _free_port, _listening
 
@@ -98,4 +99,20 @@ def test_the_cli_drives_a_remote_berth(url: str, tmp_path: Path) -> None:
     assert berth("queue", "--api", url)[:2] == (0, "{}\n")
     code, _, err = berth("history", "nobody", "--api", url)
     assert code == 1 and "the view holds nothing about 'nobody'" in err
+    code, out, err = berth(
+        "group", "create", "remote-g", "--policy", "anti-affinity", "--api", url, "--wait"
+    )
+    assert code == 0, err
+    assert json.loads(out.splitlines()[-1])["kind"] == "applied"
+    code, out, _ = berth(
+        "group", "create", "remote-g", "--policy", "affinity", "--api", url, "--wait"
+    )
+    assert code == 1 and "GROUP_EXISTS" in out
+    wait_for(lambda: berth("group", "show", "remote-g", "--api", url)[0] == 0, "remote-g shown")
+    code, out, _ = berth("group", "show", "remote-g", "--api", url)
+    assert json.loads(out)["policy"] == "anti-affinity"
+    code, out, _ = berth("group", "list", "--api", url)
+    assert [json.loads(line)["group_id"] for line in out.splitlines()] == ["remote-g"]
+    code, out, _ = berth("group", "delete", "remote-g", "--api", url, "--wait")
+    assert code == 0 and json.loads(out.splitlines()[-1])["kind"] == "applied"
     assert list(tmp_path.iterdir()) == []  # no data directory made

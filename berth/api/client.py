@@ -19,7 +19,15 @@ from urllib.parse import quote
 
 import httpx
 
-from berth.api.replies import Appended, Depth, Headroom, HistoryOut, Submitted
+from berth.api.replies import (
+    Appended,
+    Depth,
+    GroupOut,
+    GroupsOut,
+    Headroom,
+    HistoryOut,
+    Submitted,
+)
 from schemas.codec import encode_event, validate_event
 from schemas.events import Event
 from schemas.requests import BatchRequest, PlacementRequest
@@ -99,6 +107,42 @@ class ApiClient:
         timeout = None if wait is None else wait + 30
         response = self.http.post("/v1/requests", json=body, params=params, timeout=timeout)
         return Submitted.model_validate(self._reply(response))
+
+    def create_group(
+        self,
+        group_id: str,
+        policy: str,
+        max_server_per_host: int | None = None,
+        wait: float | None = None,
+    ) -> Appended:
+        """Create a server group; with ``wait``, its writer's decision."""
+        body: dict[str, Any] = {"policy": policy}
+        if max_server_per_host is not None:
+            body["max_server_per_host"] = max_server_per_host
+        response = self.http.put(
+            f"/v1/groups/{quote(group_id, safe='')}",
+            json=body,
+            params={} if wait is None else {"wait": wait},
+            timeout=None if wait is None else wait + 30,
+        )
+        return Appended.model_validate(self._reply(response))
+
+    def delete_group(self, group_id: str, wait: float | None = None) -> Appended:
+        """Delete a server group; with ``wait``, its writer's decision."""
+        response = self.http.delete(
+            f"/v1/groups/{quote(group_id, safe='')}",
+            params={} if wait is None else {"wait": wait},
+            timeout=None if wait is None else wait + 30,
+        )
+        return Appended.model_validate(self._reply(response))
+
+    def group(self, group_id: str) -> GroupOut:
+        """A server group, its rule and members."""
+        response = self.http.get(f"/v1/groups/{quote(group_id, safe='')}")
+        return GroupOut.model_validate(self._reply(response))
+
+    def groups(self) -> GroupsOut:
+        return GroupsOut.model_validate(self._reply(self.http.get("/v1/groups")))
 
     def history(self, subject: str, records: bool = True) -> HistoryOut:
         response = self.http.get(

@@ -84,3 +84,37 @@ def queue(args: argparse.Namespace) -> int:
         return 0
 
     return _remote(run)(args)
+
+
+def group(args: argparse.Namespace) -> int:
+    """``berth group`` through the API: what the local command prints."""
+
+    def run(berth: ApiClient) -> int:
+        kind = args.group_command
+        if kind == "list":
+            for summary in berth.groups().groups:
+                print(summary.model_dump_json())
+            return 0
+        if kind == "show":
+            print(berth.group(args.group_id).model_dump_json())
+            return 0
+        wait = args.timeout_s if args.wait else None
+        if kind == "create":
+            reply = berth.create_group(
+                args.group_id, args.policy, args.max_server_per_host, wait=wait
+            )
+        else:
+            reply = berth.delete_group(args.group_id, wait=wait)
+        partition, offset = reply.appended[0]
+        print(json.dumps({"partition": partition, "offset": offset}))
+        if wait is None:
+            return 0
+        decided = [o for outcomes in (reply.decisions or {}).values() for o in outcomes]
+        if not decided:
+            print(f"berth: no decision after {args.timeout_s:g} s", file=sys.stderr)
+            return 3
+        for outcome in decided:
+            print(outcome.model_dump_json(exclude_none=True))
+        return 0 if decided[-1].kind == "applied" else 1
+
+    return _remote(run)(args)

@@ -11,7 +11,7 @@ import uuid
 from typing import get_args
 
 from berth.app import App
-from berth.cli.common import Commands, backend_options, settings_from
+from berth.cli.common import Commands, backend_options, remote_option, settings_from
 from schemas.events import GroupPolicyName
 from schemas.outcomes import Kind
 
@@ -24,6 +24,7 @@ def add_commands(commands: Commands) -> None:
     def command(name: str, help_: str, named: bool = True) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_)
         backend_options(p)
+        remote_option(p)
         if named:
             p.add_argument("group_id")
         if name in ("create", "delete"):
@@ -51,6 +52,10 @@ def add_commands(commands: Commands) -> None:
 def cmd(args: argparse.Namespace) -> int:
     from consumers.server_groups import read_group, read_rules
 
+    if args.api is not None:
+        from berth.api import remote
+
+        return remote.group(args)
     with App(settings_from(args), migrate=False) as app:
         kind = args.group_command
         if kind == "list":
