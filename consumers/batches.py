@@ -229,7 +229,14 @@ class BatchScheduler:
         reason = ""
         before = self._tried.get(batch.batch_id, 0)
         for attempt in range(1, self.max_attempts + 1):
-            planned = self._plan(batch, tried, high)
+            # the rules the plan follows: a group deleted since the last
+            # attempt refuses the batch rather than leaving its members outside it
+            grouped = any(m.group_id is not None for m in batch.members)
+            rules = self._rules() if grouped else {}
+            refused = self._group_refusal(batch, rules)
+            if refused:
+                return BatchResult(batch.batch_id, "failed", attempts=attempt, reason=refused)
+            planned = self._plan(batch, tried, high, rules)
             if len(planned.instances) < low:
                 return self._unplaceable(batch, planned, attempt, votes)
             txn = f"{batch.batch_id}.{before + attempt}{self.generation}"
@@ -263,11 +270,17 @@ class BatchScheduler:
             no_votes=tuple(str(v) for v in votes),
         )
 
-    def _group_refusal(self, batch: BatchRequest) -> str:
+    def _rules(self) -> Mapping[str, GroupRule]:
+        return self.groups() if self.groups is not None else {}
+
+    def _group_refusal(
+        self, batch: BatchRequest, rules: Mapping[str, GroupRule] | None = None
+    ) -> str:
         """Why a member's server group hint cannot be placed ("": none does)."""
         if not any(m.group_id is not None for m in batch.members):
             return ""
-        rules = self.groups() if self.groups is not None else {}
+        if rules is None:
+            rules = self._rules()
         for m, member in enumerate(batch.members):
             if member.group_id is not None:
                 refused = group_refusal(member, rules.get(member.group_id))
@@ -275,13 +288,19 @@ class BatchScheduler:
                     return f"{_label(batch, m)}: {refused}"
         return ""
 
-    def _plan(self, batch: BatchRequest, tried: dict[int, set[str]], most: int) -> _Planned:
+    def _plan(
+        self,
+        batch: BatchRequest,
+        tried: dict[int, set[str]],
+        most: int,
+        rules: Mapping[str, GroupRule],
+    ) -> _Planned:
         self.pump()
         snapshot = self.snapshot()
         used = snapshot.used.copy()
         working = snapshot.with_used(used, ())  # the same usage, for now
         rows = snapshot.row_of
-        planned = _Planned([], {}, self.groups() if self.groups is not None else {})
+        planned = _Planned([], {}, rules)
         explain = batch.explain
         for m, member in enumerate(batch.members):
             room = most - len(planned.instances)
