@@ -352,7 +352,7 @@ def test_the_api_creates_shows_and_deletes_a_group(tmp_path: Path) -> None:
         assert status == 422 and reply["errors"][0]["pointer"] == "/policy"
         nowhere = json.loads(request("r0", group_id="g9").model_dump_json())
         status, reply = call(url, "/v1/requests", nowhere, token="t-p")
-        assert status == 422 and reply["errors"][0]["pointer"] == "/group_id"
+        assert status == 409 and reply["errors"][0]["pointer"] == "/group_id"
         assert "no server group g9" in reply["errors"][0]["detail"]
         # a decision is published before its view commits: the reads may lag
         wait_for(lambda: call(url, "/v1/groups/g1", token="t-p")[0] == 200, "g1 in the view")

@@ -105,7 +105,7 @@ class Groups:
     def check_named(
         self, requests: Sequence[PlacementRequest | BatchRequest], single: bool
     ) -> None:
-        """422 for a request whose ``group_id`` names no group and gives no
+        """409 for a request whose ``group_id`` names no group and gives no
         policy (with a policy, a group never created is an ad-hoc one)."""
         errors: list[dict[str, Any]] = []
         rules: Mapping[str, Any] | None = None
@@ -122,7 +122,7 @@ class Groups:
                         loc += ["members", m]
                     errors.append(
                         {
-                            "type": "unknown_group",
+                            "type": "value_error",  # a rule beyond the document: 409
                             "loc": (*loc, "group_id"),
                             "msg": f"no server group {member.group_id} (PUT /v1/groups/ID)",
                         }
