@@ -117,7 +117,10 @@ class Scheduled:
     (records below it applied), when the snapshot says so."""
     candidates: tuple[Mapping[str, Any], ...] = ()
     """A placed request's best candidates on its last attempt, best first,
-    each with its weighers' parts (:class:`scheduling.engine.Ranked`)."""
+    each with its weighers' parts, as an answer read back holds them."""
+    ranking: Ranking | None = field(default=None, compare=False)
+    """The same, as the engine left them: worked out only when the answer
+    is written (:class:`scheduling.engine.Ranking`)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -129,8 +132,11 @@ class Scheduled:
             "trace": list(self.trace),
             **({"policy": self.policy} if self.policy else {}),
             **({"offsets": {str(p): o for p, o in self.offsets.items()}} if self.offsets else {}),
-            **({"candidates": list(self.candidates)} if self.candidates else {}),
+            **({"candidates": self._candidates()} if self.candidates or self.ranking else {}),
         }
+
+    def _candidates(self) -> list[Any]:
+        return self.ranking.to_dicts() if self.ranking is not None else list(self.candidates)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Scheduled:
@@ -382,7 +388,7 @@ class Scheduler:
                 p.attempts,
                 policy=_label(p),
                 offsets=p.offsets,
-                candidates=() if p.ranking is None else tuple(p.ranking.to_dicts()),
+                ranking=p.ranking,
             )
             return True
         limit = self.max_attempts if p.policy is None else p.policy.config.max_attempts

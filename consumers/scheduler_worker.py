@@ -96,11 +96,11 @@ class SchedulerWorker:
     def _publish(self, partition: int, results: list[tuple[int, Scheduled | BatchResult]]) -> None:
         appends = []
         for offset, result in results:
-            if isinstance(result, Scheduled):
-                self.answered[result.request_id] = result
-            elif result.status != "queued":
-                self.answered[result.batch_id] = Scheduled.from_dict(result.to_dict())
-            data: dict[str, Any] = {**result.to_dict(), "source": [partition, offset]}
+            answer = result.to_dict()  # a ranking is worked out here, once
+            if isinstance(result, Scheduled) or result.status != "queued":
+                # as read back: nothing of the engine's snapshot kept alive
+                self.answered[answer["request_id"]] = Scheduled.from_dict(answer)
+            data: dict[str, Any] = {**answer, "source": [partition, offset]}
             key = data["request_id"].encode()
             appends.append(Append(partition, key, json.dumps(data).encode()))
         self.log.append(self.topics.placements, appends)

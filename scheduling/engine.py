@@ -60,20 +60,77 @@ class Trace:
         ]
 
 
-@dataclass(frozen=True, slots=True, eq=False)
 class Ranking:
     """The best candidates for a request's first instance, best first, as
     the weighers ranked them: each one's score and each weigher's part of
     it, normalised value and multiplier (Nova's sum: a score is the sum of
-    value x multiplier). Arrays, turned into JSON only for an answer."""
+    value x multiplier).
 
-    providers: tuple[str, ...]
-    scores: FloatArray
-    weighers: tuple[str, ...]
-    values: FloatArray
-    """weigher x candidate: the normalised value, in [0, 1]."""
-    multipliers: FloatArray
-    """weigher x candidate: the multiplier (an aggregate's, if it sets one)."""
+    Kept as the weighing left it (every candidate's score and each
+    weigher's share, arrays made for this request alone) and worked out
+    only when read: the scheduler's hot path pays for the shares, an
+    answer for the rest."""
+
+    __slots__ = ("_count", "_ctx", "_parts", "_rows", "_scores", "_settled", "_weighers")
+
+    def __init__(
+        self,
+        ctx: Context,
+        rows: IntArray,
+        scores: FloatArray,
+        weighers: Sequence[Weigher],
+        parts: FloatArray,
+        count: int,
+    ) -> None:
+        self._ctx, self._rows, self._scores = ctx, rows, scores
+        self._weighers, self._parts, self._count = tuple(weighers), parts, count
+        self._settled: tuple[tuple[str, ...], FloatArray, FloatArray, FloatArray] | None = None
+
+    def _settle(self) -> tuple[tuple[str, ...], FloatArray, FloatArray, FloatArray]:
+        """(providers, their scores, values, multipliers) of the ``count``
+        best, ties to the earlier row as the pick breaks them."""
+        if self._settled is not None:
+            return self._settled
+        ctx, weighers = self._ctx, self._weighers
+        best = best_positions(self._scores, self._count)
+        top = self._rows[best]
+        shares = self._parts[:, best]
+        uniform = [w.uniform_multiplier(ctx) for w in weighers]
+        if None in uniform or 0.0 in uniform:  # an aggregate overrides one, or one is off
+            multipliers = np.empty_like(shares)
+            for n, weigher in enumerate(weighers):
+                multipliers[n] = weigher.multipliers(ctx, top)
+            zeros = np.zeros_like(shares)
+            values = np.divide(shares, multipliers, out=zeros, where=multipliers != 0)
+        else:  # one multiplier per weigher, the common case
+            multipliers = np.array(uniform, dtype=np.float64)[:, None].repeat(len(best), axis=1)
+            values = shares / multipliers
+        providers = ctx.snapshot.providers
+        ids = tuple(providers[row].provider_id for row in top.tolist())
+        self._settled = (ids, self._scores[best], values, multipliers)
+        return self._settled
+
+    @property
+    def providers(self) -> tuple[str, ...]:
+        return self._settle()[0]
+
+    @property
+    def scores(self) -> FloatArray:
+        return self._settle()[1]
+
+    @property
+    def weighers(self) -> tuple[str, ...]:
+        return tuple(w.name for w in self._weighers)
+
+    @property
+    def values(self) -> FloatArray:
+        """weigher x candidate: the normalised value, in [0, 1]."""
+        return self._settle()[2]
+
+    @property
+    def multipliers(self) -> FloatArray:
+        """weigher x candidate: the multiplier (an aggregate's, if it sets one)."""
+        return self._settle()[3]
 
     def __eq__(self, other: object) -> bool:
         """Equal when every candidate, score and part is (same placements)."""
@@ -89,18 +146,23 @@ class Ranking:
 
     __hash__ = None  # type: ignore[assignment]
 
+    def __repr__(self) -> str:
+        return f"Ranking({', '.join(self.providers)})"
+
     def to_dicts(self) -> list[dict[str, object]]:
-        values, multipliers = self.values.T.tolist(), self.multipliers.T.tolist()
+        providers, scores, values_by_weigher, multipliers_by_weigher = self._settle()
+        names = self.weighers
+        values, multipliers = values_by_weigher.T.tolist(), multipliers_by_weigher.T.tolist()
         return [
             {
                 "provider_id": pid,
                 "score": score,
                 "weighers": {
                     name: [v, m]
-                    for name, v, m in zip(self.weighers, values[n], multipliers[n], strict=True)
+                    for name, v, m in zip(names, values[n], multipliers[n], strict=True)
                 },
             }
-            for n, (pid, score) in enumerate(zip(self.providers, self.scores.tolist(), strict=True))
+            for n, (pid, score) in enumerate(zip(providers, scores.tolist(), strict=True))
         ]
 
 
@@ -484,7 +546,7 @@ class Engine:
                 scores = self._weigh(ctx, candidates)
             else:  # the first pick: what each weigher added, for the answer
                 scores, active, parts = weigh_parts(self.weighers, ctx, candidates)
-                ranking = self._ranking(ctx, candidates, scores, active, parts)
+                ranking = Ranking(ctx, candidates, scores, active, parts, self.ranked)
             scored = scored or len(candidates)
             best = int(scores.argmax())  # first maximum: the earliest row breaks ties
             if self.scriptlet is not None:
@@ -529,38 +591,6 @@ class Engine:
 
     def _weigh(self, ctx: Context, rows: IntArray) -> FloatArray:
         return weigh_all(self.weighers, ctx, rows)
-
-    def _ranking(
-        self,
-        ctx: Context,
-        rows: IntArray,
-        scores: FloatArray,
-        weighers: Sequence[Weigher],
-        parts: FloatArray,
-    ) -> Ranking:
-        """The ``ranked`` best of ``rows`` by ``scores``, ties to the earlier
-        row as the pick breaks them, with their weighers' ``parts``."""
-        best = best_positions(scores, self.ranked)
-        top = rows[best]
-        shares = parts[:, best]
-        uniform = [w.uniform_multiplier(ctx) for w in weighers]
-        if None in uniform or 0.0 in uniform:  # an aggregate overrides one, or one is off
-            multipliers = np.empty_like(shares)
-            for n, weigher in enumerate(weighers):
-                multipliers[n] = weigher.multipliers(ctx, top)
-            zeros = np.zeros_like(shares)
-            values = np.divide(shares, multipliers, out=zeros, where=multipliers != 0)
-        else:  # one multiplier per weigher, the common case
-            multipliers = np.array(uniform, dtype=np.float64)[:, None].repeat(len(best), axis=1)
-            values = shares / multipliers
-        providers = ctx.snapshot.providers
-        return Ranking(
-            tuple(providers[row].provider_id for row in top.tolist()),
-            scores[best],
-            tuple(w.name for w in weighers),
-            values,
-            multipliers,
-        )
 
 
 def demand_row(snapshot: Snapshot, resources: Mapping[str, int]) -> IntArray:

@@ -48,7 +48,9 @@ def weigh_parts(
     parts = np.zeros((len(active), len(rows)), dtype=np.float64)
     for weigher, part in zip(active, parts, strict=True):
         weigher.add_to(part, ctx, rows)
-        total += part
+    if len(active):
+        # down the rows one after another, as weigh_all adds them to its total
+        np.add.reduce(parts, axis=0, out=total)
     return total, active, parts
 
 
