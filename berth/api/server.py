@@ -52,6 +52,33 @@ class _Protocol(HttpToolsProtocol):
         self.transport.close()
 
 
+class UvicornThread:
+    """uvicorn running ``config`` in a daemon thread of its own (the HTTP API
+    and the Placement API both): started, told where it listens, stopped."""
+
+    def __init__(self, config: uvicorn.Config, name: str) -> None:
+        self._name = name
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._server.run, name=name, daemon=True)
+
+    def start(self, timeout_s: float = 30.0) -> tuple[str, int]:
+        """Start serving; where it listens. RuntimeError when it cannot."""
+        self._thread.start()
+        deadline = time.monotonic() + timeout_s
+        # uvicorn says it has started by a flag, not an event: polled, with a deadline
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"{self._name} did not start listening")
+            time.sleep(0.01)
+        socket = self._server.servers[0].sockets[0]
+        host, port = socket.getsockname()[:2]
+        return str(host), int(port)
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout=30)
+
+
 class Server:
     """uvicorn serving one :class:`Api` on ``host:port`` (port 0: any free)."""
 
@@ -68,21 +95,13 @@ class Server:
             http=_Protocol,
         )
         self._api = api
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, name="berth-api", daemon=True)
+        self._uvicorn = UvicornThread(config, "berth-api")
 
     def start(self, timeout_s: float = 30.0) -> tuple[str, int]:
         """Start serving; where it listens. RuntimeError when it cannot."""
-        self._thread.start()
-        deadline = time.monotonic() + timeout_s
-        while not self._server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("the API did not start listening")
-            time.sleep(0.01)
-        socket = self._server.servers[0].sockets[0]
-        host, port = socket.getsockname()[:2]
+        where = self._uvicorn.start(timeout_s)
         threading.Thread(target=self._warm, name="berth-api-warm", daemon=True).start()
-        return str(host), int(port)
+        return where
 
     def _warm(self) -> None:
         """Read the view's snapshot, and encode the dashboard's grid, once
@@ -94,8 +113,7 @@ class Server:
             _log.warning("api: the view could not be read ahead: %s", error)
 
     def stop(self) -> None:
-        self._server.should_exit = True
-        self._thread.join(timeout=30)
+        self._uvicorn.stop()
 
 
 def serve(api: Api, host: str, port: int) -> tuple[Server, tuple[str, int]]:
