@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+import time
 from pathlib import Path
 
 from hypothesis import given, settings
@@ -323,7 +324,12 @@ def test_the_api_defines_an_aggregate_in_every_partition(tmp_path: Path) -> None
         assert {o[0]["kind"] for o in reply["decisions"].values()} == {"applied"}
         joined = json.loads(join("n1", "rack1").model_dump_json())
         assert call(url, "/v1/events?wait=30", joined, token="t-operator")[0] == 200
-        status, found = call(url, "/v1/aggregates/rack1", token="t-p1")
+        # the decision is published before the writer commits it to the view
+        deadline = time.monotonic() + 10
+        while True:
+            status, found = call(url, "/v1/aggregates/rack1", token="t-p1")
+            if found.get("members") or time.monotonic() > deadline:
+                break
         assert status == 200 and found == {
             "aggregate_id": "rack1",
             "metadata": body["metadata"],
