@@ -18,6 +18,16 @@ holds the lock can only be what an appender that died mid-write left behind;
 the next appender cuts it off before it writes. Damage is never cut: the
 partition refuses appends, and reads past the damage, with
 :class:`~ledger.log.CorruptLog` naming the file, the record and its byte.
+
+Records another process appended are durable once it fsynced them, unless
+it died between its write and its fsync, which the file alone cannot tell.
+So an appender, once its fsync returns and before it lets go of the lock,
+notes in ``p<N>.synced`` beside the file where its records end and the
+last one's chain (format 2): a process indexing records that end exactly
+there, with that chain, knows them synced; any other (a dead appender's
+records, a marker from before a cut, format 1) it fsyncs itself before it
+reads them. The marker is never synced: lost in a crash, it only costs
+that fsync.
 """
 
 from __future__ import annotations
@@ -26,6 +36,7 @@ import bisect
 import fcntl
 import logging
 import os
+import struct
 import threading
 from array import array
 from collections.abc import Callable
@@ -44,6 +55,9 @@ _log = logging.getLogger(__name__)
 _MAX_READ_BYTES = 64 << 20
 
 Fsync = Callable[[int], None]
+
+_SYNCED = struct.Struct("<QI")
+"""``p<N>.synced``: where the records an appender fsynced end, and the last one's chain."""
 
 
 _make_record: Callable[[tuple[int, int, bytes, bytes]], Record] = partial(tuple.__new__, Record)
@@ -123,7 +137,9 @@ class PartitionFile:
     does not pay to check every record of the others.
     """
 
-    def __init__(self, path: Path, partition: int, fd: int, fsync: Fsync, fmt: int) -> None:
+    def __init__(
+        self, path: Path, partition: int, fd: int, fsync: Fsync, fmt: int, read_only: bool = False
+    ) -> None:
         self.path = path
         self.partition = partition
         self.fd = fd
@@ -139,6 +155,9 @@ class PartitionFile:
         # process's appender locks would convert its exclusive lock, not wait.
         self._scan_fd = -1
         self._scanning = threading.Lock()
+        self._read_only = read_only
+        self._synced_fd = -1
+        self._synced_writable = False
 
     @classmethod
     def open(
@@ -146,7 +165,7 @@ class PartitionFile:
     ) -> PartitionFile:
         flags = os.O_RDONLY if read_only else os.O_RDWR | os.O_CREAT
         fd = os.open(path, flags | os.O_CLOEXEC, 0o644)
-        return cls(path, partition, fd, fsync, fmt)
+        return cls(path, partition, fd, fsync, fmt, read_only)
 
     def _grown(self) -> bool:
         """Whether the file holds bytes past the indexed records that no scan
@@ -165,9 +184,10 @@ class PartitionFile:
         known = len(self._positions) - 1
         found = frames.scan(self.fd, self.format, self._positions[-1], size, known, self.chain)
         if found.ends:
-            # appended by another process, which fsynced them unless it died
-            # first: make sure before anything is decided on them
-            self._fsync(self.fd)
+            if not self._synced(found.ends[-1], found.chain):
+                # appended by another process that did not say it fsynced
+                # them (it died first?): make sure before anything is decided
+                self._fsync(self.fd)
             self._positions.extend(found.ends)
             self._key_lengths.extend(found.key_lengths)
             self.chain = found.chain
@@ -246,10 +266,49 @@ class PartitionFile:
             return len(self._positions) - 1
 
     def publish(self, ends: array[int], key_lengths: array[int], chain: int) -> None:
+        """Index records this process appended and fsynced; the caller
+        holds the append flock."""
         with self.lock:
             self._positions.extend(ends)
             self._key_lengths.extend(key_lengths)
             self.chain = chain
+            self._note_synced()
+
+    def _synced(self, end: int, chain: int) -> bool:
+        """Whether the appender of the records ending at ``end`` with
+        ``chain`` noted it fsynced them; the caller holds a flock."""
+        if self.format < 2:
+            return False  # no chain to tell one run of records from another
+        try:
+            if self._synced_fd < 0:
+                self._synced_fd = os.open(self._synced_path, os.O_RDONLY | os.O_CLOEXEC)
+            noted = os.pread(self._synced_fd, _SYNCED.size, 0)
+        except OSError:
+            return False  # none yet, or unreadable: the caller fsyncs
+        return len(noted) == _SYNCED.size and _SYNCED.unpack(noted) == (end, chain)
+
+    def _note_synced(self) -> None:
+        """Note that the records indexed are fsynced; the caller holds the
+        append flock and ``lock``."""
+        if self.format < 2 or self._read_only:
+            return
+        try:
+            if self._synced_fd < 0 or not self._synced_writable:
+                if self._synced_fd >= 0:
+                    os.close(self._synced_fd)
+                    self._synced_fd = -1
+                flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC
+                self._synced_fd = os.open(self._synced_path, flags, 0o644)
+                self._synced_writable = True
+            pwrite_all(self._synced_fd, _SYNCED.pack(self._positions[-1], self.chain), 0)
+        except OSError as exc:
+            # the records are durable whatever becomes of the note: without
+            # it, other processes only fsync them again
+            _log.warning("%s: cannot note the records synced: %s", self._synced_path, exc)
+
+    @property
+    def _synced_path(self) -> Path:
+        return self.path.with_suffix(".synced")
 
     def read(self, offset: int, max_records: int) -> list[Record]:
         """Up to ``max_records`` durable records from ``offset``;
@@ -299,6 +358,7 @@ class PartitionFile:
                 del self._key_lengths[offset:]
                 self.chain = self._chain_before(offset)
                 self.damage = None
+                self._note_synced()
                 return size - position
         finally:
             fcntl.flock(self.fd, fcntl.LOCK_UN)
@@ -318,6 +378,9 @@ class PartitionFile:
             if self._scan_fd >= 0:
                 os.close(self._scan_fd)
                 self._scan_fd = -1
+            if self._synced_fd >= 0:
+                os.close(self._synced_fd)
+                self._synced_fd = -1
 
 
 class Chunk:

@@ -11,6 +11,7 @@ import multiprocessing
 import os
 import signal
 import threading
+from collections.abc import Callable
 from contextlib import closing
 from pathlib import Path
 
@@ -160,3 +161,70 @@ def test_an_appender_killed_mid_stream_loses_no_acknowledged_record(
         [offset] = log.append("t", [Append(0, b"k", b"after")])
         assert offset == len(stored)
         assert log.read("t", 0, offset, 1)[0].value == b"after"
+
+
+def _counting(calls: list[int]) -> Callable[[int], None]:
+    def fsync(fd: int) -> None:
+        calls.append(fd)
+        os.fsync(fd)
+
+    return fsync
+
+
+def test_records_another_process_noted_as_synced_are_read_without_an_fsync(
+    tmp_path: Path,
+) -> None:
+    calls: list[int] = []
+    with closing(EmbeddedLog(tmp_path, fsync=_counting(calls))) as reader:
+        reader.create_topic("t", 2)
+        calls.clear()
+        acked_queue = _SPAWN.Queue()
+        child = _SPAWN.Process(target=_append_rounds, args=(str(tmp_path), 0, 5, acked_queue))
+        child.start()
+        reports = list(iter(lambda: acked_queue.get(timeout=60), None))
+        child.join(timeout=30)
+        assert child.exitcode == 0
+        acked = sorted((o, v) for report in reports for p, o, v in report if p == 0)
+        assert _records(reader, 0) == acked
+        # the appender fsynced them and said so beside the file: no second fsync
+        assert calls == []
+
+
+def test_records_no_appender_noted_as_synced_are_fsynced_before_they_are_read(
+    tmp_path: Path,
+) -> None:
+    # a whole record that an appender wrote and died before fsyncing: framed
+    # and chained as the log would have, written behind the log's back
+    with closing(EmbeddedLog(tmp_path / "model")) as model:
+        model.create_topic("t", 1)
+        model.append("t", [Append(0, b"k", b"first"), Append(0, b"k", b"unsynced")])
+    framed = (tmp_path / "model" / "log" / "t" / "p0.log").read_bytes()
+    second = framed[len(framed) - (frames.header_size(2) + len(b"kunsynced")) :]
+    calls: list[int] = []
+    with (
+        closing(EmbeddedLog(tmp_path)) as writer,
+        closing(EmbeddedLog(tmp_path, fsync=_counting(calls))) as reader,
+    ):
+        writer.create_topic("t", 1)
+        writer.append("t", [Append(0, b"k", b"first")])
+        calls.clear()
+        assert [r.value for r in reader.read("t", 0, 0, 10)] == [b"first"]
+        assert calls == []
+        with open(tmp_path / "log" / "t" / "p0.log", "ab") as file:
+            file.write(second)
+        assert [r.value for r in reader.read("t", 0, 0, 10)] == [b"first", b"unsynced"]
+        assert len(calls) == 1  # synced by the reader before it was read
+
+
+def test_an_append_whose_note_cannot_be_written_is_still_acknowledged(tmp_path: Path) -> None:
+    calls: list[int] = []
+    with (
+        closing(EmbeddedLog(tmp_path)) as writer,
+        closing(EmbeddedLog(tmp_path, fsync=_counting(calls))) as reader,
+    ):
+        writer.create_topic("t", 1)
+        (tmp_path / "log" / "t" / "p0.synced").mkdir()  # where the note would go
+        assert writer.append("t", [Append(0, b"k", b"v")]) == [0]
+        calls.clear()
+        assert [r.value for r in reader.read("t", 0, 0, 10)] == [b"v"]
+        assert len(calls) == 1  # unnoted, so synced again by the reader
