@@ -8,7 +8,7 @@ browser navigating to ``/`` cannot send a bearer token; everything under
 ``/v1`` asks for the token as ever, which the page keeps in the tab's
 ``sessionStorage`` and sends as ``Authorization: Bearer``."""
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from http import HTTPStatus
 from pathlib import Path
 from typing import Annotated, Any
@@ -122,7 +122,7 @@ def request_page(api: Api, request_id: str, who: Caller) -> dict[str, Any]:
 def install(
     app: FastAPI,
     api: Api,
-    caller: Callable[..., Caller],
+    caller: Callable[..., Awaitable[Caller]],
     problems: Callable[..., dict[int | str, Any]],
 ) -> None:
     """Add the dashboard's routes to ``app``; ``caller`` is the API's

@@ -90,7 +90,9 @@ def create_app(api: Api) -> FastAPI:
     app.add_middleware(Bounded)
     _unavailable(app)
 
-    def caller(request: Request) -> Caller:
+    # a coroutine, so FastAPI calls it on the event loop: a plain function
+    # dependency would cost every request a trip through the thread pool
+    async def caller(request: Request) -> Caller:
         scheme, _, token = request.headers.get("authorization", "").partition(" ")
         found = api.credentials.caller(token.strip() if scheme.lower() == "bearer" else None)
         if found is None:

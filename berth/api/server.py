@@ -4,6 +4,7 @@ process does (``berth serve --api`` runs the writers in the main thread)."""
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
 from http import HTTPStatus
@@ -17,6 +18,10 @@ from berth.api.routes import create_app
 from berth.api.service import Api
 
 _log = logging.getLogger(__name__)
+
+SWITCH_INTERVAL_S = 0.0001
+"""How long a thread holding the GIL may keep a woken one waiting, in a
+process that serves an API (``sys.setswitchinterval``)."""
 
 
 class _Protocol(HttpToolsProtocol):
@@ -63,6 +68,10 @@ class UvicornThread:
 
     def start(self, timeout_s: float = 30.0) -> tuple[str, int]:
         """Start serving; where it listens. RuntimeError when it cannot."""
+        # this process's other threads (berth serve's writers and scheduler)
+        # hold the GIL for up to the switch interval (5 ms by default) when a
+        # thread of the API wakes for an answer: a short one lets it run
+        sys.setswitchinterval(SWITCH_INTERVAL_S)
         self._thread.start()
         deadline = time.monotonic() + timeout_s
         # uvicorn says it has started by a flag, not an event: polled, with a deadline
