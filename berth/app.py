@@ -213,7 +213,9 @@ class App:
             max_attempts=config.max_attempts,
             groups=LiveRules(self.engine),
         )
-        return SchedulerWorker(self.log, topics, scheduler, partitions=partitions, batches=batches)
+        return SchedulerWorker(
+            self.log, topics, scheduler, partitions=partitions, batches=batches, refresh=snapshot
+        )
 
     def close(self) -> None:
         self.ownership.close()

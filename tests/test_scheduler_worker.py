@@ -12,8 +12,9 @@ from berth.client import Publisher
 from consumers.partition_writer import catch_up_all
 from consumers.scheduler import OutcomeFollower, Scheduled, Scheduler
 from consumers.scheduler_worker import SchedulerWorker
-from consumers.snapshot_source import snapshot_from_view
+from consumers.snapshot_source import LiveSnapshot, snapshot_from_view
 from ledger.log import Append
+from projections.view.loader import committed_offsets
 from scheduling.config import SchedulerConfig
 from schemas.requests import PlacementRequest
 from tests.builders import provider
@@ -108,3 +109,27 @@ def test_a_worker_that_died_before_answering_claims_under_a_new_generation(
     placed = Scheduled.from_dict(answer)
     assert placed.placed, placed.reason
     assert placed.reservations[0][0] not in abandoned
+
+
+def test_an_idle_worker_reads_the_views_changes_before_the_next_request(tmp_path: Path) -> None:
+    settings = Settings(data_dir=tmp_path, partitions=2)
+    with App(settings) as app:
+        writers = app.writers()
+        worker = app.scheduler_worker(SchedulerConfig.default(), lambda: catch_up_all(writers))
+        edge = Publisher(app.log, clock_ms=lambda: NOW_MS)
+        edge.publish([e for n in range(3) for e in provider(f"n{n}", ts=1, VCPU=4)])
+        edge.submit([_request("r0", 2)])
+        assert worker.step() == 1
+        snapshot = worker.refresh
+        assert isinstance(snapshot, LiveSnapshot)
+        with app.engine.connect() as conn:
+            committed = committed_offsets(conn)
+        # ranked before its claim was decided: the view has moved on since
+        assert snapshot.offsets() != committed
+        worker.idle()
+        assert snapshot.offsets() == committed
+        # and holds the placement: the next request's wave reads nothing more
+        assert snapshot.snapshot is not None
+        assert [p.provider_id for p in snapshot.snapshot.providers if "r0.0" in p.instances] == [
+            answer["reservations"][0][1] for answer in placement_answers(app)
+        ]

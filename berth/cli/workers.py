@@ -192,7 +192,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         def watches() -> Watches:
             return merged(*(w.watches() for w in writers), worker.watches(), queue.watches())
 
-        return _run(app, args, step, watches)
+        return _run(app, args, step, watches, worker.idle)
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
@@ -236,7 +236,10 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
             answered = bool(worker.step())
             return bool(queue.step()) or answered
 
-        return _run(app, args, step, lambda: merged(worker.watches(), queue.watches()))
+        def watches() -> Watches:
+            return merged(worker.watches(), queue.watches())
+
+        return _run(app, args, step, watches, worker.idle)
 
 
 def _scheduler_worker(
@@ -249,19 +252,30 @@ def _scheduler_worker(
 
 
 def _run(
-    app: App, args: argparse.Namespace, step: Callable[[], bool], watches: Callable[[], Watches]
+    app: App,
+    args: argparse.Namespace,
+    step: Callable[[], bool],
+    watches: Callable[[], Watches],
+    idle: Callable[[], object] = lambda: None,
 ) -> int:
     """A worker's loop: ``step`` until interrupted. When a step finds nothing
     to do it waits for the next record of what it reads (``watches``) to
     arrive, ``--idle-wait-s`` at most (a step also has work no record
-    announces: a queued batch's timeout); and every ``--ownership-check-s``
-    it makes sure the process still owns its partitions (exit 1 when it
-    does not)."""
+    announces: a queued batch's timeout); the first time after some work,
+    it calls ``idle`` before it waits (what can be made ready for the next
+    record); and every ``--ownership-check-s`` it makes sure the process
+    still owns its partitions (exit 1 when it does not)."""
     check_every = args.ownership_check_s
     next_check = time.monotonic() + check_every
+    worked = False
     try:
         while True:
-            if not step():
+            if step():
+                worked = True
+            else:
+                if worked:
+                    idle()  # a record arriving meanwhile ends the wait at once
+                    worked = False
                 app.log.wait(watches(), args.idle_wait_s)
             if time.monotonic() >= next_check:
                 app.confirm_ownership()
