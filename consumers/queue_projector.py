@@ -1,6 +1,11 @@
 """Keeps the queue-depth read model (``queued_batches``, ``queue_depth``) in
 step with the placements topic, exactly once: each partition's changes and
-the offset they reflect commit in one transaction."""
+the offset they reflect commit in one transaction.
+
+Most answers change nothing here (only a queued batch's do): folding them
+again is a no-op, so their offset is committed with the next change, or
+once :data:`COMMIT_EVERY` of them have passed, not in a transaction each. A
+restarted projector reads those again, and they change nothing again."""
 
 from __future__ import annotations
 
@@ -12,6 +17,10 @@ from ledger.log import Log, Watches
 from ledger.topics import Topics
 from projections.queue_depth import QueueDepth, Waiting
 from projections.view.tables import queue_depth, queue_offsets, queued_batches
+
+COMMIT_EVERY = 10_000
+"""Answers of a partition folded without a change before their offset is
+committed anyway (what a restart reads again)."""
 
 
 class QueueOffsetMoved(Exception):
@@ -34,6 +43,9 @@ class QueueProjector:
                 self.fold.waiting[row.batch_id] = Waiting(
                     row.priority, dict(row.waiting), row.queued_partition, row.queued_offset
                 )
+        self.committed = list(self.offsets)
+        """Per partition, the offset the view holds; ``offsets`` (read up to)
+        may be past it by answers that changed nothing."""
 
     def watches(self) -> Watches:
         """The next answer of each partition it folds."""
@@ -50,9 +62,13 @@ class QueueProjector:
             for record in records:
                 self.fold.apply(partition, record.offset, json.loads(record.value))
             end = records[-1].offset + 1
-            with self.engine.begin() as conn:
-                self._advance(conn, partition, end)
-                self._write(conn, before)
+            if _changed(before, self.fold.waiting) or end - self.committed[partition] >= (
+                COMMIT_EVERY
+            ):
+                with self.engine.begin() as conn:
+                    self._advance(conn, partition, end)
+                    self._write(conn, before)
+                self.committed[partition] = end
             self.offsets[partition] = end
             folded += len(records)
         return folded
@@ -68,10 +84,10 @@ class QueueProjector:
         if conn.dialect.name == "postgresql":
             query = query.with_for_update()
         current = conn.execute(query).scalar_one_or_none()
-        if (current or 0) != self.offsets[partition]:
+        if (current or 0) != self.committed[partition]:
             raise QueueOffsetMoved(
                 f"placements partition {partition}: the view is at {current}, "
-                f"this projector at {self.offsets[partition]}"
+                f"this projector at {self.committed[partition]}"
             )
         if current is None:
             conn.execute(insert(queue_offsets).values(partition=partition, next_offset=end))
@@ -116,6 +132,10 @@ class QueueProjector:
         ]
         if rows:
             conn.execute(insert(queue_depth), rows)
+
+
+def _changed(before: dict[str, Waiting], after: dict[str, Waiting]) -> bool:
+    return len(before) != len(after) or any(after.get(b) is not w for b, w in before.items())
 
 
 def read_depth(engine: Engine) -> dict[str, dict[str, int]]:

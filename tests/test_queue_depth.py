@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from sqlalchemy import select
 
 from berth.app import App, Settings
 from berth.cli import main
@@ -16,6 +17,7 @@ from consumers.partition_writer import catch_up_all
 from consumers.queue_projector import QueueProjector, read_depth
 from consumers.scheduler_worker import SchedulerWorker
 from projections.queue_depth import Depth, QueueDepth
+from projections.view.tables import queue_offsets
 from scheduling.config import SchedulerConfig
 from schemas.events import Release
 from schemas.requests import BatchMode, BatchRequest, PlacementRequest
@@ -118,3 +120,34 @@ def test_queue_depth_follows_the_queue_exactly_once_and_survives_restarts(
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == {
         "VCPU=2": {"instances": 3, "batches": 1}
     }
+
+
+def _committed(app: App) -> dict[int, int]:
+    with app.engine.connect() as conn:
+        return {int(p): int(o) for p, o in conn.execute(select(queue_offsets))}
+
+
+def test_answers_that_change_no_queue_commit_nothing_and_are_folded_again_after_a_restart(
+    tmp_path: Path,
+) -> None:
+    settings = Settings(data_dir=tmp_path, partitions=1)
+    with App(settings) as app:
+        publisher = Publisher(app.log, clock_ms=lambda: NOW_MS)
+        publisher.publish([e for n in range(2) for e in provider(f"n{n}", ts=1, VCPU=4)])
+        worker = _worker(app, publisher)
+        publisher.submit([_batch("fill", 2, 2, "all_or_nothing")])
+        worker.step()
+        projector = QueueProjector(app.log, settings.topics, app.engine)
+        assert projector.catch_up() == 1
+        # a placed batch leaves the queue as it was: no transaction for it
+        assert _committed(app) == {} and read_depth(app.engine) == {}
+        again = QueueProjector(app.log, settings.topics, app.engine)
+        assert again.catch_up() == 1 and read_depth(app.engine) == {}
+
+        publisher.submit([_batch("wait", 2, 4, "queue")])
+        worker.step()
+        assert projector.catch_up() == 1
+        # a queued one commits, with the offset of every answer before it
+        assert _committed(app) == {0: 2}
+        assert read_depth(app.engine) == {"VCPU=4": {"instances": 2, "batches": 1}}
+        assert QueueProjector(app.log, settings.topics, app.engine).catch_up() == 0
