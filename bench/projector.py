@@ -218,32 +218,47 @@ def bench_durable(
     }
 
 
+class Churn:
+    """The replay benchmark's stream of events after registration: claims,
+    of which some are consumed, some released and the rest left to expire
+    (seeded, so every run writes the same log)."""
+
+    def __init__(self, pids: list[str], partitions: int, seed: int = 11) -> None:
+        self.pids = pids
+        self.partitions = partitions
+        self.rng = random.Random(seed)
+        self.k = 0
+        self.open: list[tuple[str, str]] = []
+
+    def next(self, count: int) -> list[Append]:
+        """The next ``count`` events, the k-th stamped 5,000 + k ms."""
+        rng = self.rng
+        appends = []
+        for _ in range(count):
+            ts = 5_000 + self.k
+            if self.open and rng.random() < 0.45:
+                rid, pid = self.open.pop(rng.randrange(len(self.open)))
+                kind = "consume" if rng.random() < 0.6 else "release"
+                raw = lifecycle(kind, rid, pid, ts)
+            else:
+                pid = self.pids[rng.randrange(len(self.pids))]
+                rid = f"x{self.k}"
+                raw = claim(rid, pid, ts, lease_ms=rng.choice((2_000, 600_000)))
+                self.open.append((rid, pid))
+            self.k += 1
+            appends.append(Append(partition_for(pid.encode(), self.partitions), pid.encode(), raw))
+        return appends
+
+
 def _write_log(directory: Path, records: int, providers: int, partitions: int) -> int:
-    """A log of ``records`` events: registrations, then claims of which some are
-    consumed, some released and the rest left to expire."""
+    """A log of ``records`` events: registrations, then :class:`Churn`."""
     settings = Settings(data_dir=directory, partitions=partitions)
-    rng = random.Random(11)
     with App(settings) as app:
-        pids = _populate(app, providers)
+        churn = Churn(_populate(app, providers), partitions)
         written = 2 * providers
         events = app.settings.topics.events
-        k = 0
-        open_: list[tuple[str, str]] = []
         while written < records:
-            appends = []
-            for _ in range(min(10_000, records - written)):
-                ts = 5_000 + k
-                if open_ and rng.random() < 0.45:
-                    rid, pid = open_.pop(rng.randrange(len(open_)))
-                    kind = "consume" if rng.random() < 0.6 else "release"
-                    raw = lifecycle(kind, rid, pid, ts)
-                else:
-                    pid = pids[rng.randrange(len(pids))]
-                    rid = f"x{k}"
-                    raw = claim(rid, pid, ts, lease_ms=rng.choice((2_000, 600_000)))
-                    open_.append((rid, pid))
-                k += 1
-                appends.append(Append(partition_for(pid.encode(), partitions), pid.encode(), raw))
+            appends = churn.next(min(10_000, records - written))
             app.log.append(events, appends)
             written += len(appends)
     return written

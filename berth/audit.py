@@ -24,10 +24,11 @@ from pathlib import Path
 from typing import Any
 
 from berth.app import App, Settings
+from berth.checkpoints import Checkpoint, Checkpoints
 from berth.replay import replay_until
 from consumers.policies import POLICY_PARTITION, PolicyError, compile_policy
 from consumers.scheduler import engine_request
-from consumers.snapshot_source import snapshot_from_view
+from consumers.snapshot_source import LiveSnapshot, snapshot_from_view
 from ledger.log import Log, Record
 from ledger.partitioner import partition_for
 from ledger.topics import Topics
@@ -38,6 +39,7 @@ from scheduling.model import Snapshot
 from schemas.requests import BatchRequest, PlacementRequest, request_from_json
 
 READ_BATCH = 5_000
+UNLIMITED = 2**62
 
 
 class AuditError(ValueError):
@@ -91,16 +93,29 @@ def recorded_policy(
     return compile_policy(json.loads(record.value)["policy"]), True
 
 
-def view_as_of(settings: Settings, offsets: dict[int, int], scratch: Path) -> Snapshot:
+def view_as_of(
+    settings: Settings, offsets: dict[int, int], scratch: Path
+) -> tuple[Snapshot, Checkpoint | None]:
     """The view as it was when each partition had applied the log up to its
-    offset in ``offsets``, rebuilt into ``scratch``, as a snapshot."""
-    target = replace(settings, db_url=f"sqlite:///{scratch / 'view.db'}")
-    with App(target) as app:  # migrates the scratch database
+    offset in ``offsets``, rebuilt into ``scratch``, as a snapshot; and the
+    checkpoint it was rebuilt from (None: from offset 0)."""
+    view = scratch / "view.db"
+    restored = Checkpoints(settings).restore(offsets, view)
+    target = replace(settings, db_url=f"sqlite:///{view}")
+    with App(target) as app:  # migrates the scratch database (or the copy)
         target = app.settings
-    replay_until(target, offsets)
+    if restored is None:
+        replay_until(target, offsets)
+    else:
+        at = restored.checkpoint.offsets
+        replay_until(target, offsets, {s.partition: (s, at[s.partition]) for s in restored.states})
     engine = make_engine(target.view_url)
     try:
-        return snapshot_from_view(engine)
+        if restored is None:
+            return snapshot_from_view(engine), None
+        # the copy's snapshot, brought up to date by what the replay changed
+        # (as a scheduler's live snapshot is), however much that is
+        return LiveSnapshot.resumed(engine, restored.live, limit=UNLIMITED)(), restored.checkpoint
     finally:
         engine.dispose()
 
@@ -124,7 +139,7 @@ def explain_request(
         raise AuditError(f"the answer to {request_id!r} does not record its view's offsets")
     offsets = {int(p): o for p, o in answer["offsets"].items()}
     with tempfile.TemporaryDirectory(prefix="berth-explain-") as scratch:
-        snapshot = view_as_of(app.settings, offsets, Path(scratch))
+        snapshot, checkpoint = view_as_of(app.settings, offsets, Path(scratch))
     engine = config.engine()
     again = engine.place(snapshot, engine_request(request, request.num_instances, frozenset()))
     recorded = [pid for _, pid in answer["reservations"]]
@@ -137,12 +152,23 @@ def explain_request(
         "policy": label,
         "policy_in_log": logged,
         "offsets": {str(p): o for p, o in sorted(offsets.items())},
+        "rebuilt_from": _rebuilt_from(checkpoint, offsets),
         "attempts": answer.get("attempts", 1),
         "recorded": recorded,
         "recomputed": list(again.providers),
         "same": list(again.providers) == recorded if answer["placed"] else not again.placed,
         "candidates": answer.get("candidates", []),
         **story,
+    }
+
+
+def _rebuilt_from(checkpoint: Checkpoint | None, offsets: dict[int, int]) -> dict[str, Any]:
+    """Where the view as of ``offsets`` started from, and how many records
+    were replayed on top."""
+    start = checkpoint.records if checkpoint is not None else 0
+    return {
+        "checkpoint": checkpoint.path.name if checkpoint is not None else None,
+        "replayed": sum(offsets.values()) - start,
     }
 
 

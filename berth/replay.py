@@ -23,6 +23,7 @@ from sqlalchemy import Engine, func, select
 from berth.app import App, Settings, open_log, tune_gc
 from consumers.partition_writer import PartitionHalted, PartitionWriter
 from ledger.log import CorruptLog, Log
+from projections.state import PartitionState
 from projections.view.engine import make_engine
 from projections.view.tables import partition_offsets
 from projections.view.writer import ViewWriter
@@ -111,9 +112,14 @@ def _replay_partitions(
     sized: Callable[[int], object] | None = None,
     until_ms: int | None = None,
     until: Mapping[int, int] | None = None,
+    hold_back: bool | None = None,
+    loaded: Mapping[int, tuple[PartitionState, int]] | None = None,
 ) -> ReplayResult:
     """Rebuild the given partitions into ``target``'s (migrated) view; a
-    ``rebuild`` writes a fresh SQLite file that is discarded unless complete.
+    ``rebuild`` writes a fresh SQLite file that is discarded unless complete,
+    holding rows back unless ``hold_back`` is false (a view that already
+    holds rows: a checkpoint's copy, whose partitions' states ``loaded``
+    may give).
     ``sized`` is told how many records the partitions hold, before the first.
     With ``until_ms``, each partition stops at the end of its
     :func:`clock_prefix`; with ``until``, at the offset it gives (0 for a
@@ -141,9 +147,10 @@ def _replay_partitions(
     gc.disable()
     batch_size = max(target.batch_size, REBUILD_BATCH_SIZE) if rebuild else target.batch_size
     try:
-        view = ViewWriter(engine, holds_back=REBUILD_HELD_ROWS if rebuild else None)
+        held = rebuild if hold_back is None else hold_back
+        view = ViewWriter(engine, holds_back=REBUILD_HELD_ROWS if held else None)
         records, outcomes, verified, divergence = replay_log(
-            log, view, partitions, target, batch_size, verify, progress, ends
+            log, view, partitions, target, batch_size, verify, progress, ends, loaded
         )
     except (PartitionHalted, CorruptLog) as damaged:
         raise ReplayStopped(str(damaged)) from damaged
@@ -155,14 +162,30 @@ def _replay_partitions(
     return ReplayResult(records, outcomes, verified, divergence, target.view_url)
 
 
-def replay_until(target: Settings, until: Mapping[int, int]) -> ReplayResult:
-    """Rebuild every partition into ``target``'s (migrated, empty) view up
-    to the offsets ``until`` gives, in this process: the view a scheduler
-    read when it had applied exactly that much (``berth explain --request``)."""
+def replay_until(
+    target: Settings,
+    until: Mapping[int, int],
+    checkpointed: Mapping[int, tuple[PartitionState, int]] | None = None,
+) -> ReplayResult:
+    """Bring every partition of ``target``'s (migrated) view up to the
+    offsets ``until`` gives, in this process: the view a scheduler read when
+    it had applied exactly that much (``berth explain --request``). The view
+    is empty, or a checkpoint's copy whose writers' states (each with the
+    offset it resumes at) ``checkpointed`` gives."""
     # a scratch database: rebuilt as a fresh view is (large batches, no
-    # syncing, the active reservations and usage written once at the end)
+    # syncing); into an empty one, the active reservations and usage are
+    # written once at the end, while a copy's rows are updated as live
     partitions = list(range(target.partitions))
-    return _replay_partitions(target, partitions, False, None, rebuild=True, until=until)
+    return _replay_partitions(
+        target,
+        partitions,
+        False,
+        None,
+        rebuild=True,
+        until=until,
+        hold_back=checkpointed is None,
+        loaded=checkpointed,
+    )
 
 
 def replay_log(
@@ -174,11 +197,14 @@ def replay_log(
     verify: bool,
     progress: Callable[[int], object] | None = None,
     ends: dict[int, int] | None = None,
+    loaded: Mapping[int, tuple[PartitionState, int]] | None = None,
 ) -> tuple[int, int, int, Divergence | None]:
     """Decide ``partitions`` of ``log`` again from offset 0 into ``view`` with
     the live writer's code, comparing (``verify``) every recomputed outcome
     with the recorded one; the records, outcomes and verified outcomes, and
-    the first divergence. Any log will do (the simulator replays its own)."""
+    the first divergence. Any log will do (the simulator replays its own).
+    A partition ``loaded`` gives starts from that state and offset, which
+    the view holds already."""
     records = outcomes = verified = 0
     divergence: Divergence | None = None
     for partition in partitions:
@@ -191,6 +217,7 @@ def replay_log(
             batch_size=batch_size,
             publish=False,
             until=ends[partition] if ends else None,
+            loaded=loaded.get(partition) if loaded else None,
         )
         recorded = recorded_outcomes(log, target.topics.outcomes, partition)
         if ends:

@@ -61,6 +61,7 @@ class PartitionWriter:
         publish: bool = True,
         until: int | None = None,
         owner: str | None = None,
+        loaded: tuple[PartitionState, int] | None = None,
     ) -> None:
         self.log = log_
         self.view = view
@@ -79,8 +80,12 @@ class PartitionWriter:
             # taken before the state is loaded: a commit of the writer it
             # replaces is then either in the state or refused
             self.generation = take_partition(view.engine, partition, owner)
-        with view.engine.connect() as conn:
-            self.state, self.next_offset = load_state(conn, partition, partitions)
+        if loaded is not None:
+            # the state as of the view's offset, loaded before (a checkpoint's)
+            self.state, self.next_offset = loaded
+        else:
+            with view.engine.connect() as conn:
+                self.state, self.next_offset = load_state(conn, partition, partitions)
         # records below next_offset are in the view; the state matches it
         self.state.touched.clear()
         self.state.reshaped.clear()

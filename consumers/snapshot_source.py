@@ -300,12 +300,35 @@ class LiveSnapshot:
     ``offsets()`` says how far into each partition of the log the latest
     snapshot reflects, so a scheduler can add what it proposed since then."""
 
-    def __init__(self, engine: Engine, placements: bool = False) -> None:
+    def __init__(
+        self, engine: Engine, placements: bool = False, limit: int = _INCREMENTAL_LIMIT
+    ) -> None:
         self.engine = engine
         self.snapshot: Snapshot | None = None
         self.seen: dict[int, int] = {}
         self.keeps_placements = placements
         self.placements: _Placements | None = None
+        self.limit = limit
+        """Reservations decided on since the last call above which it reads
+        everything again."""
+
+    def saved(self) -> tuple[Snapshot | None, dict[int, int], _Placements | None]:
+        """What it knows, to be :meth:`resumed` on a copy of the view (a
+        checkpoint's)."""
+        return self.snapshot, self.seen, self.placements
+
+    @classmethod
+    def resumed(
+        cls,
+        engine: Engine,
+        saved: tuple[Snapshot | None, dict[int, int], _Placements | None],
+        limit: int = _INCREMENTAL_LIMIT,
+    ) -> LiveSnapshot:
+        """A live snapshot of ``engine``'s view that knows ``saved`` (see
+        :meth:`saved`), taken of this view, or a copy of it, earlier."""
+        live = cls(engine, placements=saved[2] is not None, limit=limit)
+        live.snapshot, live.seen, live.placements = saved
+        return live
 
     def offsets(self) -> Mapping[int, int]:
         """Partition -> the view's next offset when the latest snapshot was read."""
@@ -417,7 +440,7 @@ class LiveSnapshot:
             .scalars()
             .all()
         )
-        if len(subjects) > _INCREMENTAL_LIMIT:
+        if len(subjects) > self.limit:
             return None
         c = reservations.c
         columns = (

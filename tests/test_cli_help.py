@@ -46,7 +46,7 @@ def test_help_lists_every_command_once_by_group(
         "server groups",
         "scheduling policies, set at run time",
         "read side",
-        "the view: replay, prune, migrate",
+        "the view: replay, prune, migrate, checkpoint",
         "the log: verify, truncate, backup, restore",
         "demo",
     ]

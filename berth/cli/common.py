@@ -103,6 +103,29 @@ def worker_options(p: argparse.ArgumentParser) -> None:
     )
 
 
+def checkpoint_options(p: argparse.ArgumentParser, every: bool = True) -> None:
+    """How many checkpoints of the view to keep, and how often to take one."""
+    from berth.checkpoints import DEFAULT_EVERY, DEFAULT_KEEP
+
+    p.add_argument(
+        "--checkpoint-keep",
+        "--keep",
+        dest="checkpoint_keep",
+        type=int,
+        default=DEFAULT_KEEP,
+        help=f"checkpoints of the view kept, spread over the log ({DEFAULT_KEEP})",
+    )
+    if every:
+        p.add_argument(
+            "--checkpoint-every",
+            type=int,
+            default=DEFAULT_EVERY,
+            metavar="RECORDS",
+            help="checkpoint a SQLite view each time it has applied this many more "
+            f"records, for explain --request ({DEFAULT_EVERY}; 0: never)",
+        )
+
+
 def settings_from(args: argparse.Namespace) -> Settings:
     return Settings.from_env(
         data_dir=Path(args.data_dir) if args.data_dir else None,

@@ -1,6 +1,7 @@
 """The view's upkeep: ``berth replay`` (rebuild it from the log, verify
 every decision, or the view as of a time), ``prune`` (retention for its
-outcome rows) and ``migrate`` (its schema)."""
+outcome rows), ``migrate`` (its schema) and ``checkpoint`` (a copy of it
+for ``explain --request`` to start from)."""
 
 from __future__ import annotations
 
@@ -13,13 +14,20 @@ import time
 from sqlalchemy.exc import DBAPIError
 
 from berth.app import App, Settings, tune_gc
-from berth.cli.common import Commands, backend_options, no_view, progress, settings_from
+from berth.cli.common import (
+    Commands,
+    backend_options,
+    checkpoint_options,
+    no_view,
+    progress,
+    settings_from,
+)
 from berth.replay import default_jobs
 from ledger.log import LogError
 
 
 def add_commands(commands: Commands) -> None:
-    commands.group("the view: replay, prune, migrate")
+    commands.group("the view: replay, prune, migrate, checkpoint")
     replay = commands.add("replay", "rebuild the view from offset 0", cmd_replay)
     backend_options(replay)
     replay.add_argument("--verify", action="store_true", help="compare every decision")
@@ -51,6 +59,31 @@ def add_commands(commands: Commands) -> None:
 
     migrate = commands.add("migrate", "create or upgrade the view's schema", cmd_migrate)
     backend_options(migrate)
+
+    checkpoint = commands.add(
+        "checkpoint",
+        "copy the view now, for explain --request to start from (see docs/operations.md)",
+        cmd_checkpoint,
+    )
+    backend_options(checkpoint)
+    checkpoint_options(checkpoint, every=False)
+    checkpoint.add_argument("--list", action="store_true", help="list them, take none")
+
+
+def cmd_checkpoint(args: argparse.Namespace) -> int:
+    from berth.checkpoints import CheckpointError, Checkpoints
+
+    checkpoints = Checkpoints(settings_from(args), keep=args.checkpoint_keep)
+    if args.list:
+        print(json.dumps([c.to_dict() for c in checkpoints.all()]))
+        return 0
+    try:
+        taken = checkpoints.take()
+    except CheckpointError as error:
+        print(f"berth: {error}", file=sys.stderr)
+        return 2
+    print(json.dumps({"taken": taken.to_dict() if taken else None, "kept": len(checkpoints.all())}))
+    return 0
 
 
 def cmd_replay(args: argparse.Namespace) -> int:

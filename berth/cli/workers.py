@@ -12,13 +12,14 @@ import logging
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from berth.app import App, tune_gc
 from berth.cli.common import (
     Commands,
     backend_options,
+    checkpoint_options,
     parse_address,
     settings_from,
     stop_on_sigterm,
@@ -64,11 +65,13 @@ def add_commands(commands: Commands) -> None:
         help="the API's credentials: ROLE sha256:HEX lines (see berth api --credentials)",
     )
     worker_options(serve)
+    checkpoint_options(serve)
 
     projector = commands.add("projector", "run partition writers until interrupted", cmd_projector)
     backend_options(projector)
     projector.add_argument("--owned", default="", help="comma-separated partitions (all)")
     worker_options(projector)
+    checkpoint_options(projector)
 
     worker = commands.add(
         "worker",
@@ -192,7 +195,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         def watches() -> Watches:
             return merged(*(w.watches() for w in writers), worker.watches(), queue.watches())
 
-        return _run(app, args, step, watches, worker.idle)
+        with _checkpointing(app, args):
+            return _run(app, args, step, watches, worker.idle)
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
@@ -216,9 +220,29 @@ def cmd_projector(args: argparse.Namespace) -> int:
         writers = app.writers(owned)
         tune_gc()
         logging.info("projector: %d partitions owned", len(writers))
-        return _run(
-            app, args, lambda: step_all(writers), lambda: merged(*(w.watches() for w in writers))
-        )
+        with _checkpointing(app, args):
+            return _run(
+                app,
+                args,
+                lambda: step_all(writers),
+                lambda: merged(*(w.watches() for w in writers)),
+            )
+
+
+@contextlib.contextmanager
+def _checkpointing(app: App, args: argparse.Namespace) -> Iterator[None]:
+    """Checkpoints of the view every ``--checkpoint-every`` records, while
+    the block runs."""
+    from berth.checkpoints import Checkpointer
+
+    if args.checkpoint_every <= 0:
+        yield
+        return
+    checkpointer = Checkpointer(app.settings, args.checkpoint_every, args.checkpoint_keep).start()
+    try:
+        yield
+    finally:
+        checkpointer.stop()
 
 
 def cmd_scheduler(args: argparse.Namespace) -> int:

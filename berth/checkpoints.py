@@ -1,0 +1,462 @@
+"""Checkpoints of the view: copies of it taken at known per-partition
+offsets, so that ``berth explain --request`` rebuilds the view as of an
+answer's offsets from the newest copy at or before them instead of
+replaying the log from offset 0.
+
+A checkpoint is two files in ``DATA_DIR/checkpoints/``: ``view-N.db``, a
+consistent copy of a SQLite view (SQLite's online backup, one read
+transaction: rows and offsets from one commit of the view), and
+``view-N.json``, its manifest, written last: the offset each partition had
+applied, N their sum, the copy's size and SHA-256. A copy without a
+manifest is an interrupted checkpoint, removed by the next prune. One whose
+manifest does not parse, or whose bytes no longer match it, is skipped with
+a warning naming it: explain then uses an older one or replays from offset
+0, never a wrong copy.
+
+``berth serve`` and ``berth projector`` take one every so many records
+their view applied (``--checkpoint-every``, in a thread of their own: the
+copy reads the view while the writers go on committing), ``berth
+checkpoint`` takes one now. At most ``--checkpoint-keep`` are kept: the
+newest and the oldest always, and of the rest those that leave the log's
+history evenly covered (a checkpoint goes when the gap it would leave
+between its neighbours is the smallest), so an answer from any time is
+rebuilt from a copy at most about ``records / keep`` records before it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import io
+import json
+import logging
+import os
+import pickle
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import closing, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from berth.app import Settings
+from consumers.snapshot_source import LiveSnapshot
+from projections.pools import IntervalPool
+from projections.state import PartitionState, Reservation, ServerGroup
+from projections.view.engine import make_engine
+from projections.view.loader import load_state
+from scheduling.model import Snapshot
+
+log = logging.getLogger(__name__)
+
+DIRECTORY = "checkpoints"
+DEFAULT_EVERY = 50_000
+"""Records the view applies between two automatic checkpoints."""
+DEFAULT_KEEP = 24
+"""Checkpoints kept (see :meth:`Checkpoints.prune`)."""
+_CHUNK = 1 << 20
+
+
+class CheckpointError(ValueError):
+    """A view that cannot be checkpointed (not SQLite), said once."""
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """One copy of the view and what its manifest says of it."""
+
+    path: Path
+    offsets: dict[int, int]
+    """Partition -> the next offset it would apply: every record below it is
+    in the copy."""
+    size: int
+    sha256: str
+    taken_ms: int
+    states_sha256: str
+    """Of ``view-N.states``: each partition's writer state loaded from the
+    copy, and the copy read as a live snapshot, pickled, so that explain
+    neither loads the states from the view's rows again nor reads the whole
+    snapshot (seconds each for a large view)."""
+
+    @property
+    def records(self) -> int:
+        return sum(self.offsets.values())
+
+    def within(self, until: Mapping[int, int]) -> bool:
+        """Whether every partition's offset is at or before ``until``'s."""
+        return all(offset <= until.get(p, 0) for p, offset in self.offsets.items())
+
+    def manifest(self) -> dict[str, object]:
+        return {
+            "offsets": {str(p): o for p, o in sorted(self.offsets.items())},
+            "size": self.size,
+            "sha256": self.sha256,
+            "states_sha256": self.states_sha256,
+            "taken_ms": self.taken_ms,
+        }
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "path": str(self.path),
+            "records": self.records,
+            "offsets": {str(p): o for p, o in sorted(self.offsets.items())},
+            "size": self.size,
+            "taken_ms": self.taken_ms,
+        }
+
+
+Saved = tuple[Snapshot | None, dict[int, int], Any]
+"""What a live snapshot knows (:meth:`LiveSnapshot.saved`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Restored:
+    """A checkpoint copied for a replay to continue: its writers' states and
+    its live snapshot, each as of its offsets."""
+
+    checkpoint: Checkpoint
+    states: list[PartitionState]
+    live: Saved
+
+
+class Checkpoints:
+    """The checkpoints of one data directory's view."""
+
+    disabled = False
+    """Set by :meth:`ignored` (a benchmark's full replay, a test's)."""
+
+    def __init__(self, settings: Settings, keep: int = DEFAULT_KEEP) -> None:
+        self.settings = settings
+        self.directory = settings.data_dir / DIRECTORY
+        self.keep = keep
+
+    @staticmethod
+    @contextmanager
+    def ignored() -> Iterator[None]:
+        """Explain as if there were no checkpoints, within the block."""
+        Checkpoints.disabled = True
+        try:
+            yield
+        finally:
+            Checkpoints.disabled = False
+
+    def view_file(self) -> Path:
+        """The SQLite file of the view, or :class:`CheckpointError`."""
+        url = self.settings.view_url
+        if not url.startswith("sqlite:///"):
+            raise CheckpointError(
+                "checkpoints copy a SQLite view; this view is not one "
+                "(explain replays the log from offset 0)"
+            )
+        return Path(url.removeprefix("sqlite:///"))
+
+    def take(self) -> Checkpoint | None:
+        """Copy the view as it is, with its writers' states, then prune; the
+        new checkpoint, or None if the newest one already holds exactly this."""
+        view = self.view_file()
+        self.directory.mkdir(parents=True, exist_ok=True)
+        partial = self.directory / f"partial-{os.getpid()}-{threading.get_ident()}.db"
+        partial.unlink(missing_ok=True)
+        with (
+            closing(sqlite3.connect(f"file:{view}?mode=ro", uri=True)) as source,
+            closing(sqlite3.connect(partial)) as copy,
+        ):
+            source.backup(copy)  # one step: one read transaction, one commit's state
+            rows = copy.execute(
+                "SELECT partition, partitions, next_offset FROM partition_offsets"
+            ).fetchall()
+        offsets = {int(p): int(o) for p, _, o in rows}
+        newest = self.newest()
+        if not offsets or (newest is not None and newest.offsets == offsets):
+            partial.unlink()
+            return None
+        states = _states_of(partial, offsets, max(int(n) for _, n, _ in rows))
+        name = f"view-{sum(offsets.values()):015d}"
+        path = self.directory / f"{name}.db"
+        _write_synced(path.with_suffix(".states"), states)
+        digest, size = _digest(partial)
+        os.replace(partial, path)
+        checkpoint = Checkpoint(
+            path, offsets, size, digest, int(time.time() * 1000), hashlib.sha256(states).hexdigest()
+        )
+        _write_synced(path.with_suffix(".json"), json.dumps(checkpoint.manifest()).encode())
+        self.prune()
+        return checkpoint
+
+    def all(self) -> list[Checkpoint]:
+        """The checkpoints whose manifests read, oldest first (a manifest
+        that does not is named in a warning and skipped)."""
+        found = []
+        for manifest in sorted(self.directory.glob("view-*.json")):
+            try:
+                data = json.loads(manifest.read_text())
+                found.append(
+                    Checkpoint(
+                        manifest.with_suffix(".db"),
+                        {int(p): int(o) for p, o in data["offsets"].items()},
+                        int(data["size"]),
+                        str(data["sha256"]),
+                        int(data["taken_ms"]),
+                        str(data["states_sha256"]),
+                    )
+                )
+            except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
+                log.warning(
+                    "checkpoint %s ignored: its manifest does not read: %s", manifest, error
+                )
+        return sorted(found, key=lambda c: c.records)
+
+    def newest(self) -> Checkpoint | None:
+        every = self.all()
+        return every[-1] if every else None
+
+    def restore(self, until: Mapping[int, int], into: Path) -> Restored | None:
+        """Copy into ``into`` the newest checkpoint whose offsets are all at
+        or before ``until``'s, its bytes checked against its manifest on the
+        way, and read its writers' states; a damaged or vanished one is
+        named in a warning and the next older tried. None (and ``into``
+        absent) when none will do."""
+        if Checkpoints.disabled:
+            return None
+        for checkpoint in reversed(self.all()):
+            if not checkpoint.within(until):
+                continue
+            try:
+                states, live = _read_states(checkpoint)
+                _copy_checked(checkpoint, into)
+                return Restored(checkpoint, states, live)
+            except _Damaged as problem:
+                into.unlink(missing_ok=True)
+                log.warning("checkpoint %s ignored: %s", checkpoint.path, problem)
+        return None
+
+    def prune(self) -> list[Path]:
+        """Keep at most :attr:`keep` checkpoints, evenly spread over the log
+        (the newest and oldest always); remove interrupted copies. The files
+        removed."""
+        removed = [p for p in self.directory.glob("partial-*.db") if _stale(p)]
+        every = self.all()
+        while len(every) > max(self.keep, 2):
+            gaps = [every[i + 1].records - every[i - 1].records for i in range(1, len(every) - 1)]
+            gone = every.pop(1 + gaps.index(min(gaps)))
+            # the manifest first: without it the rest is never read
+            removed += [gone.path.with_suffix(s) for s in (".json", ".db", ".states")]
+        for path in removed:
+            path.unlink(missing_ok=True)
+        return removed
+
+
+def _stale(partial: Path) -> bool:
+    """A partial copy whose process is gone (its name carries the pid)."""
+    pid = int(partial.stem.split("-")[1])
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        pass
+    return False
+
+
+def _digest(path: Path) -> tuple[str, int]:
+    digest = hashlib.sha256()
+    size = 0
+    with path.open("rb") as file:
+        while chunk := file.read(_CHUNK):
+            digest.update(chunk)
+            size += len(chunk)
+        os.fsync(file.fileno())
+    return digest.hexdigest(), size
+
+
+class _Damaged(Exception):
+    """A checkpoint's file missing or not as its manifest says."""
+
+
+def _copy_checked(checkpoint: Checkpoint, into: Path) -> None:
+    """Copy the checkpoint's view to ``into``, hashing it as it goes."""
+    digest = hashlib.sha256()
+    size = 0
+    try:
+        with checkpoint.path.open("rb") as source, into.open("wb") as target:
+            while chunk := source.read(_CHUNK):
+                digest.update(chunk)
+                target.write(chunk)
+                size += len(chunk)
+    except FileNotFoundError:
+        raise _Damaged("its copy of the view is missing") from None
+    if size != checkpoint.size or digest.hexdigest() != checkpoint.sha256:
+        raise _Damaged(
+            "its copy of the view does not match its manifest's size and SHA-256 (damaged)"
+        )
+
+
+def _read_states(checkpoint: Checkpoint) -> tuple[list[PartitionState], Saved]:
+    """The writers' states of the checkpoint and its live snapshot, checked
+    against its manifest."""
+    try:
+        data = checkpoint.path.with_suffix(".states").read_bytes()
+    except FileNotFoundError:
+        raise _Damaged("its writers' states are missing") from None
+    if hashlib.sha256(data).hexdigest() != checkpoint.states_sha256:
+        raise _Damaged("its writers' states do not match its manifest's SHA-256 (damaged)")
+    states, live = load_states(data)
+    if {s.partition for s in states} != set(checkpoint.offsets) or live[1] != checkpoint.offsets:
+        raise _Damaged("its writers' states are not those of its partitions")
+    return states, live
+
+
+def _states_of(copy: Path, offsets: Mapping[int, int], partitions: int) -> bytes:
+    """Each partition's writer state as of the copy, and the copy as a live
+    snapshot with what is placed where (as a scheduler reads it), pickled."""
+    engine = make_engine(f"sqlite:///{copy}")
+    try:
+        with engine.connect() as conn:
+            states = [load_state(conn, p, partitions)[0] for p in sorted(offsets)]
+        live = LiveSnapshot(engine, placements=True)
+        live()
+    finally:
+        engine.dispose()
+    for state in states:
+        # as a writer that loads them does: nothing is pending a write
+        state.touched.clear()
+        state.reshaped.clear()
+    return dump_states(states, live.saved())
+
+
+def _write_synced(path: Path, data: bytes) -> None:
+    """Write ``path`` whole or not at all."""
+    partial = path.with_name(path.name + ".partial")
+    with partial.open("wb") as file:
+        file.write(data)
+        file.flush()
+        os.fsync(file.fileno())
+    os.replace(partial, path)
+    directory = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+
+
+_OURS = ("projections", "schemas", "scheduling", "consumers")
+
+
+class _StatePickler(pickle.Pickler):
+    """Pickles writers' states and snapshots. mypyc's own pickling of a
+    compiled class makes it with no arguments and then sets its attributes:
+    that fails for a frozen dataclass and for a class whose ``__init__``
+    takes arguments, so those are made from their constructor's arguments
+    here (a dataclass of ours too: faster than pickle's own way for a
+    frozen one, which looks its fields up again for every instance)."""
+
+    def reducer_override(self, obj: Any) -> Any:
+        cls = type(obj)
+        if cls is Reservation:
+            return cls, (
+                obj.reservation_id,
+                obj.items,
+                obj.status,
+                obj.expires_at_ms,
+                obj.fingerprint,
+                obj.group,
+                obj.tags,
+                obj.consumer_id,
+                obj.identifiers,
+                obj.transaction,
+                obj.lease_ms,
+                obj.project_id,
+                obj.membership,
+            )
+        if cls is ServerGroup:
+            return _remade, (cls, (obj.group_id, obj.policy), _slots(obj))
+        if cls is IntervalPool:
+            return _remade, (cls, (obj.first, obj.last), _slots(obj))
+        if dataclasses.is_dataclass(obj) and cls.__module__.startswith(_OURS):
+            fields = dataclasses.fields(obj)
+            if all(f.init for f in fields):
+                return cls, tuple(getattr(obj, f.name) for f in fields)
+        return NotImplemented
+
+
+def _slots(obj: Any) -> dict[str, Any]:
+    """The attributes of a class with slots, compiled (mypyc lists them in
+    ``__mypyc_attrs__``) or not."""
+    cls = type(obj)
+    names = getattr(cls, "__mypyc_attrs__", None) or cls.__slots__
+    return {name: getattr(obj, name) for name in names if name != "__dict__"}
+
+
+def _remade(cls: type, args: tuple[Any, ...], attributes: dict[str, Any]) -> Any:
+    """An instance made by its constructor, its attributes then set as they were."""
+    obj = cls(*args)
+    for name, value in attributes.items():
+        setattr(obj, name, value)
+    return obj
+
+
+def dump_states(states: list[PartitionState], live: Saved | None = None) -> bytes:
+    buffer = io.BytesIO()
+    _StatePickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump((states, live))
+    return buffer.getvalue()
+
+
+def load_states(data: bytes) -> tuple[list[PartitionState], Saved]:
+    states, live = pickle.loads(data)
+    return states, live
+
+
+class Checkpointer:
+    """Takes a checkpoint every ``every`` records the view applies, off the
+    writers' path: a thread looks at the view's offsets every ``poll_s``
+    and, once they have moved on by ``every``, runs ``berth checkpoint`` in
+    a process of its own (loading the writers' states from the copy takes
+    seconds of CPU, which a thread would take from the writers)."""
+
+    def __init__(self, settings: Settings, every: int, keep: int, poll_s: float = 5.0) -> None:
+        self.settings = settings
+        self.every = every
+        self.keep = keep
+        self.poll_s = poll_s
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="checkpointer", daemon=True)
+
+    def start(self) -> Checkpointer:
+        try:
+            Checkpoints(self.settings).view_file()
+        except CheckpointError as error:
+            log.warning("no automatic checkpoints: %s", error)
+            return self
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.stopping.set()
+        if self.thread.is_alive():
+            self.thread.join()
+
+    def _run(self) -> None:
+        checkpoints = Checkpoints(self.settings, self.keep)
+        newest = checkpoints.newest()
+        last = newest.records if newest is not None else 0
+        while not self.stopping.wait(self.poll_s):
+            applied = _applied(checkpoints.view_file())
+            if applied - last < self.every:
+                continue
+            command = [sys.executable, "-m", "berth.cli", "checkpoint", "--keep", str(self.keep)]
+            command += ["--data-dir", str(self.settings.data_dir), "--db", self.settings.db_url]
+            done = subprocess.run(command, capture_output=True, text=True, check=False)
+            if done.returncode != 0:
+                log.warning("berth checkpoint failed: %s", done.stderr.strip()[-2000:])
+            last = applied  # tried: the next one after as many records more
+
+
+def _applied(view: Path) -> int:
+    """Records the view has applied, all partitions together."""
+    with closing(sqlite3.connect(f"file:{view}?mode=ro", uri=True)) as conn:
+        row = conn.execute("SELECT COALESCE(SUM(next_offset), 0) FROM partition_offsets").fetchone()
+        return int(row[0])
