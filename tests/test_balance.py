@@ -420,7 +420,7 @@ def test_the_placement_scriptlet_sees_why_an_instance_moves_and_may_refuse(
 ) -> None:
     source = (
         "def instance_placement(request, candidates):\n"
-        '    log_info(request.reason)\n'
+        "    log_info(request.reason)\n"
         '    if request.reason == "relocation" and request.request_id == "move-a-1":\n'
         '        return "a-1 stays"\n'
     )

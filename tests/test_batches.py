@@ -264,7 +264,6 @@ def test_compute_addresses_and_vnis_are_claimed_together(tmp_path: Path) -> None
         assert set(again.instances[0].identifiers) == set(ok.instances[0].identifiers)
 
 
-
 def test_a_queued_batch_tried_again_never_reuses_a_reservation_id(tmp_path: Path) -> None:
     """Found by the simulator (seed 1, docs/simulation.md): a queued batch
     tried again numbered its transactions from 1 again, so its reservation

@@ -243,3 +243,25 @@ def test_checkpoints_are_pruned_to_an_even_spread_keeping_the_oldest_and_newest(
         *[".json"] * 4,
         *[".states"] * 4,
     ]
+
+
+def test_a_checkpointer_takes_one_once_the_view_has_moved_on(tmp_path: Path) -> None:
+    from berth.checkpoints import Checkpointer
+    from tests.polling import wait_for
+
+    settings = Settings(data_dir=tmp_path, partitions=PARTITIONS)
+    with App(settings) as app:
+        edge = Publisher(app.log, app.settings.topics)
+        writers = app.writers()
+        edge.publish([e for n in range(8) for e in provider(f"n{n}", ts=NOW, VCPU=8)])
+        catch_up_all(writers)  # 16 records: fewer than it waits for
+        checkpointer = Checkpointer(app.settings, every=20, keep=5, poll_s=0.05).start()
+        try:
+            checkpoints = Checkpoints(app.settings)
+            edge.publish([claim(f"c{k}", f"n{k % 8}", ts=NOW, VCPU=1) for k in range(30)])
+            catch_up_all(writers)
+            wait_for(lambda: len(checkpoints.all()) == 1, "a checkpoint", timeout_s=60)
+        finally:
+            checkpointer.stop()
+    (taken,) = checkpoints.all()
+    assert 20 <= taken.records <= 46  # once 20 more were in (the writers commit one by one)

@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from contextlib import closing
 from pathlib import Path
 
+import pytest
+
 from berth.app import App, Settings
 from berth.client import Answers, Publisher
 from consumers.partition_writer import catch_up_all
@@ -141,3 +143,27 @@ def test_replay_verify_checks_every_policy_and_the_policy_each_answer_names(
         log.append(DEFAULT_TOPICS.policies, [Append(0, b"x", json.dumps(bad).encode())])
     code, out, err = cli("replay", "--data-dir", str(tmp_path), "--verify")
     assert code == 1 and "policy x@1 no longer compiles" in err and "Nope" in err
+
+
+def test_the_last_answer_to_a_request_is_found_among_many(tmp_path: Path) -> None:
+    from berth.audit import READ_BATCH, AuditError, find_answer
+    from ledger.partitioner import partition_for
+
+    with closing(EmbeddedLog(tmp_path)) as log:
+        topic = DEFAULT_TOPICS.placements
+        log.create_topic(topic, 2)
+        partition = partition_for(b"wanted", 2)
+
+        def answer(rid: str, n: int) -> Append:
+            return Append(partition, rid.encode(), json.dumps({"request_id": rid, "n": n}).encode())
+
+        # its answers early, across a read's boundary and before a long tail
+        appends = [answer("other", n) for n in range(2 * READ_BATCH + 500)]
+        appends[3] = answer("wanted", 1)
+        appends[READ_BATCH + 499] = answer("wanted", 2)
+        log.append(topic, appends)
+        assert find_answer(log, topic, "wanted")["n"] == 2
+        log.append(topic, [answer("wanted", 3)])
+        assert find_answer(log, topic, "wanted")["n"] == 3
+        with pytest.raises(AuditError, match="no answer to request 'nobody'"):
+            find_answer(log, topic, "nobody")

@@ -413,6 +413,12 @@ def _explain_past(args: argparse.Namespace) -> int:
     return 0 if story["same"] else 3
 
 
+def _rebuilt_from(rebuilt: dict[str, Any]) -> str:
+    start = rebuilt["checkpoint"]
+    where = f"checkpoint {start}" if start else "offset 0 (no checkpoint before it)"
+    return f" (from {where}, {rebuilt['replayed']} records replayed)"
+
+
 def _past_lines(story: dict[str, Any]) -> list[str]:
     verdict = ", ".join(story["recorded"]) if story["placed"] else f"failed: {story['reason']}"
     again = ", ".join(story["recomputed"]) or "nothing"
@@ -420,7 +426,9 @@ def _past_lines(story: dict[str, Any]) -> list[str]:
         f"request {story['request_id']}: {verdict} (attempts: {story['attempts']})",
         f"policy {story['policy']}"
         + ("" if story["policy_in_log"] else " (the scheduler's file, not in the log)"),
-        "view as of offsets " + ", ".join(f"{p}:{o}" for p, o in story["offsets"].items()),
+        "view as of offsets "
+        + ", ".join(f"{p}:{o}" for p, o in story["offsets"].items())
+        + _rebuilt_from(story["rebuilt_from"]),
         f"placed again on that view: {again} ({'same' if story['same'] else 'DIFFERENT'})",
         f"{story['considered']} providers considered; "
         + ", ".join(f"{name} removed {n}" for name, n in story["removed"].items() if n),
