@@ -199,6 +199,7 @@ def sustained(
     writer_processes: int = 0,
     described: bool = False,
     bounded: Bounded | None = None,
+    ranked: int = 10,
 ) -> dict[str, Any]:
     """The scheduler ranks its next wave (one snapshot each) while the writers
     decide the previous one, and only their decisions count as placements.
@@ -214,6 +215,7 @@ def sustained(
         engine = config.engine()
         engine.sampling = Sampling(percentage=sample, minimum=100)
         engine.bounded = bounded or Bounded("full")
+        engine.ranked = ranked
         snapshots = LiveSnapshot(app.engine)
         with timed() as startup:
             first = snapshots()  # a running scheduler read the whole view once, when it started
@@ -383,6 +385,15 @@ def main() -> None:
         action="store_true",
         help="providers described, each reporting its metrics every 10 s during the run",
     )
+    parser.add_argument(
+        "--ranked",
+        type=int,
+        default=10,
+        help="best candidates each answer records, with their weighers' parts (0: none)",
+    )
+    parser.add_argument(
+        "--explain", choices=("off", "on", "both"), default="both", help="sustained runs to make"
+    )
     parser.add_argument("--scenario", choices=("sustained", "race"), default="sustained")
     parser.add_argument(
         "--kafka", default="", help="race on Kafka + PostgreSQL: auto (start tansu) or HOST:PORT"
@@ -412,8 +423,10 @@ def main() -> None:
         "writer_processes": args.writer_processes,
         "described": args.described,
         "compiled": compiled(),
+        "ranked": args.ranked,
     }
-    for explain in (False, True):
+    runs = {"off": (False,), "on": (True,), "both": (False, True)}[args.explain]
+    for explain in runs:
         note(f"sustained, explain {'on' if explain else 'off'} ...")
         result = sustained(
             args.providers,
@@ -423,6 +436,7 @@ def main() -> None:
             args.wave,
             args.writer_processes,
             args.described,
+            ranked=args.ranked,
         )
         suffix = "explain_on" if explain else "explain_off"
         figures.update({f"{k}_{suffix}": v for k, v in result.items()})

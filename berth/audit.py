@@ -6,7 +6,9 @@ that placed it (``NAME@VERSION``: the offset of its record on
 ``berth.policies``) and, per partition, the offset up to which the view it
 ranked on had applied the log. From those: the view is rebuilt as of those
 offsets into a scratch database (the replay's machinery, each partition
-stopped at its offset), the recorded policy is compiled, and the engine
+stopped at its offset), starting from the newest checkpoint of the view
+at or before them (:mod:`berth.checkpoints`) or else from offset 0, the
+recorded policy is compiled, and the engine
 places the request again, with every provider's story: the filter that
 removed it, or its rank and each weigher's part. The recomputed pick is
 compared with the recorded one. It can differ for a reason the log does
@@ -103,20 +105,21 @@ def recorded_policy(
 
 
 def view_as_of(
-    settings: Settings, offsets: dict[int, int], scratch: Path
+    settings: Settings, offsets: dict[int, int], scratch: Path, log: Log | None = None
 ) -> tuple[Snapshot, Checkpoint | None]:
     """The view as it was when each partition had applied the log up to its
     offset in ``offsets``, rebuilt into ``scratch``, as a snapshot; and the
-    checkpoint it was rebuilt from (None: from offset 0)."""
+    checkpoint it was rebuilt from (None: from offset 0). ``log``: the log
+    to read, if one is open already."""
     # Reading a checkpoint's states makes millions of objects and next to no
     # reference cycles: with the collector on, its young collections
     # traverse them again and again, four times the reading itself
     with collector_paused():
-        return _view_as_of(settings, offsets, scratch)
+        return _view_as_of(settings, offsets, scratch, log)
 
 
 def _view_as_of(
-    settings: Settings, offsets: dict[int, int], scratch: Path
+    settings: Settings, offsets: dict[int, int], scratch: Path, log: Log | None
 ) -> tuple[Snapshot, Checkpoint | None]:
     view = scratch / "view.db"
     restored = Checkpoints(settings).restore(offsets, view)
@@ -124,10 +127,11 @@ def _view_as_of(
     with App(target) as app:  # migrates the scratch database (or the copy)
         target = app.settings
     if restored is None:
-        replay_until(target, offsets)
+        replay_until(target, offsets, reading=log)
     else:
         at = restored.checkpoint.offsets
-        replay_until(target, offsets, {s.partition: (s, at[s.partition]) for s in restored.states})
+        loaded = {s.partition: (s, at[s.partition]) for s in restored.states}
+        replay_until(target, offsets, loaded, reading=log)
     engine = make_engine(target.view_url)
     try:
         if restored is None:
@@ -158,7 +162,8 @@ def explain_request(
         raise AuditError(f"the answer to {request_id!r} does not record its view's offsets")
     offsets = {int(p): o for p, o in answer["offsets"].items()}
     with tempfile.TemporaryDirectory(prefix="berth-explain-") as scratch:
-        snapshot, checkpoint = view_as_of(app.settings, offsets, Path(scratch))
+        # the app's own log: a server's has checked every record once already
+        snapshot, checkpoint = view_as_of(app.settings, offsets, Path(scratch), app.log)
     engine = config.engine()
     again = engine.place(snapshot, engine_request(request, request.num_instances, frozenset()))
     recorded = [pid for _, pid in answer["reservations"]]

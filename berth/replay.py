@@ -114,17 +114,20 @@ def _replay_partitions(
     until: Mapping[int, int] | None = None,
     hold_back: bool | None = None,
     loaded: Mapping[int, tuple[PartitionState, int]] | None = None,
+    reading: Log | None = None,
 ) -> ReplayResult:
     """Rebuild the given partitions into ``target``'s (migrated) view; a
     ``rebuild`` writes a fresh SQLite file that is discarded unless complete,
     holding rows back unless ``hold_back`` is false (a view that already
     holds rows: a checkpoint's copy, whose partitions' states ``loaded``
-    may give).
+    may give). ``reading`` is a log already open (and indexed: an embedded
+    log checks every record of a partition on its first read) to read
+    instead of opening one.
     ``sized`` is told how many records the partitions hold, before the first.
     With ``until_ms``, each partition stops at the end of its
     :func:`clock_prefix`; with ``until``, at the offset it gives (0 for a
     partition it does not name)."""
-    log = open_log(target, read_only=True)
+    log = reading or open_log(target, read_only=True)
     events = target.topics.events
     ends = (
         {p: clock_prefix(log, events, p, until_ms) for p in partitions}
@@ -157,7 +160,8 @@ def _replay_partitions(
     finally:
         if collecting:
             gc.enable()
-        log.close()
+        if reading is None:
+            log.close()
         engine.dispose()
     return ReplayResult(records, outcomes, verified, divergence, target.view_url)
 
@@ -166,12 +170,15 @@ def replay_until(
     target: Settings,
     until: Mapping[int, int],
     checkpointed: Mapping[int, tuple[PartitionState, int]] | None = None,
+    reading: Log | None = None,
 ) -> ReplayResult:
     """Bring every partition of ``target``'s (migrated) view up to the
     offsets ``until`` gives, in this process: the view a scheduler read when
     it had applied exactly that much (``berth explain --request``). The view
     is empty, or a checkpoint's copy whose writers' states (each with the
-    offset it resumes at) ``checkpointed`` gives."""
+    offset it resumes at) ``checkpointed`` gives. ``reading``: the log to
+    read, if one is open already (a server's, which has checked its records
+    once)."""
     # a scratch database: rebuilt as a fresh view is (large batches, no
     # syncing); into an empty one, the active reservations and usage are
     # written once at the end, while a copy's rows are updated as live
@@ -185,6 +192,7 @@ def replay_until(
         until=until,
         hold_back=checkpointed is None,
         loaded=checkpointed,
+        reading=reading,
     )
 
 

@@ -23,12 +23,13 @@ from berth.client import Answers, Publisher
 from berth.replay import replay_until
 from consumers.partition_writer import catch_up_all, step_all
 from projections.view.engine import make_engine
+from projections.view.loader import load_state
 from scheduling.config import SchedulerConfig
 from scheduling.model import RESOURCE_ARRAYS, Snapshot
 from schemas.events import Event
 from schemas.requests import PlacementRequest
 from tests.builders import claim, consume, provider, release
-from tests.contracts.view_contract import BATCH_DEPENDENT, _dump
+from tests.contracts.view_contract import BATCH_DEPENDENT, _assert_same_state, _dump
 
 NOW = 1_000_000
 PARTITIONS = 3
@@ -176,6 +177,11 @@ def test_a_checkpoint_taken_while_the_writers_commit_is_one_state_of_the_view(
             saved = restored.live[0]
             assert saved is not None
             _assert_same(saved, snapshot_from_view(replayed))
+            with replayed.connect() as conn:
+                for state in restored.states:
+                    loaded, offset = load_state(conn, state.partition, PARTITIONS)
+                    assert offset == checkpoint.offsets[state.partition]
+                    _assert_same_state(state, loaded)
         finally:
             replayed.dispose()
             copy.dispose()
