@@ -25,6 +25,7 @@ import json
 import shutil
 import statistics
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -104,11 +105,12 @@ def _place(
 
 def time_explain(settings: Settings, rid: str, runs: int, warm: bool) -> dict[str, Any]:
     """``runs`` explanations of ``rid``: the median and range of their
-    seconds. Cold, each opens the data directory anew, as ``berth explain``
+    seconds, and the median CPU seconds (less at the mercy of a shared
+    machine's other work). Cold, each opens the data directory anew, as ``berth explain``
     does (the embedded log checks every record of a partition on its first
     read); warm, one app explains them all after an untimed first, as
     ``berth serve --api`` does (its log has read them already)."""
-    seconds = []
+    seconds, cpu = [], []
     same = True
     with App(settings) as server:
         if warm:
@@ -116,13 +118,16 @@ def time_explain(settings: Settings, rid: str, runs: int, warm: bool) -> dict[st
         for _ in range(runs):
             with contextlib.ExitStack() as stack:
                 app = server if warm else stack.enter_context(App(settings))
+                before = time.process_time()
                 with timed() as t:
                     story = explain_request(app, rid)
+                cpu.append(time.process_time() - before)
             seconds.append(t[0])
             same = same and story["same"]
     return {
         "s": round(statistics.median(seconds), 3),
         "s_range": [round(min(seconds), 3), round(max(seconds), 3)],
+        "cpu_s": round(statistics.median(cpu), 3),
         "same": same,
         "rebuilt_from": story["rebuilt_from"],
     }
