@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from berth.app import App, Settings
-from berth.checkpoints import Checkpoint, Checkpoints, collector_paused
+from berth.checkpoints import UNLIMITED, Checkpoint, Checkpoints, collector_paused
 from berth.replay import replay_until
 from consumers.policies import POLICY_PARTITION, PolicyError, compile_policy
 from consumers.scheduler import engine_request
@@ -41,7 +41,6 @@ from scheduling.model import Snapshot
 from schemas.requests import BatchRequest, PlacementRequest, request_from_json
 
 READ_BATCH = 5_000
-UNLIMITED = 2**62
 
 
 class AuditError(ValueError):

@@ -14,9 +14,11 @@ a warning naming it: explain then uses an older one or replays from offset
 0, never a wrong copy.
 
 ``berth serve`` and ``berth projector`` take one every so many records
-their view applied (``--checkpoint-every``, in a thread of their own: the
+their view applied (``--checkpoint-every``, in a process of their own: the
 copy reads the view while the writers go on committing), ``berth
-checkpoint`` takes one now. At most ``--checkpoint-keep`` are kept: the
+checkpoint`` takes one now. The writers' states of a new checkpoint are
+the previous checkpoint's with the records since decided again; the
+first's are loaded from its copy. At most ``--checkpoint-keep`` are kept: the
 newest and the oldest always, and of the rest those that leave the log's
 history evenly covered (a checkpoint goes when the gap it would leave
 between its neighbours is the smallest), so an answer from any time is
@@ -36,15 +38,17 @@ import pickle
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import closing, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from berth.app import Settings
+from berth.app import App, Settings
+from berth.replay import replay_until
 from consumers.snapshot_source import LiveSnapshot
 from projections.pools import IntervalPool
 from projections.state import PartitionState, Reservation, ServerGroup
@@ -57,6 +61,9 @@ log = logging.getLogger(__name__)
 DIRECTORY = "checkpoints"
 DEFAULT_EVERY = 50_000
 """Records the view applies between two automatic checkpoints."""
+UNLIMITED = 2**62
+"""A live snapshot brought up to date however much changed (see
+:class:`LiveSnapshot`'s limit)."""
 DEFAULT_KEEP = 24
 """Checkpoints kept (see :meth:`Checkpoints.prune`)."""
 _CHUNK = 1 << 20
@@ -175,7 +182,10 @@ class Checkpoints:
         if not offsets or (newest is not None and newest.offsets == offsets):
             partial.unlink()
             return None
-        states = _states_of(partial, offsets, max(int(n) for _, n, _ in rows))
+        with collector_paused():
+            states = self._states_from_previous(offsets)
+            if states is None:
+                states = _states_of(partial, offsets, max(int(n) for _, n, _ in rows))
         name = f"view-{sum(offsets.values()):015d}"
         path = self.directory / f"{name}.db"
         _write_synced(path.with_suffix(".states"), states)
@@ -187,6 +197,33 @@ class Checkpoints:
         _write_synced(path.with_suffix(".json"), json.dumps(checkpoint.manifest()).encode())
         self.prune()
         return checkpoint
+
+    def _states_from_previous(self, offsets: Mapping[int, int]) -> bytes | None:
+        """The writers' states and live snapshot as of ``offsets``, from the
+        newest checkpoint before them and the records between, decided and
+        written into a scratch copy of it as explain does: what the live
+        writers did to the view, so the same states as loading them from
+        the new copy gives (replay is exact), for the cost of the records
+        since rather than of the whole view. None if there is no usable
+        checkpoint before."""
+        with tempfile.TemporaryDirectory(prefix="berth-checkpoint-") as scratch:
+            view = Path(scratch) / "view.db"
+            restored = self.restore(offsets, view)
+            if restored is None:
+                return None
+            target = replace(self.settings, db_url=f"sqlite:///{view}")
+            with App(target) as app:  # migrates the copy, if it is older
+                target = app.settings
+            at = restored.checkpoint.offsets
+            loaded = {s.partition: (s, at[s.partition]) for s in restored.states}
+            replay_until(target, offsets, loaded)  # decides on the loaded states, in place
+            engine = make_engine(target.view_url)
+            try:
+                live = LiveSnapshot.resumed(engine, restored.live, limit=UNLIMITED)
+                live()
+            finally:
+                engine.dispose()
+        return dump_states(restored.states, live.saved())
 
     def all(self) -> list[Checkpoint]:
         """The checkpoints whose manifests read, oldest first (a manifest
