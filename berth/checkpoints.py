@@ -507,7 +507,9 @@ class Checkpointer:
             if applied - last < self.every:
                 continue
             command = [sys.executable, "-m", "berth.cli", "checkpoint", "--keep", str(self.keep)]
-            command += ["--data-dir", str(self.settings.data_dir), "--db", self.settings.db_url]
+            settings = self.settings
+            command += ["--data-dir", str(settings.data_dir), "--db", settings.db_url]
+            command += ["--log", settings.log_url]  # the records since the last one
             done = subprocess.run(command, capture_output=True, text=True, check=False)
             if done.returncode != 0:
                 log.warning("berth checkpoint failed: %s", done.stderr.strip()[-2000:])
