@@ -64,7 +64,7 @@ DEFAULT_EVERY = 50_000
 UNLIMITED = 2**62
 """A live snapshot brought up to date however much changed (see
 :class:`LiveSnapshot`'s limit)."""
-DEFAULT_KEEP = 24
+DEFAULT_KEEP = 8
 """Checkpoints kept (see :meth:`Checkpoints.prune`)."""
 _CHUNK = 1 << 20
 
