@@ -211,6 +211,10 @@ class Checkpoints:
             restored = self.restore(offsets, view)
             if restored is None:
                 return None
+            if set(restored.checkpoint.offsets) != set(offsets):
+                # taken before every partition had committed: the states of
+                # the others are not in it, so load them all from the new copy
+                return None
             target = replace(self.settings, db_url=f"sqlite:///{view}")
             with App(target) as app:  # migrates the copy, if it is older
                 target = app.settings
