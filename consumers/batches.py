@@ -8,7 +8,9 @@ The batch's arrival time is its transaction priority on every attempt, so the
 older of two conflicting batches wins and they cannot livelock.
 
 ``queue`` batches that do not fit wait here, by priority then arrival, and
-are tried again, head first, whenever the scheduler looks at its queue.
+are tried again, head first, when the scheduler looks at its queue, if
+something that could change the answer happened since the head last found
+no room (see :class:`_NoRoom`).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from consumers.coordinator import Coordinator, Part, TxnResult, Vote
-from consumers.scheduler import engine_request
+from consumers.scheduler import OutcomeFollower, Versioned, engine_request
 from consumers.server_groups import GroupRule, RuleSource, group_refusal
 from ledger.partitioner import partition_for
 from scheduling.engine import Engine, Placement, demand_row
@@ -130,6 +132,40 @@ class _Planned:
     unplaced: dict[int, Placement]
     groups: Mapping[str, GroupRule] = field(default_factory=dict)
     """The server groups the log created, as the plan saw them."""
+    offsets: Mapping[int, int] | None = None
+    """What the plan's snapshot reflected, when its source says."""
+    alone: bool = False
+    """A member whose hints only more room can satisfy found no room even
+    on its own (before the other members' virtual consumption)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _NoRoom:
+    """A queued batch that found no room, on its first attempt (nothing
+    excluded), on the snapshot that reflected ``offsets``, with ``engine``.
+
+    The engine is a function of the snapshot: the same batch on a snapshot
+    that differs only by records deciding nothing fails again. With
+    ``alone``, a member that fits nowhere by itself fails again also on one
+    that differs only by room taken (claims, prepares, consumes, renewals):
+    only a record that may make room (a release, an expiry, an abort, an
+    inventory, provider, aggregate or pool change) can change the answer.
+    Otherwise the members' picks may fall differently once room is taken
+    elsewhere, so any change can. So the head is tried again only once the
+    follower has seen such a record beyond ``offsets`` (it then stays
+    eligible until a snapshot reflecting it was tried), or the engine
+    changed (a new policy)."""
+
+    offsets: Mapping[int, int]
+    engine: Engine
+    alone: bool
+
+    def worth_trying(self, engine: Engine, follower: OutcomeFollower) -> bool:
+        if engine is not self.engine:
+            return True
+        follower.poll()
+        marks = follower.made_room if self.alone else follower.changed
+        return any(mark > self.offsets.get(p, 0) for p, mark in marks.items())
 
 
 class BatchScheduler:
@@ -165,6 +201,10 @@ class BatchScheduler:
         again numbers its transactions on, never reusing a reservation id
         (a writer would take a reused one for a duplicate, and the view
         refuses it in another partition)."""
+        self._no_room: dict[str, _NoRoom] = {}
+        """Queued batch id -> where it last found no room, if it knows."""
+        # asked once: isinstance on a runtime-checkable Protocol costs microseconds
+        self._versioned = snapshot if isinstance(snapshot, Versioned) else None
 
     # --- the public face ----------------------------------------------------
 
@@ -175,7 +215,9 @@ class BatchScheduler:
         if refused:
             return BatchResult(batch.batch_id, "failed", reason=refused)
         result = self._attempt(batch)
-        if result.status == "failed" and batch.mode == "queue" and not self._expired(batch):
+        if result.status != "failed" or batch.mode != "queue" or self._expired(batch):
+            self._no_room.pop(batch.batch_id, None)
+        else:
             self._tried[batch.batch_id] = self._tried.get(batch.batch_id, 0) + result.attempts
             self.enqueue(batch)
             result.status = "queued"
@@ -197,22 +239,31 @@ class BatchScheduler:
         finished = []
         while self.queue:
             _, _, batch = self.queue[0]
+            bid = batch.batch_id
             refused = self._group_refusal(batch)  # its group deleted while it waited
             if self._expired(batch) or refused:
-                self.queue.pop(0)
-                self._tried.pop(batch.batch_id, None)
+                self._dequeue(bid)
                 finished.append(
-                    BatchResult(batch.batch_id, "failed", reason=refused or "queue deadline passed")
+                    BatchResult(bid, "failed", reason=refused or "queue deadline passed")
                 )
                 continue
+            no_room = self._no_room.get(bid)
+            if no_room is not None and not no_room.worth_trying(
+                self.engine, self.coordinator.follower
+            ):
+                break  # nothing happened that could make room for it
             result = self._attempt(batch)
             if result.status != "committed":
-                self._tried[batch.batch_id] = self._tried.get(batch.batch_id, 0) + result.attempts
+                self._tried[bid] = self._tried.get(bid, 0) + result.attempts
                 break
-            self.queue.pop(0)
-            self._tried.pop(batch.batch_id, None)
+            self._dequeue(bid)
             finished.append(result)
         return finished
+
+    def _dequeue(self, batch_id: str) -> None:
+        self.queue.pop(0)
+        self._tried.pop(batch_id, None)
+        self._no_room.pop(batch_id, None)
 
     def queued(self) -> list[BatchRequest]:
         return [batch for _, _, batch in self.queue]
@@ -228,6 +279,7 @@ class BatchScheduler:
         votes: tuple[Vote, ...] = ()
         reason = ""
         before = self._tried.get(batch.batch_id, 0)
+        self._no_room.pop(batch.batch_id, None)
         for attempt in range(1, self.max_attempts + 1):
             # the rules the plan follows: a group deleted since the last
             # attempt refuses the batch rather than leaving its members outside it
@@ -238,6 +290,9 @@ class BatchScheduler:
                 return BatchResult(batch.batch_id, "failed", attempts=attempt, reason=refused)
             planned = self._plan(batch, tried, high, rules)
             if len(planned.instances) < low:
+                if attempt == 1 and batch.mode == "queue" and planned.offsets is not None:
+                    no_room = _NoRoom(planned.offsets, self.engine, planned.alone)
+                    self._no_room[batch.batch_id] = no_room
                 return self._unplaceable(batch, planned, attempt, votes)
             txn = f"{batch.batch_id}.{before + attempt}{self.generation}"
             parts, rids = self._parts(batch, planned, txn)
@@ -301,6 +356,8 @@ class BatchScheduler:
         working = snapshot.with_used(used, ())  # the same usage, for now
         rows = snapshot.row_of
         planned = _Planned([], {}, rules)
+        if self._versioned is not None:
+            planned.offsets = dict(self._versioned.offsets())
         explain = batch.explain
         for m, member in enumerate(batch.members):
             room = most - len(planned.instances)
@@ -312,6 +369,11 @@ class BatchScheduler:
             placement = self.engine.place(working, request, explain=explain or member.explain)
             if not placement.placed:
                 planned.unplaced[m] = placement
+                if batch.mode == "queue" and not planned.alone and _only_room_helps(member):
+                    # on the snapshot itself, without the members before it
+                    planned.alone = not planned.instances or not (
+                        self.engine.place(snapshot, request).placed
+                    )
                 if batch.mode != "at_least" or not placement.providers:
                     continue  # all or nothing: plan the rest only to explain them
             demand = demand_row(snapshot, member.resources)
@@ -438,6 +500,20 @@ def parse_shape(text: str) -> dict[str, int]:
         return {rc.strip(): int(amount) for rc, amount in pairs}
     except ValueError:
         raise ValueError(f"resources are CLASS=AMOUNT,...: not {text!r}") from None
+
+
+def _only_room_helps(member: PlacementRequest) -> bool:
+    """Whether only more room can let the engine place ``member``: none of
+    its hints reads where other instances are (same host, a server group,
+    required tags) or compares usage freely (a JSON query, capabilities in
+    extra specs), so taking room anywhere never makes a provider pass."""
+    return not (
+        member.same_host
+        or member.group_id is not None
+        or member.require_with_tags
+        or member.query is not None
+        or member.extra_specs
+    )
 
 
 def _label(batch: BatchRequest, member: int) -> str:

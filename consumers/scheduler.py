@@ -38,10 +38,20 @@ class DecisionTimeout(Exception):
     """The writers did not decide the proposed claims in time."""
 
 
+_CHANGED_NOTHING = frozenset({Kind.REJECTED, Kind.NOOP})
+_TOOK_ROOM_AT_MOST = frozenset(
+    {Kind.ACCEPTED, Kind.PREPARED, Kind.COMMITTED, Kind.CONSUMED, Kind.RENEWED}
+)
+"""Outcomes that take room or move a hold on: none of them leaves more free."""
+
+
 class OutcomeFollower:
     """Follows the outcomes topic from its end at creation, keeping the
-    decisions on the claims it was asked to watch (``watched``), and every
-    outcome of the subjects of transactions (``followed``)."""
+    decisions on the claims it was asked to watch (``watched``), every
+    outcome of the subjects of transactions (``followed``), and, per
+    partition of the log, how far records that changed something
+    (``changed``) or may have made room (``made_room``: released, expired,
+    aborted, applied: inventories, providers, aggregates, pools...) reach."""
 
     def __init__(self, log_: Log, topic: str) -> None:
         self.log = log_
@@ -52,6 +62,27 @@ class OutcomeFollower:
         self.watched: set[str] = set()
         self.history: dict[str, list[Outcome]] = {}
         """Subject -> its outcomes in log order, for the subjects followed."""
+        self.changed: dict[int, int] = {}
+        """Partition -> one past the offset of the last record seen deciding a change."""
+        self.made_room: dict[int, int] = {}
+        """Partition -> one past the offset of the last record seen that may have made room."""
+        for partition, end in enumerate(self.offsets):
+            # what was decided before this follower started is not seen: as if
+            # the last record decided then (and every one before it) made room.
+            # A writer publishes a partition's outcomes in its log order, and
+            # one that restarts publishes again those its view had not committed
+            if end:
+                (last,) = self.log.read(self.topic, partition, end - 1, 1)
+                self._mark(Outcome.from_json(last.value), Kind.APPLIED)
+
+    def _mark(self, outcome: Outcome, kind: str) -> None:
+        if kind in _CHANGED_NOTHING:
+            return
+        p, mark = outcome.partition, outcome.offset + 1
+        if mark > self.changed.get(p, 0):
+            self.changed[p] = mark
+        if kind not in _TOOK_ROOM_AT_MOST and mark > self.made_room.get(p, 0):
+            self.made_room[p] = mark
 
     def poll(self) -> None:
         for partition, offset in enumerate(self.offsets):
@@ -59,12 +90,13 @@ class OutcomeFollower:
                 offset = records[-1].offset + 1
                 for record in records:
                     outcome = Outcome.from_json(record.value)
-                    subject = outcome.subject
-                    if subject in self.watched and outcome.kind in _DECISIONS:
+                    subject, kind = outcome.subject, outcome.kind
+                    if subject in self.watched and kind in _DECISIONS:
                         self.decided[subject] = outcome
                     seen = self.history.get(subject)
                     if seen is not None:
                         seen.append(outcome)
+                    self._mark(outcome, kind)
             self.offsets[partition] = offset
 
     def wait(

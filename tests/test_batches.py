@@ -19,7 +19,7 @@ from consumers.batches import BatchResult, BatchScheduler
 from consumers.coordinator import Coordinator
 from consumers.partition_writer import catch_up_all, step_all
 from consumers.scheduler import OutcomeFollower
-from consumers.snapshot_source import snapshot_from_view
+from consumers.snapshot_source import LiveSnapshot, snapshot_from_view
 from projections.projector import apply
 from projections.state import PartitionState
 from projections.view.tables import inventories, reservations
@@ -29,7 +29,7 @@ from schemas.codec import decode_event
 from schemas.events import IdentifierItem
 from schemas.outcomes import Outcome
 from schemas.requests import BatchMode, BatchRequest, PlacementRequest
-from tests.builders import provider
+from tests.builders import claim, provider
 from tests.txn_builders import pool
 
 NOW_MS = 10**12
@@ -210,6 +210,40 @@ def test_a_queued_batch_is_placed_once_releases_make_room_in_order(tmp_path: Pat
         assert [b.batch_id for b in scheduler.queued()] == ["later"]
         _release(s, first, 1, skip=2)
         assert [r.batch_id for r in scheduler.drain_queue()] == ["later"]
+
+
+class _CountedSnapshot(LiveSnapshot):
+    """The view kept live, counting the snapshots taken (each plan takes one)."""
+
+    taken = 0
+
+    def __call__(self) -> Snapshot:
+        self.taken += 1
+        return super().__call__()
+
+
+def test_a_queued_batch_is_tried_again_only_once_something_may_make_room(
+    tmp_path: Path,
+) -> None:
+    with stack(tmp_path, providers=4) as s:
+        s.publisher.publish(provider("small", ts=1, VCPU=2, MEMORY_MB=8192))
+        s.pump()
+        snapshot = _CountedSnapshot(s.app.engine)
+        scheduler = s.batches(snapshot)
+        first = scheduler.place(batch("fill", 4))
+        assert first.status == "committed"
+        assert scheduler.place(batch("wait", 1, mode="queue")).status == "queued"
+        planned = snapshot.taken
+        assert scheduler.drain_queue() == []  # nothing happened: not planned again
+        s.publisher.publish([claim("elsewhere", "small", ts=s.clock[0], VCPU=1)])
+        s.publisher.publish([claim("refused", "n0", ts=s.clock[0], VCPU=1)])
+        s.pump()
+        assert scheduler.drain_queue() == []  # room taken, a claim refused: no room made
+        assert snapshot.taken == planned
+        _release(s, first, 1)
+        (placed,) = scheduler.drain_queue()  # a release: planned again, and it fits
+        assert placed.status == "committed", placed.reason
+        assert snapshot.taken > planned
 
 
 def test_a_queued_batch_fails_at_its_deadline(tmp_path: Path) -> None:
