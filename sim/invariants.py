@@ -8,14 +8,17 @@ in order, by the checker itself.
 
 from __future__ import annotations
 
+import json
 import re
 from collections import defaultdict
 from collections.abc import Iterable
+from contextlib import suppress
 
 from sqlalchemy import select, text
 
 from consumers.partition_writer import PartitionWriter
-from ledger.log import Tail
+from consumers.policies import DEFAULT
+from ledger.log import CorruptLog, Record, Tail
 from projections.batch import decide
 from projections.state import CONSUMED, PartitionState
 from projections.view.tables import partition_offsets
@@ -36,6 +39,7 @@ DAMAGE = "storage damage detected, never an acknowledged record lost"
 ANTI_AFFINITY = "no two instances of an anti-affinity group on one provider"
 LEASES = "no hold outlives its lease"
 UNHANDLED = "no component fails on what the system may do to it"
+POLICY = "every answer names the policy its project was given"
 
 INVARIANTS = (
     OVER_CAPACITY,
@@ -51,6 +55,7 @@ INVARIANTS = (
     ANTI_AFFINITY,
     LEASES,
     UNHANDLED,
+    POLICY,
 )
 
 _GENERATION = re.compile(r"\.\d+(g[\d-]+)(?:\.p\d+)?$")
@@ -71,6 +76,13 @@ class Checker:
         self.shadows = [PartitionState(partition=p, partitions=count) for p in range(count)]
         self.shadow_next = [0] * count
         self.outcomes = Tail(system.log, system.topics.outcomes, from_start=True)
+        self.placements = Tail(system.log, system.topics.placements, from_start=True)
+        self.policy_log = Tail(system.log, system.topics.policies, from_start=True)
+        self.policy_versions: dict[str, int] = {}
+        """Policy name -> the offset of the record that set it, as the log says."""
+        self.given: dict[str, str] = {}
+        """Project -> the policy it was given."""
+        self.first_answers: set[str] = set()
         self.kinds: dict[str, list[str]] = defaultdict(list)
         """Reservation id -> the kinds of its outcomes, in log order."""
         self.failed_batches: set[str] = set()
@@ -185,7 +197,8 @@ class Checker:
     def _answers(self) -> None:
         """A batch answered committed holds every instance it says (at least
         its minimum), each accepted or committed by its writer."""
-        for record in self.outcomes.records():
+        self._policies_followed()
+        for record in _read_on(self.outcomes):
             outcome = Outcome.from_json(record.value)
             self.kinds[outcome.subject].append(outcome.kind)
         fresh, self.workload.answered = self.workload.answered, []
@@ -211,6 +224,51 @@ class Checker:
                         raise Violation(
                             ALL_OR_NOTHING, f"{bid} committed, but {rid} was never held: {kinds}"
                         )
+
+    def _policies_followed(self) -> None:
+        """A request's first answer names the policy its project was given
+        when it was placed (``NAME@VERSION``; nothing for the scheduler's
+        own configuration), or is refused if that policy is not set.
+
+        A scheduler folds the policies at the start of its step and nothing
+        appends to them during one, so the checker's own fold of the topic,
+        right after the step, is the one the answer was made with."""
+        for record in _read_on(self.policy_log):
+            data = json.loads(record.value)
+            name = data["name"]
+            if data["type"] == "policy_set":
+                self.policy_versions[name] = record.offset
+            elif data["type"] == "policy_deleted":
+                self.policy_versions.pop(name, None)
+            elif name is None:
+                self.given.pop(data["project_id"], None)
+            else:
+                self.given[data["project_id"]] = name
+        for record in _read_on(self.placements):
+            answer = json.loads(record.value)
+            rid = answer["request_id"]
+            if rid in self.first_answers:
+                continue  # given again, to the same id asked again
+            self.first_answers.add(rid)
+            asked = self.workload.asked.get(rid)
+            if answer.get("batch") or asked is None:
+                continue  # a batch (placed by the default policy), or not the workload's
+            named, expected = answer.get("policy", ""), self._policy_of(asked.project_id)
+            if expected is None and not answer["placed"] and not named:
+                continue  # refused: its project's policy is not set
+            if named != expected:
+                raise Violation(
+                    POLICY,
+                    f"{rid} of project {asked.project_id} answered by {named or 'no policy'}, "
+                    f"given {expected or 'a policy not set'}",
+                )
+
+    def _policy_of(self, project_id: str) -> str | None:
+        name = self.given.get(project_id, DEFAULT)
+        version = self.policy_versions.get(name)
+        if version is None:
+            return "default@configuration" if name == DEFAULT else None
+        return f"{name}@{version}"
 
     # -- when the writers are at the end of the log --------------------------------
 
@@ -296,6 +354,16 @@ class Checker:
                         raise Violation(ACKNOWLEDGED, f"{topic} partition {p} record {at}")
                     checked += 1
         return checked
+
+
+def _read_on(tail: Tail) -> list[Record]:
+    """The records a tail has not handed out yet, up to a damaged one: the
+    checker reads it once the operator has restored it (a reader of the
+    system meets it first, or the scrubber)."""
+    records: list[Record] = []
+    with suppress(CorruptLog):
+        records.extend(tail.records())
+    return records
 
 
 def _digest(state: PartitionState) -> tuple[object, ...]:

@@ -23,8 +23,10 @@ from typing import Any
 
 from sqlalchemy import text
 
+from berth.audit import verify_policies
 from berth.replay import replay_log
 from consumers.partition_writer import PartitionHalted
+from consumers.policies import publish_policy
 from ledger.log import CorruptLog, Tail
 from projections.view.engine import make_engine
 from projections.view.writer import StaleBatch, ViewWriter
@@ -160,6 +162,7 @@ class Run:
             Tail(self.log, self.system.topics.placements, from_start=True),
             Tail(self.log, self.system.topics.moves, from_start=True),
             skews=skews,
+            policies=lambda record: publish_policy(self.log, self.system.topics, record),
         )
         self.reaper = self.system.reaper(rng.choice(skews))
         self.balancer_skew_ms = rng.choice(skews)
@@ -463,6 +466,11 @@ class Run:
             if divergence is not None:
                 raise Violation(REPLAY, str(divergence))
             self.counts["end: outcomes verified by replay"] = verified
+            policies, answers, wrong = verify_policies(self.log, self.system.topics)
+            if wrong is not None:
+                raise Violation(REPLAY, wrong)
+            self.counts["end: policy records verified"] = policies
+            self.counts["end: answers' policies verified"] = answers
             for table, columns in _COMPARED.items():
                 query = text(f"SELECT {columns} FROM {table} ORDER BY {columns}")
                 with self.system.engine.connect() as live, engine.connect() as again:
@@ -482,7 +490,7 @@ _COMPARED = {
     "providers": "provider_id, state, active_reservations",
     "pools": "pool_id, taken, free",
     "reservation_identifiers": "pool_id, value, reservation_id",
-    "outcomes": "partition, \"offset\", seq, kind, subject",
+    "outcomes": 'partition, "offset", seq, kind, subject',
 }
 
 

@@ -2,7 +2,8 @@
 register providers and change their inventories, retire them, define
 identifier pools, ask for single placements and batches of the three
 modes, and consume, renew and release what was placed, or delete a
-consumer with everything it holds.
+consumer with everything it holds; and what the operator does: set,
+assign and delete scheduling policies.
 
 The workload learns what was placed the way a user does: from the answers
 on the placements topic. Every event it publishes is stamped by one of a
@@ -12,9 +13,11 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from consumers.policies import DEFAULT, PolicyError
 from ledger.log import Tail
 from ledger.publisher import Publisher
 from schemas.requests import BatchRequest, PlacementRequest
@@ -23,6 +26,21 @@ from sim.system import Clock
 MAX_PRODUCER_SKEW_MS = 2_000
 """Producers' clocks run up to this far either side of the simulation's; the
 scheduler's up to half as far: every pair stays within the edge's 5 s."""
+
+PROJECTS = ("alpha", "beta")
+POLICIES: dict[str, dict[str, Any]] = {
+    "pack": {"weighers": {"RAMWeigher": -1.0, "CPUWeigher": -1.0}},
+    "spread": {
+        "weighers": {"RAMWeigher": 1.0, "CPUWeigher": 2.0},
+        "scheduler": {"max_attempts": 5},
+    },
+    # no group filter: the writers alone hold anti-affinity against its picks
+    "lean": {
+        "filters": {"enabled": ["RetryFilter", "ComputeFilter", "ResourceFilter"]},
+        "scheduler": {"max_attempts": 2},
+    },
+}
+"""The configurations the operator sets as policies, under these names or as the default."""
 
 _SHAPES = (
     {"VCPU": 1, "MEMORY_MB": 1024},
@@ -51,6 +69,7 @@ class Asked:
     instances: int
     least: int
     answer: dict[str, Any] | None = None
+    project_id: str = ""
 
 
 @dataclass(slots=True)
@@ -75,6 +94,8 @@ class Workload:
     """Requests answered since the checker last looked."""
     events: int = 0
     published: int = 0
+    policies: Callable[[dict[str, Any]], int] | None = None
+    """Appends a policy record as ``berth policy`` does (checked, then appended)."""
 
     def ts(self) -> int:
         skew = self.rng.choice(self.skews) if self.skews else 0
@@ -112,8 +133,10 @@ class Workload:
             return self.renew()
         if roll < 0.94:
             return self.delete_consumer()
-        if roll < 0.97:
+        if roll < 0.96:
             return self.move()
+        if roll < 0.98:
+            return self.policy()
         return self.resubmit()
 
     def publish(self, events: list[dict[str, Any]]) -> None:
@@ -216,7 +239,7 @@ class Workload:
             {
                 "request_id": rid,
                 "ts_ms": self.ts(),
-                "project_id": rng.choice(("alpha", "beta")),
+                "project_id": rng.choice(PROJECTS),
                 "resources": dict(rng.choice(_SHAPES)),
                 "num_instances": rng.randint(1, 3),
                 "lease_ms": rng.choice((5_000, 30_000, 120_000)),
@@ -257,7 +280,8 @@ class Workload:
             request = request.model_copy(update=spread)
             self.groups[rid] = spread["group_id"]
         self.edge.submit([request])  # asked once acknowledged: a torn append never was
-        self.asked[rid] = Asked("single", request.num_instances, request.num_instances)
+        instances = request.num_instances
+        self.asked[rid] = Asked("single", instances, instances, project_id=request.project_id)
         return "request"
 
     def batch(self) -> str:
@@ -294,6 +318,31 @@ class Workload:
         rid = self.rng.choice(answered)
         self.edge.submit([self._member(rid, identifiers=False)])
         return "resubmit"
+
+    def policy(self) -> str:
+        """The operator sets a policy (perhaps the default), gives a project
+        one (or takes it back), or deletes one, perhaps one a project is
+        still given (its requests are then refused), or tries to delete the
+        default (refused at the edge: nothing appended)."""
+        if self.policies is None:
+            return self.request()
+        rng = self.rng
+        roll = rng.random()
+        name = rng.choice((*POLICIES, DEFAULT))
+        record: dict[str, Any]
+        if roll < 0.45:
+            mapping = POLICIES[rng.choice(list(POLICIES))]
+            record = {"type": "policy_set", "name": name, "policy": mapping}
+        elif roll < 0.8:
+            given = rng.choice((*POLICIES, DEFAULT, None))
+            record = {"type": "policy_assigned", "project_id": rng.choice(PROJECTS), "name": given}
+        else:
+            record = {"type": "policy_deleted", "name": name}
+        try:
+            self.policies({**record, "ts_ms": self.ts()})
+        except PolicyError:
+            return "policy refused"
+        return "policy"
 
     def _pick(self, consumed: bool | None = None) -> Placed | None:
         choices = [p for p in self.placed.values() if consumed is None or p.consumed == consumed]

@@ -25,6 +25,7 @@ import sim.invariants as invariants
 import sim.system as system
 from consumers.coordinator import Coordinator
 from consumers.partition_writer import PartitionWriter
+from consumers.policies import Policy, PolicyBook
 from consumers.scheduler import OutcomeFollower
 from ledger import frames
 from ledger.log import Append, Record
@@ -228,6 +229,16 @@ def _groups_ignored(mp: pytest.MonkeyPatch) -> None:
     mp.setattr(scheduler, "_claim", claim)
 
 
+def _assignments_ignored(mp: pytest.MonkeyPatch) -> None:
+    """A scheduler that places every request by the default policy, whatever
+    its project was given."""
+
+    def for_request(self: PolicyBook, *args: Any, **kwargs: Any) -> Policy:
+        return self.default()
+
+    mp.setattr(PolicyBook, "for_request", for_request)
+
+
 class _HalvedCapacityView:
     """A view writer that writes every inventory's capacity halved."""
 
@@ -327,6 +338,7 @@ VARIANTS = (
         lambda mp: mp.setattr(partition_writer, "decide", _holds_never_expire(decide)),
     ),
     Variant("anti-affinity dropped", invariants.ANTI_AFFINITY, 5, 1000, _groups_ignored),
+    Variant("projects' policies ignored", invariants.POLICY, 3, 1000, _assignments_ignored),
     Variant(
         "the view's capacity halved",
         invariants.VIEW_OVER_CAPACITY,
