@@ -58,7 +58,7 @@ INVARIANTS = (
     POLICY,
 )
 
-_GENERATION = re.compile(r"\.\d+(g[\d-]+)(?:\.p\d+)?$")
+_GENERATION = re.compile(r"\.\d+(g[\d-]+s\d+)(?:\.p\d+)?$")
 
 
 class Violation(Exception):

@@ -3,9 +3,11 @@ generator, faults injected at their rates, the invariants checked after
 every step; then the faults stop, everything is drained, and the end
 checks run (every acknowledged record, every flip found, replay --verify).
 
-The scheduler's waits call back into the run (``pump``): that is where the
-writers decide while a request or a transaction is in flight, and where
-the scheduler may crash between its votes and its decision.
+The schedulers' waits call back into the run (``pump``): that is where the
+writers decide while a request or a transaction is in flight, where the
+other scheduler may take a step of its own (two transactions in flight at
+once, racing for the same providers), and where a scheduler may crash
+between its votes and its decision.
 """
 
 from __future__ import annotations
@@ -44,6 +46,10 @@ from sim.system import Clock, System, migrated_view
 from sim.workload import MAX_PRODUCER_SKEW_MS, Workload
 
 PARTITIONS = 4
+SCHEDULERS = 2
+"""Schedulers answering a share of the requests' partitions each, racing."""
+NESTED_STEP = 0.05
+"""Chance per wait of a scheduler that the other takes a step meanwhile."""
 MOST_PUMPS = 2_000
 """The most times one scheduler step may wait on the writers: past it, a
 request is stuck (liveness)."""
@@ -136,7 +142,11 @@ class Run:
         """The last faults and operations, for the report of a failure."""
         self.step_no = 0
         self.pumps = 0
-        self.pumps_this_step = 0
+        self.waits = [0] * SCHEDULERS
+        """Waits of each scheduler's current step."""
+        self.active: list[int] = []
+        """The schedulers in a step, outermost first (the other may step
+        while one waits)."""
         self.ticks_back_at = 0
         self.clock = Clock()
         self.log = SimLog(self._storage_fault)
@@ -151,7 +161,10 @@ class Run:
             self.log,
             self._view_fault,
             self.pump,
-            scheduler_skew_ms=rng.randint(-MAX_PRODUCER_SKEW_MS // 2, MAX_PRODUCER_SKEW_MS // 2),
+            scheduler_skews_ms=tuple(
+                rng.randint(-MAX_PRODUCER_SKEW_MS // 2, MAX_PRODUCER_SKEW_MS // 2)
+                for _ in range(SCHEDULERS)
+            ),
             batch_size=lambda: rng.choice((1, 3, 20, 200)),
         )
         skews = tuple(rng.randint(-MAX_PRODUCER_SKEW_MS, MAX_PRODUCER_SKEW_MS) for _ in range(3))
@@ -241,7 +254,7 @@ class Run:
         if roll < 0.35:
             self._guarded("workload", self._workload)
         elif roll < 0.41:
-            self._scheduler_step()
+            self._scheduler_step(rng.randrange(SCHEDULERS))
         elif roll < 0.90:
             self._writers_act()
         elif roll < 0.985:
@@ -339,38 +352,58 @@ class Run:
             self.system.restart_writers()
         elif who == "balancer":
             self.balancer = self.system.balancer(self.balancer_skew_ms)
-        elif who == "scheduler":
-            if self.system.scheduler is not None:
-                self.checker.crashed_generations.add(self.system.scheduler.scheduler.generation)
-            self.system.scheduler = None
+        elif who.startswith("scheduler"):
+            index = int(who.rsplit(" ", 1)[1])
+            worker = self.system.schedulers[index]
+            if worker is not None:
+                self.checker.crashed_generations.add(worker.scheduler.generation)
+            self.system.schedulers[index] = None
 
-    # -- the scheduler -------------------------------------------------------------------
+    # -- the schedulers ------------------------------------------------------------------
 
-    def _scheduler_step(self) -> None:
-        self.pumps_this_step = 0
-        if self.system.scheduler is None:
-            self._guarded("scheduler", self.system.start_scheduler)
-            if self.system.scheduler is None:
-                # crashed while starting: what it began is abandoned too
-                if self.system.starting is not None:
-                    self.checker.crashed_generations.add(self.system.starting.generation)
-                return
-        worker = self.system.scheduler
-        self._guarded("scheduler", worker.step)
-        self.counts["op: scheduler step"] += 1
+    def _scheduler_step(self, index: int) -> None:
+        """A step of scheduler ``index``, which starts it first if it is not
+        running (its recovery finishes the transactions it finds begun: only
+        between steps, never while the other has one in flight)."""
+        who = f"scheduler {index}"
+        self.waits[index] = 0
+        self.active.append(index)
+        try:
+            if self.system.schedulers[index] is None:
+                self._guarded(who, lambda: self.system.start_scheduler(index))
+                if self.system.schedulers[index] is None:
+                    # crashed while starting: what it began is abandoned too
+                    starting = self.system.starting[index]
+                    if starting is not None:
+                        self.checker.crashed_generations.add(starting.generation)
+                    return
+            worker = self.system.schedulers[index]
+            assert worker is not None
+            self._guarded(who, worker.step)
+            self.counts["op: scheduler step"] += 1
+        finally:
+            self.active.pop()
 
     def pump(self) -> None:
-        """What happens while the scheduler waits: the writers decide (with
-        their faults), the reaper may tick, and the scheduler may crash."""
+        """What happens while a scheduler waits: the writers decide (with
+        their faults), the reaper may tick, the other scheduler may take a
+        step if it is running, and the one waiting may crash."""
         self.pumps += 1
-        self.pumps_this_step += 1
-        if self.pumps_this_step > MOST_PUMPS:
+        waiting = self.active[-1]
+        self.waits[waiting] += 1
+        if self.waits[waiting] > MOST_PUMPS:
             raise Violation(LIVENESS, f"one scheduler step waited {MOST_PUMPS} times")
         self.clock.now_ms += self.rng.randint(0, 10)
         self._writers_act()
         if self.rng.random() < 0.02:
             self._tick()
         self.checker.after_step()
+        if len(self.active) == 1 and self.rng.random() < NESTED_STEP:
+            other = self.rng.choice([i for i in range(SCHEDULERS) if i != waiting])
+            if self.system.schedulers[other] is not None:
+                self.counts["op: schedulers racing"] += 1
+                self._scheduler_step(other)
+                self.checker.after_step()
         if self._chance(self.rates.scheduler_crash):
             self.counts["fault: scheduler crashed while waiting"] += 1
             raise Crash("the scheduler crashed while it waited")
@@ -429,8 +462,9 @@ class Run:
             self.workload.follow_answers()
             if self._all_answered():
                 break
-            self._scheduler_step()
-            self.checker.after_step()
+            for index in range(SCHEDULERS):
+                self._scheduler_step(index)
+                self.checker.after_step()
         else:
             unanswered = [rid for rid, a in self.workload.asked.items() if a.answer is None]
             raise Violation(LIVENESS, f"{len(unanswered)} unanswered, e.g. {unanswered[:3]}")
@@ -444,9 +478,9 @@ class Run:
         self._replay_verify()
 
     def _all_answered(self) -> bool:
-        queued = self.system.scheduler is not None and self.system.scheduler.batches is not None
-        if queued and self.system.scheduler.batches.queue:  # type: ignore[union-attr]
-            return False
+        for worker in self.system.schedulers:
+            if worker is not None and worker.batches is not None and worker.batches.queue:
+                return False
         return all(a.answer is not None for a in self.workload.asked.values())
 
     def _replay_verify(self) -> None:

@@ -5,10 +5,11 @@ crash and start again from what is durable.
 The writers are a :class:`~consumers.group_writers.GroupWriters`, the part
 of ``berth worker`` that takes what a consumer delivers (duplicates, gaps,
 partitions interleaved) and reads the log where the delivery falls short.
-The scheduler is a :class:`~consumers.scheduler_worker.SchedulerWorker`
+Each scheduler is a :class:`~consumers.scheduler_worker.SchedulerWorker`
 with its :class:`~consumers.batches.BatchScheduler` and
-:class:`~consumers.coordinator.Coordinator`; the reaper ticks through its
-own publisher. Nothing here reads the wall clock: every producer's clock is
+:class:`~consumers.coordinator.Coordinator`, answering its share of the
+requests' partitions and racing the others for the same providers; the
+reaper ticks through its own publisher. Nothing here reads the wall clock: every producer's clock is
 the simulation's, plus its skew.
 """
 
@@ -113,9 +114,10 @@ class System:
         log: SimLog,
         view_fault: Callable[[], str | None],
         pump: Callable[[], object],
-        scheduler_skew_ms: int,
+        scheduler_skews_ms: tuple[int, ...],
         batch_size: Callable[[], int],
     ) -> None:
+        """One scheduler per skew in ``scheduler_skews_ms``."""
         self.settings = Settings(data_dir=directory, partitions=partitions)
         self.topics = self.settings.topics
         self.partitions = partitions
@@ -129,14 +131,15 @@ class System:
         # duck-typed: the writers use only its engine and commit
         self.view = cast(ViewWriter, self.faulty_view)
         self.pump = pump
-        self.scheduler_skew_ms = scheduler_skew_ms
+        self.scheduler_skews_ms = scheduler_skews_ms
         self.batch_size = batch_size
         self.config = SchedulerConfig.default()
         self.starts = {"writers": 0, "scheduler": 0}
         self.ids = 0
         self.writers = self._writers()
-        self.scheduler: SchedulerWorker | None = None
-        self.starting: Scheduler | None = None
+        count = len(scheduler_skews_ms)
+        self.schedulers: list[SchedulerWorker | None] = [None] * count
+        self.starting: list[Scheduler | None] = [None] * count
 
     def new_id(self) -> str:
         self.ids += 1
@@ -179,13 +182,15 @@ class System:
             self.log, self.topics, clock_ms=self.clock.skewed(skew_ms), new_id=self.new_id
         )
 
-    def start_scheduler(self) -> SchedulerWorker:
-        """A scheduler process as ``App.scheduler_worker`` makes one: it
-        resumes from its answers and finishes the transactions a dead one
-        began (both may be interrupted by a crash, and started again)."""
+    def start_scheduler(self, index: int) -> SchedulerWorker:
+        """Scheduler ``index``'s process as ``App.scheduler_worker`` makes
+        one, answering the requests' partitions ``p`` with ``p % count ==
+        index``: it resumes from its answers and finishes the transactions
+        a dead one began (both may be interrupted by a crash, and started
+        again)."""
         self.starts["scheduler"] += 1
-        self.scheduler = None
-        publisher = self.publisher(self.scheduler_skew_ms)
+        self.schedulers[index] = None
+        publisher = self.publisher(self.scheduler_skews_ms[index])
         follower = OutcomeFollower(self.log, self.topics.outcomes)
         policies = PolicyBook(self.log, self.topics, self.config)
         snapshot = LiveSnapshot(self.engine, placements=True)
@@ -211,11 +216,23 @@ class System:
             pump=self.pump,
             max_attempts=self.config.max_attempts,
         )
-        self.starting = scheduler  # its generation names what a crash while starting abandons
-        self.scheduler = SchedulerWorker(
-            self.log, self.topics, scheduler, batches=batches, batch_size=8
+        # its generation names what a crash while starting abandons
+        self.starting[index] = scheduler
+        count = len(self.schedulers)
+        requests = range(self.log.partition_count(self.topics.requests))
+        worker = SchedulerWorker(
+            self.log,
+            self.topics,
+            scheduler,
+            partitions=[p for p in requests if p % count == index],
+            batches=batches,
+            batch_size=8,
         )
-        return self.scheduler
+        # schedulers started with the log at the same ends would share a
+        # generation: each one's own, so that what a crash abandons is its own
+        scheduler.generation = batches.generation = f"{scheduler.generation}s{index}"
+        self.schedulers[index] = worker
+        return worker
 
     def balancer(self, skew_ms: int) -> BalanceWorker:
         """``berth balance --claim``: even out VCPU use above half of capacity."""

@@ -65,7 +65,8 @@ def test_a_short_sweep_of_fixed_and_random_seeds_finds_nothing() -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     lines = [json.loads(line) for line in done.stdout.splitlines()]
     assert len(lines) == 9 and lines[-1]["ok"] and lines[-1]["runs"] == 8
-    assert sum(line["counts"].get("fault: redelivery", 0) for line in lines[:-1]) > 0
+    for count in ("fault: redelivery", "op: policy", "op: schedulers racing"):
+        assert sum(line["counts"].get(count, 0) for line in lines[:-1]) > 0, count
 
 
 # -- the variants, each broken on purpose ------------------------------------------
