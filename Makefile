@@ -38,11 +38,13 @@ bench: $(COMPILED)
 	$(BIN)/python -m bench.ledger --kafka auto
 	$(BIN)/python -m bench.worker --kafka auto
 
-# the simulator (docs/simulation.md): new random seeds for SIM_BUDGET_S seconds
+# the simulator (docs/simulation.md): new random seeds for SIM_BUDGET_S seconds,
+# SIM_JOBS runs at once (one process each)
 SIM_BUDGET_S ?= 300
 SIM_STEPS ?= 3000
+SIM_JOBS ?= 2
 sim: $(COMPILED)
-	$(BIN)/python -m sim --budget-s $(SIM_BUDGET_S) --steps $(SIM_STEPS)
+	$(BIN)/python -m sim --budget-s $(SIM_BUDGET_S) --steps $(SIM_STEPS) --jobs $(SIM_JOBS)
 
 # the same code, run by the interpreter (until the next make demo/test/bench)
 interpreted: $(BIN)/.installed

@@ -75,11 +75,13 @@ def main(argv: list[str] | None = None) -> int:
     rates = Rates.none() if args.no_faults else None
     started = time.monotonic()
     runs = ops = 0
+    cpu_s = 0.0
     faults: Counter[str] = Counter()
     for result in _results(args, rates):
         print(json.dumps(result.summary()), flush=True)
         runs += 1
         ops += result.ops
+        cpu_s += result.cpu_s
         faults.update({k: v for k, v in result.counts.items() if k.startswith("fault:")})
         if not result.ok:
             again = f"python -m sim --seed {result.seed} --steps {args.steps}"
@@ -95,6 +97,8 @@ def main(argv: list[str] | None = None) -> int:
         "runs": runs,
         "ops": ops,
         "seconds": round(elapsed, 1),
+        "cpu_s": round(cpu_s, 1),
+        "jobs": args.jobs,
         "ops_per_s": round(ops / elapsed) if elapsed else 0,
         "faults": sum(faults.values()),
         "ok": True,
