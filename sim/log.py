@@ -65,6 +65,9 @@ class SimLog(Log):
         self.torn = 0
         """Appends cut short; each cut again by the next append there."""
         self.cut = 0
+        self.appends: dict[str, int] = {}
+        """Topic -> appends to it so far: a reader that saw the same count
+        has nothing new to read there."""
 
     # -- the port ------------------------------------------------------------
 
@@ -81,6 +84,7 @@ class SimLog(Log):
 
     def append(self, topic: str, records: Sequence[Append]) -> list[int]:
         parts = self._topic(topic)
+        self.appends[topic] = self.appends.get(topic, 0) + 1
         fault = self.storage_fault() if records else None
         offsets = []
         written: list[tuple[_Partition, int]] = []
