@@ -51,10 +51,11 @@ def test_a_seed_is_a_run() -> None:
 
 def test_a_short_sweep_of_fixed_and_random_seeds_finds_nothing() -> None:
     """What CI runs: fixed seeds, and random ones it prints (a failure
-    prints the line that replays it). About 12 s of CPU: well within a
-    minute on an idle machine."""
+    prints the line that replays it). About 12 s of CPU, in two processes:
+    well within a minute on an idle machine."""
+    sweep = ["--seeds", "1,2,3,4,5,6", "--random", "2", "--steps", "1000", "--jobs", "2"]
     done = subprocess.run(
-        [sys.executable, "-m", "sim", "--seeds", "1,2,3,4,5,6", "--random", "2", "--steps", "1000"],
+        [sys.executable, "-m", "sim", *sweep],
         cwd=ROOT,
         capture_output=True,
         text=True,
