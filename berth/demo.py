@@ -4,6 +4,9 @@ The providers are described as Nova's compute nodes are (a zone, an
 address, a hypervisor and the architectures it runs, a rack), an edge
 aggregate overcommits CPU and is a zone of its own, every provider reports
 its metrics each wave, and some requests ask for a zone or an architecture.
+Each wave creates a server group of each of Nova's four policies, and some
+requests join one: a membership is claimed in the group's partition in one
+transaction with the compute, so the hard rules hold however the claims race.
 Requests go through the whole path: two schedulers (the placement engine with
 its default filters and weighers) rank providers on one snapshot of the SQL
 view per wave and race, claims are appended to the log, the partition writers
@@ -30,6 +33,7 @@ from berth.status import overcommitted_providers, resource_totals
 from consumers.batches import BatchResult, BatchScheduler
 from consumers.coordinator import Coordinator
 from consumers.scheduler import OutcomeFollower, Scheduled, Scheduler
+from consumers.server_groups import LiveRules, read_group
 from consumers.snapshot_source import LiveSnapshot, snapshot_from_view
 from projections.view.tables import reservations
 from scheduling.config import SchedulerConfig
@@ -46,6 +50,7 @@ from schemas.events import (
     ProviderDescribed,
     ProviderRegistered,
     Release,
+    ServerGroupCreated,
 )
 from schemas.outcomes import Kind, Outcome
 from schemas.requests import BatchRequest, PlacementRequest
@@ -76,6 +81,9 @@ EDGE = "edge"
 EDGE_METADATA = {"availability_zone": "az-edge", "cpu_allocation_ratio": "8.0"}
 ZONE_SHARE = 0.1  # of requests that name a zone
 ARM_SHARE = 0.05  # of requests for an aarch64 image
+GROUP_SHARE = 0.08  # of requests that join one of the wave's server groups
+GROUP_POLICIES = ("affinity", "anti-affinity", "soft-affinity", "soft-anti-affinity")
+ANTI_AFFINITY_MAX_PER_HOST = 2
 
 
 @dataclass
@@ -97,6 +105,15 @@ class Tally:
     """Request id -> the zone and architecture it asked for, of those that asked."""
     landed: dict[str, str] = field(default_factory=dict)
     """Request id -> the provider it was placed on, of those that asked."""
+    groups: list[str] = field(default_factory=list)
+    """The server groups created, in order."""
+    group_requests: int = 0
+    group_placed: int = 0
+    group_checks: int = 0
+    group_members_checked: int = 0
+    """Members of hard groups the checks saw, summed over the checks."""
+    group_violations: list[str] = field(default_factory=list)
+    """A hard group's rule broken in the view, as seen by a check (always none)."""
     metrics_reports: int = 0
     failed: Counter[str] = field(default_factory=Counter)
     """Requests that ended failed, by reason."""
@@ -211,7 +228,8 @@ def _description(pid: str, n: int, ts_ms: int) -> ProviderDescribed:
 class _StaleOnce:
     """The wave's shared snapshot for a scheduler's first round, a fresh one
     for its retries (as a scheduler re-reads the view after losing a race).
-    The demo's requests use no placement hints, so placements are not read."""
+    The requests it places join no server group and use no placement hints,
+    so placements are not read."""
 
     def __init__(self, app: App) -> None:
         self.fresh = LiveSnapshot(app.engine)
@@ -236,8 +254,11 @@ class Demo:
         self.writers = app.writers()
         self.outcome_offsets = [0] * app.settings.partitions
         self.tally = Tally()
-        self.pending: list[tuple[str, str]] = []  # (reservation id, its provider)
-        self.consumed: list[tuple[str, str]] = []
+        # an instance's reservations, each (id, partition key): its compute and
+        # any identifiers or server group membership, which live and end together
+        self.pending: list[tuple[tuple[str, str], ...]] = []
+        self.consumed: list[tuple[tuple[str, str], ...]] = []
+        self.wave_groups: dict[str, str] = {}  # policy -> this wave's group
         self.progress = progress or (lambda n: None)
 
     def run(self) -> dict[str, Any]:
@@ -251,24 +272,33 @@ class Demo:
         # claims race, the writer rejects the losers and they retry elsewhere
         views = [_StaleOnce(self.app), _StaleOnce(self.app)]
         schedulers = [self._scheduler(view) for view in views]
-        batches = self._batches(views[0].fresh) if cfg.batch_size else None
+        # grouped requests and batches: a transaction each, ranked on a view
+        # that keeps placements (a group's members are where its filters look)
+        batches = self._batches(LiveSnapshot(self.app.engine, placements=True))
         started = time.perf_counter()
         done = 0
         while done < cfg.requests:
             wave = min(cfg.wave, cfg.requests - done)
-            self.publisher.publish(self._lifecycle_events() + self._metrics_reports())
+            self.publisher.publish(
+                self._lifecycle_events() + self._metrics_reports() + self._new_groups(done)
+            )
             self._drive()
             shared = snapshot_from_view(self.app.engine, placements=False)
             for view in views:
                 view.stale = shared
             requests = [self._request(k) for k in range(done, done + wave)]
-            if batches is not None:
+            if cfg.batch_size:
                 self._place_batches(batches, requests)
             else:
+                # the wave's grouped requests first: a transaction each, on a
+                # cluster the wave has not filled yet
+                self._place_grouped(batches, [r for r in requests if r.group_id is not None])
+                alone = [r for r in requests if r.group_id is None]
                 for turn, scheduler in enumerate(schedulers):
-                    for result in scheduler.schedule(requests[turn::2]):
+                    for result in scheduler.schedule(alone[turn::2]):
                         self._record(result)
             self._drive()
+            self._check_groups()
             self.tally.requested += wave
             done += wave
             self.progress(wave)
@@ -277,6 +307,7 @@ class Demo:
         self.clock.now_ms += LEASE_MS + 1
         self.publisher.tick()
         self._drive()
+        self._check_groups()
         return self._summary(elapsed)
 
     def _scheduler(self, snapshot: Callable[[], Snapshot]) -> Scheduler:
@@ -301,7 +332,67 @@ class Demo:
             self.app.settings.partitions,
             pump=self._apply,
             max_attempts=config.max_attempts,
+            groups=LiveRules(self.app.engine),
         )
+
+    def _new_groups(self, done: int) -> list[Event]:
+        """This wave's server groups, one of each policy."""
+        events: list[Event] = []
+        for policy in GROUP_POLICIES:
+            gid = f"{policy}-{done // self.cfg.wave}"
+            self.wave_groups[policy] = gid
+            self.tally.groups.append(gid)
+            events.append(
+                ServerGroupCreated(
+                    event_id=f"group-{gid}",
+                    ts_ms=self.clock.now_ms,
+                    partition_key=gid,
+                    group_id=gid,
+                    policy=policy,  # type: ignore[arg-type]
+                    max_server_per_host=ANTI_AFFINITY_MAX_PER_HOST
+                    if policy == "anti-affinity"
+                    else None,
+                )
+            )
+        return events
+
+    def _place_grouped(self, scheduler: BatchScheduler, requests: list[PlacementRequest]) -> None:
+        """Each request joining a server group, as the scheduler worker places
+        it: a transaction of its compute and its membership."""
+        for request in requests:
+            alone = BatchRequest(
+                batch_id=request.request_id, ts_ms=request.ts_ms, members=(request,)
+            )
+            result = scheduler.place(alone)
+            self._apply()
+            self.tally.attempts += result.attempts
+            if result.placed:
+                self.tally.placed += 1
+                self.tally.group_placed += 1
+                self._hold(result)
+                if request.request_id in self.tally.asked:
+                    self.tally.landed[request.request_id] = result.instances[0].provider_id
+            else:
+                self.tally.failed[_reason(result.reason)] += 1
+
+    def _hold(self, result: BatchResult) -> None:
+        for instance in result.instances:
+            self.pending.append(tuple(zip(instance.reservation_ids, instance.keys, strict=True)))
+
+    def _check_groups(self) -> None:
+        """Every hard group's members as the view holds them keep its rule."""
+        self.tally.group_checks += 1
+        for gid in self.tally.groups:
+            group = read_group(self.app.engine, gid)
+            if group is None or not group.rule.hard:
+                continue
+            hosts = Counter(m.provider_id for m in group.members)
+            self.tally.group_members_checked += len(group.members)
+            if group.rule.policy == "affinity" and len(hosts) > 1:
+                self.tally.group_violations.append(f"{gid} on {sorted(hosts)}")
+            crowded = [h for h, n in hosts.items() if n > group.rule.max_server_per_host]
+            if group.rule.policy == "anti-affinity" and crowded:
+                self.tally.group_violations.append(f"{gid} crowds {sorted(crowded)}")
 
     def _place_batches(self, scheduler: BatchScheduler, requests: list[PlacementRequest]) -> None:
         size = self.cfg.batch_size
@@ -339,8 +430,10 @@ class Demo:
         if result.placed:
             tally.batches_committed += 1
             tally.placed += len(result.instances)
-            for instance in result.instances:
-                self.pending.extend(zip(instance.reservation_ids, instance.keys, strict=True))
+            tally.group_placed += sum(
+                batch.members[i.member].group_id is not None for i in result.instances
+            )
+            self._hold(result)
         else:
             tally.batches_aborted += 1
             tally.failed[result.reason.split(";")[0].split(":")[0]] += batch.instances
@@ -351,6 +444,10 @@ class Demo:
         roll = self.rng.random()
         zone = self.rng.choice((*ZONES, "az-edge")) if roll < ZONE_SHARE else None
         arch = "aarch64" if ZONE_SHARE <= roll < ZONE_SHARE + ARM_SHARE else None
+        group = None
+        if self.rng.random() < GROUP_SHARE:
+            group = self.wave_groups[self.rng.choice(GROUP_POLICIES)]
+            self.tally.group_requests += 1
         rid = f"req-{k:08d}"
         if zone or arch:
             self.tally.asked[rid] = (zone, arch)
@@ -364,6 +461,7 @@ class Demo:
             availability_zone=zone,
             image_properties={"hw_architecture": arch} if arch else {},
             lease_ms=LEASE_MS,
+            group_id=group,
         )
 
     def _metrics_reports(self) -> list[Event]:
@@ -387,37 +485,32 @@ class Demo:
         tally.attempts += result.attempts
         if result.placed:
             tally.placed += 1
-            self.pending.extend(result.reservations)
+            self.pending.extend((pair,) for pair in result.reservations)
             if result.request_id in tally.asked:
                 tally.landed[result.request_id] = result.reservations[0][1]
         else:
-            tally.failed[result.reason.split(";")[0]] += 1
+            tally.failed[_reason(result.reason)] += 1
 
     def _lifecycle_events(self) -> list[Event]:
-        """Builds start for most held reservations, some fail, some are abandoned;
-        some running instances are deleted."""
+        """Builds start for most held instances, some fail, some are abandoned;
+        some running instances are deleted. An instance's reservations (its
+        compute, its identifiers, its server group membership) go together."""
         events: list[Event] = []
         now = self.clock.now_ms
-        for rid, pid in self.pending:
+        for instance in self.pending:
             roll = self.rng.random()
             if roll < 0.6:
-                events.append(
-                    Consume(event_id=f"c-{rid}", ts_ms=now, partition_key=pid, reservation_id=rid)
-                )
-                self.consumed.append((rid, pid))
+                events.extend(_consumes(instance, now))
+                self.consumed.append(instance)
             elif roll < 0.8:
-                events.append(
-                    Release(event_id=f"r-{rid}", ts_ms=now, partition_key=pid, reservation_id=rid)
-                )
+                events.extend(_releases(instance, now, "r"))
         self.pending.clear()
         keep = []
-        for rid, pid in self.consumed:
+        for instance in self.consumed:
             if self.rng.random() < DELETE_SHARE:
-                events.append(
-                    Release(event_id=f"d-{rid}", ts_ms=now, partition_key=pid, reservation_id=rid)
-                )
+                events.extend(_releases(instance, now, "d"))
             else:
-                keep.append((rid, pid))
+                keep.append(instance)
         self.consumed = keep
         return events
 
@@ -483,6 +576,12 @@ class Demo:
             "zone_or_arch_placed": len(tally.landed),
             "zone_or_arch_misplaced": misplaced,
             "metrics_reports": tally.metrics_reports,
+            "server_groups": len(tally.groups),
+            "group_requests": tally.group_requests,
+            "group_placed": tally.group_placed,
+            "group_checks": tally.group_checks,
+            "group_members_checked": tally.group_members_checked,
+            "group_rule_violations": len(tally.group_violations),
         }
 
     def _summary(self, elapsed_s: float) -> dict[str, Any]:
@@ -525,6 +624,25 @@ class Demo:
         }
 
 
+def _reason(reason: str) -> str:
+    """A failure's reason without its details, to count failures by."""
+    return reason.split(";")[0]
+
+
+def _consumes(instance: tuple[tuple[str, str], ...], now_ms: int) -> list[Event]:
+    return [
+        Consume(event_id=f"c-{rid}", ts_ms=now_ms, partition_key=key, reservation_id=rid)
+        for rid, key in instance
+    ]
+
+
+def _releases(instance: tuple[tuple[str, str], ...], now_ms: int, tag: str) -> list[Event]:
+    return [
+        Release(event_id=f"{tag}-{rid}", ts_ms=now_ms, partition_key=key, reservation_id=rid)
+        for rid, key in instance
+    ]
+
+
 def render(summary: dict[str, Any]) -> str:
     """The summary for a person."""
     lines = [
@@ -554,6 +672,12 @@ def render(summary: dict[str, Any]) -> str:
         f"zone or architecture asked by {summary['zone_or_arch_requests']} requests: "
         f"{summary['zone_or_arch_placed']} placed, {summary['zone_or_arch_misplaced']} misplaced; "
         f"{summary['metrics_reports']} metrics reports"
+    )
+    lines.append(
+        f"server groups: {summary['server_groups']} created, "
+        f"{summary['group_requests']} requests joined one, {summary['group_placed']} placed; "
+        f"hard rules broken at {summary['group_checks']} checks of the view "
+        f"({summary['group_members_checked']} members seen): {summary['group_rule_violations']}"
     )
     if "batch_size" in summary:
         lines.append(

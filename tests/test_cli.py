@@ -65,6 +65,14 @@ def test_demo_places_expires_and_never_overcommits(
     assert isinstance(placed, int) and placed > 50
     assert summary["zone_or_arch_misplaced"] == 0
     assert isinstance(summary["metrics_reports"], int) and summary["metrics_reports"] > 0
+    # server groups of each policy, joined through transactions; the hard
+    # rules checked against the view's members after every wave
+    assert summary["server_groups"] == 4 * 4  # four policies, four waves
+    joined, grouped = summary["group_requests"], summary["group_placed"]
+    assert isinstance(joined, int) and isinstance(grouped, int) and 0 < grouped <= joined
+    assert isinstance(summary["group_members_checked"], int)
+    assert summary["group_members_checked"] > 0
+    assert summary["group_rule_violations"] == 0
 
 
 def test_demo_in_batches_never_splits_a_batch_nor_an_identifier(
@@ -81,6 +89,7 @@ def test_demo_in_batches_never_splits_a_batch_nor_an_identifier(
     assert summary["partial_batches"] == 0
     assert summary["duplicate_identifiers"] == 0
     assert summary["overcommitted_providers"] == 0
+    assert summary["group_rule_violations"] == 0  # batch members join groups too
     assert main(["replay", "--data-dir", str(data), "--verify"]) == 0
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["verified"] is True
 
