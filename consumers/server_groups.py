@@ -20,16 +20,33 @@ ACTIVE_MEMBER_STATUSES = ("held", "consumed", "pending")
 
 @dataclass(frozen=True, slots=True)
 class GroupRule:
-    """A server group's policy and rule, and the partition it lives in."""
+    """A server group's policy and rule, the partition it lives in, and its
+    owner (None: the system's, any project may join it)."""
 
     group_id: str
     policy: GroupPolicyName
     max_server_per_host: int
     partition: int
+    project_id: str | None = None
+    user_id: str | None = None
 
     @property
     def hard(self) -> bool:
         return self.policy in HARD_GROUP_POLICIES
+
+    def seen_by(self, project: str | None) -> bool:
+        """Whether ``project`` (None: the system, an operator) may see and
+        use it: its own groups and the shared ones."""
+        return project is None or self.project_id in (None, project)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "group_id": self.group_id,
+            "policy": self.policy,
+            "max_server_per_host": self.max_server_per_host,
+            "project_id": self.project_id,
+            "user_id": self.user_id,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,9 +69,7 @@ class GroupView:
         for m in self.members:
             hosts[m.provider_id] = hosts.get(m.provider_id, 0) + 1
         return {
-            "group_id": self.rule.group_id,
-            "policy": self.rule.policy,
-            "max_server_per_host": self.rule.max_server_per_host,
+            **self.rule.to_dict(),
             "partition": self.rule.partition,
             "members": [
                 {
@@ -73,9 +88,7 @@ def read_rules(engine: Engine) -> dict[str, GroupRule]:
     """Every server group's rule, by id."""
     with engine.connect() as conn:
         return {
-            row.group_id: GroupRule(
-                row.group_id, row.policy, row.max_server_per_host, row.partition
-            )
+            row.group_id: _rule(row)
             for row in conn.execute(select(server_groups).order_by(server_groups.c.group_id))
         }
 
@@ -93,8 +106,18 @@ def read_group(engine: Engine, group_id: str) -> GroupView | None:
             .where(m.group_id == group_id, r.status.in_(ACTIVE_MEMBER_STATUSES))
             .order_by(m.reservation_id)
         ).all()
-    rule = GroupRule(row.group_id, row.policy, row.max_server_per_host, row.partition)
-    return GroupView(rule, tuple(Member(*member) for member in members))
+    return GroupView(_rule(row), tuple(Member(*member) for member in members))
+
+
+def _rule(row: Any) -> GroupRule:
+    return GroupRule(
+        row.group_id,
+        row.policy,
+        row.max_server_per_host,
+        row.partition,
+        row.project_id,
+        row.user_id,
+    )
 
 
 class LiveRules:
@@ -121,11 +144,17 @@ def group_refusal(request: PlacementRequest, rule: GroupRule | None) -> str:
     """Why a request's server group hint cannot be placed by ("": it can).
     A group the log never created is an ad-hoc one only with a policy given
     (the compute's partition keeps its anti-affinity, as before groups were
-    records); without one it names nothing."""
+    records); without one it names nothing. Another project's group is
+    refused as its writer would refuse the membership."""
     if rule is None:
         if request.group_policy is None:
             return f"no server group {request.group_id} (berth group create)"
         return ""
+    if not rule.seen_by(request.project_id):
+        return (
+            f"server group {request.group_id} is another project's, "
+            f"not project {request.project_id}'s"
+        )
     if request.group_policy is not None and request.group_policy != rule.policy:
         return (
             f"server group {request.group_id} is {rule.policy}, "

@@ -2,8 +2,9 @@
 
 An event may carry the project that published it (``acting_project``; the
 HTTP API stamps it on every event a project's credentials publish). Such an
-event may claim only for that project and consume, renew or release only
-that project's reservations; anything else it names is rejected here, in
+event may claim only for that project, consume, renew or release only
+that project's reservations, and create or delete only that project's
+server groups; anything else it names is rejected here, in
 the partition's writer, with ``PROJECT_MISMATCH``. Deciding it in the core
 rather than at an edge means no publisher gets around it, whichever log it
 writes to, and a replay decides it again the same way. An event without an
@@ -25,6 +26,8 @@ from schemas.events import (
     Release,
     ReleaseConsumer,
     Renew,
+    ServerGroupCreated,
+    ServerGroupDeleted,
     TransactionDecision,
 )
 from schemas.outcomes import Code, Kind, Reason
@@ -59,6 +62,17 @@ def refused(state: PartitionState, event: Event, acting: str, out: Emitter) -> b
         ):
             return False
         _reject(out, consumer, "the consumer holds another project's reservations")
+        return True
+    if isinstance(event, ServerGroupCreated):
+        if event.project_id == acting:
+            return False  # a project makes its own groups, as in Nova
+        _reject(out, event.group_id, f"the server group is for project {event.project_id}")
+        return True
+    if isinstance(event, ServerGroupDeleted):
+        group = state.groups.get(event.group_id)
+        if group is None or group.project_id == acting:
+            return False  # not here (a no-op, said as ever), or its own
+        _reject(out, event.group_id, "the server group is another project's")
         return True
     _reject(out, _subject(event), f"a project may not publish {event.type}")
     return True

@@ -5,8 +5,9 @@ claim that names the group (``ClaimSpec.server_group``) and the provider the
 instance goes to (``group_host``); that claim is a reservation of this
 partition, with no amounts, held, consumed, released and expired like any
 other, so a member leaves when its placement is released or expires, or when
-the group is deleted. A hard policy is checked here, against the members
-held, consumed and pending, in log order: two schedulers racing to the same
+the group is deleted. A group of a project admits only that project's
+claims. A hard policy is checked here, against the members held, consumed
+and pending, in log order: two schedulers racing to the same
 group cannot both win, whichever partitions their instances' providers are
 in (the scheduler claims the compute and the membership in one transaction).
 """
@@ -25,13 +26,16 @@ def group_created(state: PartitionState, event: ServerGroupCreated, out: Emitter
     limit = event.max_server_per_host or 1
     known = state.groups.get(gid)
     if known is not None:
-        if known.policy == event.policy and known.max_server_per_host == limit:
+        same_owner = (known.project_id, known.user_id) == (event.project_id, event.user_id)
+        if known.policy == event.policy and known.max_server_per_host == limit and same_owner:
             out.emit(Kind.NOOP, gid, (Reason(Code.ALREADY_DEFINED, detail=known.policy),))
         else:
             detail = f"exists as {known.policy} (max_server_per_host {known.max_server_per_host})"
+            if not same_owner:
+                detail += f" of {_owner(known)}"
             out.emit(Kind.REJECTED, gid, (Reason(Code.GROUP_EXISTS, detail=detail),))
         return
-    state.groups[gid] = ServerGroup(gid, event.policy, limit)
+    state.groups[gid] = ServerGroup(gid, event.policy, limit, event.project_id, event.user_id)
     state.groups_touched.add(gid)
     out.emit(Kind.APPLIED, gid)
 
@@ -70,6 +74,13 @@ def membership_refused(state: PartitionState, spec: ClaimSpec) -> Reason | None:
             host,
             detail=f"no server group {gid} in partition {state.partition}",
         )
+    if group.project_id is not None and spec.project_id != group.project_id:
+        return Reason(
+            Code.GROUP_OF_ANOTHER_PROJECT,
+            host,
+            detail=f"server group {gid} is project {group.project_id}'s, "
+            f"the claim is for {spec.project_id}",
+        )
     hosts = group.hosts
     if group.policy == "affinity":
         elsewhere = sorted(h for h in hosts if h != host)
@@ -91,3 +102,10 @@ def membership_refused(state: PartitionState, spec: ClaimSpec) -> Reason | None:
                 f"max_server_per_host {group.max_server_per_host}",
             )
     return None
+
+
+def _owner(group: ServerGroup) -> str:
+    if group.project_id is None:
+        return "no project (the system's)"
+    user = f", user {group.user_id}" if group.user_id is not None else ""
+    return f"project {group.project_id}{user}"

@@ -159,15 +159,25 @@ class ProviderState:
 
 
 class ServerGroup:
-    """A server group in its partition: its policy, its rule, and how many
-    of its members (held, consumed or pending) are on each provider."""
+    """A server group in its partition: its policy, its rule, its owner (a
+    project and user, or None: the system's, any project may join), and how
+    many of its members (held, consumed or pending) are on each provider."""
 
-    __slots__ = ("group_id", "hosts", "max_server_per_host", "policy")
+    __slots__ = ("group_id", "hosts", "max_server_per_host", "policy", "project_id", "user_id")
 
-    def __init__(self, group_id: str, policy: str, max_server_per_host: int = 1) -> None:
+    def __init__(
+        self,
+        group_id: str,
+        policy: str,
+        max_server_per_host: int = 1,
+        project_id: str | None = None,
+        user_id: str | None = None,
+    ) -> None:
         self.group_id = group_id
         self.policy = policy
         self.max_server_per_host = max_server_per_host
+        self.project_id = project_id
+        self.user_id = user_id
         self.hosts: dict[str, int] = {}
 
 

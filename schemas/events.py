@@ -276,17 +276,28 @@ class ServerGroupCreated(ServerGroupEvent):
     by this group's partition: a hard policy's rule (affinity: every member
     on one provider; anti-affinity: at most ``max_server_per_host`` on one)
     is checked there, in log order, so no race between schedulers breaks
-    it. Creating it again with the same policy and rules is a no-op."""
+    it. Creating it again with the same policy, rules and owner is a no-op.
+
+    As in Nova, a group belongs to a project (and the user who made it):
+    only that project's claims may join it, and only that project, or the
+    system, may delete it. A group of no project (the system's) is shared:
+    any project's claims may join it."""
 
     type: Literal["server_group_created"] = "server_group_created"
     policy: GroupPolicyName
     max_server_per_host: int | None = Field(default=None, ge=1, le=MAX_SERVERS_PER_HOST)
     """Anti-affinity's only rule (Nova's, default 1)."""
+    project_id: Identifier | None = None
+    """The project whose instances may join it (None: any project's)."""
+    user_id: Identifier | None = None
+    """Who made it, as Nova records it (nothing is decided by it)."""
 
     @model_validator(mode="after")
     def _rules_of_its_policy(self) -> Self:
         if self.max_server_per_host is not None and self.policy != "anti-affinity":
             raise ValueError("max_server_per_host is a rule of the anti-affinity policy only")
+        if self.user_id is not None and self.project_id is None:
+            raise ValueError("user_id names a member of the group's project: give project_id")
         return self
 
 

@@ -60,7 +60,9 @@ class Code(IntEnum):
     AFFINITY_CONFLICT = 34
     """A hard affinity group's members are on another provider."""
     GROUP_EXISTS = 35
-    """A server group of that id exists with another policy or rules."""
+    """A server group of that id exists with another policy, rules or owner."""
+    GROUP_OF_ANOTHER_PROJECT = 36
+    """The server group belongs to another project than the member's."""
     REQUIRED_TAG_ABSENT = 31
     FORBIDDEN_TAG_PRESENT = 32
     POOL_NOT_FOUND = 40

@@ -688,6 +688,7 @@ GROUP_CODES = {
     Code.AFFINITY_CONFLICT,
     Code.GROUP_EXISTS,
     Code.ALREADY_DEFINED,
+    Code.GROUP_OF_ANOTHER_PROJECT,
 }
 """Reached by tests/test_server_group_properties.py."""
 

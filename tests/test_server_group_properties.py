@@ -37,6 +37,10 @@ from schemas.outcomes import Code, Kind
 from tests.contracts.view_contract import _assert_same_state
 
 GROUPS = {"aff": ("affinity", None), "anti": ("anti-affinity", 2), "one": ("anti-affinity", None)}
+OWNERS = {"aff": "p", "anti": None, "one": "q"}
+"""Each group's project (None: shared); members claim for p or q."""
+PROJECTS = ["p", "q"]
+"""A single claim's project."""
 HOSTS = ["h1", "h2", "h3"]
 KEY = "k"  # one partition: every group and member lives in it
 
@@ -44,11 +48,11 @@ KEY = "k"  # one partition: every group and member lives in it
 KINDS = ["claim", "claim", "set", "set", "decide", "release", "drop", "delete", "create", "tick"]
 
 
-def _spec(rid: str, gid: str, host: str) -> ClaimSpec:
+def _spec(rid: str, gid: str, host: str, project: str = "p") -> ClaimSpec:
     return ClaimSpec(
         reservation_id=rid,
         consumer_id=f"c-{rid}",
-        project_id="p",
+        project_id=project,
         lease_ms=50,
         server_group=gid,
         group_host=host,
@@ -67,6 +71,7 @@ def logs(draw: st.DrawFn) -> list[Event]:
                 group_id=gid,
                 policy=policy,  # type: ignore[arg-type]
                 max_server_per_host=most,
+                project_id=OWNERS[gid],
             )
         )
     rids: list[str] = []
@@ -82,12 +87,14 @@ def logs(draw: st.DrawFn) -> list[Event]:
         if kind == "claim":
             rid = f"r{k}"
             rids.append(rid)
-            spec = _spec(rid, gid, draw(st.sampled_from(HOSTS)))
+            spec = _spec(rid, gid, draw(st.sampled_from(HOSTS)), draw(st.sampled_from(PROJECTS)))
             events.append(Claim(event_id=eid, ts_ms=ts, partition_key=gid, **spec.__dict__))
         elif kind == "set":
             size = draw(st.integers(1, 3))
             specs = tuple(
-                _spec(f"r{k}.{i}", gid, draw(st.sampled_from(HOSTS))) for i in range(size)
+                # its group's project: transactions race, none refused for its project
+                _spec(f"r{k}.{i}", gid, draw(st.sampled_from(HOSTS)), OWNERS[gid] or "p")
+                for i in range(size)
             )
             rids.extend(s.reservation_id for s in specs)
             txn = None
@@ -137,6 +144,7 @@ def logs(draw: st.DrawFn) -> list[Event]:
                     group_id=gid,
                     policy=policy,  # type: ignore[arg-type]
                     max_server_per_host=most,
+                    project_id=OWNERS[gid],
                 )
             )
         elif kind == "delete":
@@ -152,6 +160,7 @@ def logs(draw: st.DrawFn) -> list[Event]:
                     group_id=gid,
                     policy=policy,  # type: ignore[arg-type]
                     max_server_per_host=most,
+                    project_id=OWNERS[gid],
                 )
             )
         else:
@@ -166,9 +175,12 @@ def _assert_rules_hold(state: PartitionState) -> None:
         if r.membership is not None:
             gid, host = r.membership
             assert gid in state.groups, f"{r.reservation_id} is a member of a deleted group"
+            owner = state.groups[gid].project_id
+            assert owner in (None, r.project_id), f"{r.reservation_id} joined {owner}'s {gid}"
             hosts[gid][host] = hosts[gid].get(host, 0) + 1
     for gid, group in state.groups.items():
         assert group.hosts == hosts[gid]
+        assert group.project_id == OWNERS[gid]
         if group.policy == "affinity":
             assert len(hosts[gid]) <= 1, (gid, hosts[gid])
         elif group.policy == "anti-affinity":
@@ -231,6 +243,7 @@ def test_the_generator_reaches_every_group_decision() -> None:
         Code.ANTI_AFFINITY_CONFLICT,
         Code.GROUP_EXISTS,
         Code.ALREADY_DEFINED,
+        Code.GROUP_OF_ANOTHER_PROJECT,
         Code.WOUNDED,
         Kind.PREPARED,
         Kind.COMMITTED,

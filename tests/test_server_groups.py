@@ -209,9 +209,9 @@ def test_a_request_that_names_no_group_or_the_wrong_policy_is_refused(tmp_path: 
     assert answers["b"]["reason"] == "member 0 (b0): no server group nope2 (berth group create)"
 
 
-def _member(rid: str, gid: str, on: str) -> ClaimSet:
+def _member(rid: str, gid: str, on: str, project: str = "p") -> ClaimSet:
     spec = ClaimSpec(
-        reservation_id=rid, consumer_id=rid, project_id="p", server_group=gid, group_host=on
+        reservation_id=rid, consumer_id=rid, project_id=project, server_group=gid, group_host=on
     )
     return ClaimSet(event_id=rid, ts_ms=NOW_MS, partition_key=gid, claims=(spec,))
 
@@ -344,7 +344,8 @@ def test_the_api_creates_shows_and_deletes_a_group(tmp_path: Path) -> None:
         assert status == 200
         ((outcome,),) = reply["decisions"].values()
         assert outcome["kind"] == "applied" and outcome["subject"] == "g1"
-        status, _ = call(url, "/v1/groups/g2", body, token="t-p", method="PUT")
+        theirs = {**body, "project_id": "q"}  # a project makes only its own groups
+        status, _ = call(url, "/v1/groups/g2", theirs, token="t-p", method="PUT")
         assert status == 403
         status, reply = call(
             url, "/v1/groups/g2", {"policy": "sideways"}, token="t-admin", method="PUT"
@@ -367,7 +368,15 @@ def test_the_api_creates_shows_and_deletes_a_group(tmp_path: Path) -> None:
         assert shown["members"][0]["consumer_id"] == "r1.0.0"
         status, listed = call(url, "/v1/groups", token="t-p")
         assert status == 200 and listed == {
-            "groups": [{"group_id": "g1", "policy": "affinity", "max_server_per_host": 1}]
+            "groups": [
+                {
+                    "group_id": "g1",
+                    "policy": "affinity",
+                    "max_server_per_host": 1,
+                    "project_id": None,
+                    "user_id": None,
+                }
+            ]
         }
         status, reply = call(url, "/v1/groups/g1?wait=30", token="t-operator", method="DELETE")
         assert status == 200
@@ -385,3 +394,99 @@ def test_the_edge_refuses_a_membership_keyed_to_another_partition(tmp_path: Path
         with pytest.raises(PublishError, match="claim m1: server group web is in partition"):
             edge.publish([elsewhere])
         assert all(app.log.end_offset(app.settings.topics.events, p) == 0 for p in range(4))
+
+
+def owned(gid: str, project: str | None, acting: str | None = None) -> ServerGroupCreated:
+    return created(gid, "affinity").model_copy(
+        update={"project_id": project, "acting_project": acting, "event_id": f"own-{gid}"}
+    )
+
+
+def test_a_group_belongs_to_its_project_in_the_log(tmp_path: Path) -> None:
+    """Only the group's project joins it, through the scheduler or a claim
+    already in the log; a project publishes only its own groups' creation
+    and deletion; a shared group (no project) is anyone's to join."""
+    settings = Settings(data_dir=tmp_path / "data", partitions=2)
+    with App(settings) as app:
+        d = Deployment(app)
+        _cluster(d, count=2)
+        d.publish(
+            owned("mine", "p", acting="p"),
+            owned("shared", None),
+            owned("theirs", "p", acting="q"),  # q may not make p's group
+            _member("q-claim", "mine", "n0", project="q"),
+        )
+        answers = d.place(
+            request("from-p", group_id="mine"),
+            request("from-q", group_id="mine").model_copy(update={"project_id": "q"}),
+            request("q-shared", group_id="shared").model_copy(update={"project_id": "q"}),
+        )
+        gone = deleted("mine", ts=3)
+        d.publish(gone.model_copy(update={"acting_project": "q"}))
+        refused_delete = d.decisions(["mine"])["mine"]
+        d.publish(gone.model_copy(update={"acting_project": "p", "event_id": "p-deletes"}))
+        decided = d.decisions(["theirs", "q-claim", "mine"])
+    assert answers["from-p"]["placed"] and answers["q-shared"]["placed"]
+    assert not answers["from-q"]["placed"]
+    assert answers["from-q"]["reason"] == "server group mine is another project's, not project q's"
+    assert refused_delete == ("rejected", "PROJECT_MISMATCH")
+    assert decided == {
+        "theirs": ("rejected", "PROJECT_MISMATCH"),
+        "q-claim": ("rejected", "GROUP_OF_ANOTHER_PROJECT"),
+        "mine": ("applied", ""),
+    }
+    result = replay(settings, verify=True, jobs=2)
+    assert result.divergence is None and result.verified == result.outcomes
+
+
+def test_the_api_and_cli_keep_a_projects_groups_its_own(tmp_path: Path, cli: Cli) -> None:
+    tokens = {"operator": "t-operator", "project:p": "t-p", "project:q": "t-q"}
+    credentials = Credentials({digest(token): role for role, token in tokens.items()})
+    data = tmp_path / "data"
+    with (
+        App(Settings(data_dir=data, partitions=2)) as app,
+        deciding(app),
+        serving_api(Api(app, credentials=credentials)) as url,
+    ):
+        setup = [
+            json.loads(e.model_dump_json()) for e in provider("n1", ts=1, VCPU=4, MEMORY_MB=4096)
+        ]
+        assert call(url, "/v1/events?wait=30", setup, token="t-operator")[0] == 200
+        body: dict[str, Any] = {"policy": "affinity", "user_id": "alice"}
+        status, reply = call(url, "/v1/groups/pg?wait=30", body, token="t-p", method="PUT")
+        assert status == 200, reply
+        assert [o["kind"] for o in next(iter(reply["decisions"].values()))] == ["applied"]
+        mine = {**body, "project_id": "p"}
+        assert call(url, "/v1/groups/qg", mine, token="t-q", method="PUT")[0] == 403
+        status, _ = call(
+            url, "/v1/groups/sg?wait=30", {"policy": "affinity"}, token="t-operator", method="PUT"
+        )
+        assert status == 200
+        wait_for(lambda: call(url, "/v1/groups/pg", token="t-p")[0] == 200, "pg in the view")
+        wait_for(lambda: call(url, "/v1/groups/sg", token="t-q")[0] == 200, "sg in the view")
+        shown = call(url, "/v1/groups/pg", token="t-p")[1]
+        assert (shown["project_id"], shown["user_id"]) == ("p", "alice")
+        # to q, p's group does not exist
+        assert call(url, "/v1/groups/pg", token="t-q")[0] == 404
+        assert [g["group_id"] for g in call(url, "/v1/groups", token="t-q")[1]["groups"]] == ["sg"]
+        assert call(url, "/v1/groups/pg", token="t-q", method="DELETE")[0] == 404
+        assert call(url, "/v1/groups/sg", token="t-q", method="DELETE")[0] == 403
+        asked = json.loads(
+            request("r-q", group_id="pg").model_copy(update={"project_id": "q"}).model_dump_json()
+        )
+        status, reply = call(url, "/v1/requests", asked, token="t-q")
+        assert status == 409 and reply["errors"][0]["pointer"] == "/group_id"
+        assert "no server group pg of project q" in reply["errors"][0]["detail"]
+        # the CLI's edge, on the same log and view
+        where = ["--data-dir", str(data)]
+        code, out, _ = cli("group", "list", "--project", "q", *where)
+        assert [json.loads(line)["group_id"] for line in out.splitlines()] == ["sg"]
+        asked_file = tmp_path / "asked.json"
+        asked_file.write_text(json.dumps(asked) + "\n")
+        code, out, err = cli("request", str(asked_file), *where)
+        assert code == 1 and out == ""
+        assert "line 1: r-q: server group pg is another project's, not project q's" in err
+        code, _, err = cli("group", "create", "x", "--policy", "affinity", "--user", "u", *where)
+        assert code == 2 and "give project_id" in err
+        status, _ = call(url, "/v1/groups/pg?wait=30", token="t-p", method="DELETE")
+        assert status == 200

@@ -114,11 +114,18 @@ class ApiClient:
         policy: str,
         max_server_per_host: int | None = None,
         wait: float | None = None,
+        project_id: str | None = None,
+        user_id: str | None = None,
     ) -> Appended:
-        """Create a server group; with ``wait``, its writer's decision."""
+        """Create a server group (of ``project_id``; a project's token makes
+        its own); with ``wait``, its writer's decision."""
         body: dict[str, Any] = {"policy": policy}
         if max_server_per_host is not None:
             body["max_server_per_host"] = max_server_per_host
+        if project_id is not None:
+            body["project_id"] = project_id
+        if user_id is not None:
+            body["user_id"] = user_id
         response = self.http.put(
             f"/v1/groups/{quote(group_id, safe='')}",
             json=body,

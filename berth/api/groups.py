@@ -1,8 +1,14 @@
 """Server groups over HTTP: ``PUT /v1/groups/{id}`` creates one (its
 ``server_group_created`` appended to the group's partition),
-``DELETE`` deletes it, ``GET`` reads one or all from the view. Creating and
-deleting are operators' (a group's id is global, as an aggregate's); with
-``?wait=`` the reply carries the group writer's decision."""
+``DELETE`` deletes it, ``GET`` reads one or all from the view; with
+``?wait=`` the reply carries the group writer's decision.
+
+As in Nova, a group belongs to a project: a project's token creates groups
+of its own (its events stamped with it, which the group's writer holds it
+to), sees, deletes and joins only its own and the shared ones (an
+operator's group of no project). To a project, another project's group does
+not exist: 404, and 409 for a request naming it. Operators create groups
+for any project (``project_id`` in the body) or shared ones, and see all."""
 
 from __future__ import annotations
 
@@ -18,10 +24,11 @@ from berth.api.credentials import Caller
 from berth.api.problems import Problem, invalid
 from berth.app import App
 from berth.client import Decisions, Publisher, PublishError
-from consumers.server_groups import read_group, read_rules
+from consumers.server_groups import GroupView, read_group, read_rules
 from schemas.events import (
     MAX_SERVERS_PER_HOST,
     GroupPolicyName,
+    Identifier,
     Model,
     ServerGroupCreated,
     ServerGroupDeleted,
@@ -34,6 +41,10 @@ class GroupIn(Model):
 
     policy: GroupPolicyName
     max_server_per_host: int | None = Field(default=None, ge=1, le=MAX_SERVERS_PER_HOST)
+    project_id: Identifier | None = None
+    """The owner: a project's token may give only its own (the default for
+    it); an operator's may give any, or none for a shared group."""
+    user_id: Identifier | None = None
 
 
 GROUP: TypeAdapter[GroupIn] = TypeAdapter(GroupIn)
@@ -49,7 +60,6 @@ class Groups:
     def create(
         self, group_id: str, raw: bytes, wait: float | None, caller: Caller
     ) -> tuple[int, Any]:
-        _operator(caller)
         try:
             body = GROUP.validate_python(from_json(raw), strict=False)
         except ValueError as error:
@@ -58,6 +68,9 @@ class Groups:
             raise Problem(
                 HTTPStatus.BAD_REQUEST, f"the body is not JSON: {error}", "not-json"
             ) from None
+        project = caller.project
+        if project is not None and body.project_id not in (None, project):
+            raise _forbidden(caller, f"a server group of project {body.project_id}")
         try:
             event = ServerGroupCreated(
                 event_id=f"group-create-{group_id}-{uuid.uuid4().hex[:12]}",
@@ -66,47 +79,49 @@ class Groups:
                 max_server_per_host=body.max_server_per_host,
                 group_id=group_id,
                 partition_key=group_id,
+                project_id=project or body.project_id,
+                user_id=body.user_id,
+                acting_project=project,
             )
         except ValidationError as error:
             raise invalid(error.errors(include_url=False, include_context=False)) from None
         return self._append(event, wait)
 
     def delete(self, group_id: str, wait: float | None, caller: Caller) -> tuple[int, Any]:
-        _operator(caller)
-        if read_group(self.app.engine, group_id) is None:
-            raise Problem(HTTPStatus.NOT_FOUND, f"no server group {group_id!r} in the view")
+        found = self._seen(group_id, caller)
+        if caller.project is not None and found.rule.project_id is None:
+            raise _forbidden(caller, f"server group {group_id} is shared: an operator's to delete")
         event = ServerGroupDeleted(
             event_id=f"group-delete-{group_id}-{uuid.uuid4().hex[:12]}",
             ts_ms=self.publisher.clock_ms(),
             partition_key=group_id,
             group_id=group_id,
+            acting_project=caller.project,
         )
         return self._append(event, wait)
 
-    def show(self, group_id: str) -> dict[str, Any]:
-        found = read_group(self.app.engine, group_id)
-        if found is None:
-            raise Problem(HTTPStatus.NOT_FOUND, f"no server group {group_id!r} in the view")
-        return found.to_dict()
+    def show(self, group_id: str, caller: Caller) -> dict[str, Any]:
+        return self._seen(group_id, caller).to_dict()
 
-    def list(self) -> dict[str, Any]:
+    def list(self, caller: Caller) -> dict[str, Any]:
         rules = read_rules(self.app.engine)
-        return {
-            "groups": [
-                {
-                    "group_id": r.group_id,
-                    "policy": r.policy,
-                    "max_server_per_host": r.max_server_per_host,
-                }
-                for r in rules.values()
-            ]
-        }
+        return {"groups": [r.to_dict() for r in rules.values() if r.seen_by(caller.project)]}
+
+    def _seen(self, group_id: str, caller: Caller) -> GroupView:
+        """The group as ``caller`` may see it, else 404 (another project's
+        group is not shown to exist)."""
+        found = read_group(self.app.engine, group_id)
+        if found is None or not found.rule.seen_by(caller.project):
+            raise Problem(HTTPStatus.NOT_FOUND, f"no server group {group_id!r} in the view")
+        return found
 
     def check_named(
         self, requests: Sequence[PlacementRequest | BatchRequest], single: bool
     ) -> None:
         """409 for a request whose ``group_id`` names no group and gives no
-        policy (with a policy, a group never created is an ad-hoc one)."""
+        policy (with a policy, a group never created is an ad-hoc one), or
+        names a group of another project than the request's (to which it
+        does not exist)."""
         errors: list[dict[str, Any]] = []
         rules: Mapping[str, Any] | None = None
         for n, r in enumerate(requests):
@@ -116,7 +131,8 @@ class Groups:
                     continue
                 if rules is None:
                     rules = read_rules(self.app.engine)
-                if member.group_id not in rules:
+                rule = rules.get(member.group_id)
+                if rule is None or not rule.seen_by(member.project_id):
                     loc: list[Any] = [] if single else [n]
                     if isinstance(r, BatchRequest):
                         loc += ["members", m]
@@ -124,7 +140,8 @@ class Groups:
                         {
                             "type": "value_error",  # a rule beyond the document: 409
                             "loc": (*loc, "group_id"),
-                            "msg": f"no server group {member.group_id} (PUT /v1/groups/ID)",
+                            "msg": f"no server group {member.group_id} of project "
+                            f"{member.project_id} (PUT /v1/groups/ID)",
                         }
                     )
         if errors:
@@ -153,11 +170,7 @@ class Groups:
         }
 
 
-def _operator(caller: Caller) -> None:
-    if not caller.operator:
-        raise Problem(
-            HTTPStatus.FORBIDDEN,
-            f"{caller.role}: a server group is an operator's to create and delete",
-            "forbidden",
-            title="Not this role's",
-        )
+def _forbidden(caller: Caller, what: str) -> Problem:
+    return Problem(
+        HTTPStatus.FORBIDDEN, f"{caller.role}: {what}", "forbidden", title="Not this role's"
+    )

@@ -93,7 +93,8 @@ def group(args: argparse.Namespace) -> int:
         kind = args.group_command
         if kind == "list":
             for summary in berth.groups().groups:
-                print(summary.model_dump_json())
+                if args.project is None or summary.project_id in (None, args.project):
+                    print(summary.model_dump_json())
             return 0
         if kind == "show":
             print(berth.group(args.group_id).model_dump_json())
@@ -101,7 +102,12 @@ def group(args: argparse.Namespace) -> int:
         wait = args.timeout_s if args.wait else None
         if kind == "create":
             reply = berth.create_group(
-                args.group_id, args.policy, args.max_server_per_host, wait=wait
+                args.group_id,
+                args.policy,
+                args.max_server_per_host,
+                wait=wait,
+                project_id=args.project,
+                user_id=args.user,
             )
         else:
             reply = berth.delete_group(args.group_id, wait=wait)

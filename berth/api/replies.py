@@ -139,6 +139,10 @@ class GroupOut(Reply):
     group_id: str
     policy: str
     max_server_per_host: int
+    project_id: str | None = Field(
+        default=None, description="the project whose instances may join it (null: any)"
+    )
+    user_id: str | None = None
     partition: int = Field(description="the partition whose writer decides its members")
     members: list[GroupMember]
     hosts: dict[str, int] = Field(description="provider -> members there")
@@ -148,6 +152,8 @@ class GroupSummary(Reply):
     group_id: str
     policy: str
     max_server_per_host: int
+    project_id: str | None = None
+    user_id: str | None = None
 
 
 class GroupsOut(Reply):

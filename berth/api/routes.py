@@ -190,7 +190,8 @@ def create_app(api: Api) -> FastAPI:
 
     @app.put(
         "/v1/groups/{group_id}",
-        summary="Create a server group with its policy, in its id's partition (operators)",
+        summary="Create a server group with its policy, in its id's partition "
+        "(a project's own, or an operator's for any project or shared)",
         status_code=202,
         response_model=None,
         responses={
@@ -213,7 +214,8 @@ def create_app(api: Api) -> FastAPI:
 
     @app.delete(
         "/v1/groups/{group_id}",
-        summary="Delete a server group; its memberships are released (operators)",
+        summary="Delete a server group; its memberships are released "
+        "(a project its own, operators any)",
         status_code=202,
         response_model=None,
         responses={
@@ -232,7 +234,7 @@ def create_app(api: Api) -> FastAPI:
         responses={200: {"model": GroupOut}, **_problems(*_READS, 404)},
     )
     async def get_group(who: Who, group_id: GroupId) -> Response:
-        return json_reply(200, await run_in_threadpool(api.groups.show, group_id))
+        return json_reply(200, await run_in_threadpool(api.groups.show, group_id, who))
 
     @app.get(
         "/v1/groups",
@@ -241,7 +243,7 @@ def create_app(api: Api) -> FastAPI:
         responses={200: {"model": GroupsOut}, **_problems(*_READS)},
     )
     async def get_groups(who: Who) -> Response:
-        return json_reply(200, await run_in_threadpool(api.groups.list))
+        return json_reply(200, await run_in_threadpool(api.groups.list, who))
 
     @app.get(
         "/v1/history/{id}",

@@ -7,11 +7,15 @@ import argparse
 import json
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from berth.app import App
 from berth.cli.common import Commands, backend_options, settings_from
 from berth.client import DEFAULT_MAX_SKEW_MS
 from ledger.log import LogError
+
+if TYPE_CHECKING:
+    from schemas.requests import BatchRequest, PlacementRequest
 
 
 def add_commands(commands: Commands) -> None:
@@ -105,6 +109,11 @@ def cmd_request(args: argparse.Namespace) -> int:
                 print(f"line {number}: not JSON: {error}", file=sys.stderr)
                 failures += 1
                 continue
+            foreign = another_projects_group(app, request)
+            if foreign:
+                print(f"line {number}: {foreign}; not submitted", file=sys.stderr)
+                failures += 1
+                continue
             partition, offset = publisher.submit([request])[0]
             submitted.append(request_key(request))
             partitions.add(partition)
@@ -127,6 +136,26 @@ def cmd_request(args: argparse.Namespace) -> int:
         )
         return 3
     return 1 if failures or not placed else 0
+
+
+def another_projects_group(app: App, request: PlacementRequest | BatchRequest) -> str:
+    """Why a request may not join the server group it names, which belongs
+    to another project ("": it may, or names none). As the API does, the
+    edge refuses it rather than leave it to the scheduler's answer."""
+    from consumers.server_groups import read_group
+    from schemas.requests import BatchRequest
+
+    members = request.members if isinstance(request, BatchRequest) else (request,)
+    for member in members:
+        if member.group_id is None:
+            continue
+        found = read_group(app.engine, member.group_id)
+        if found is not None and not found.rule.seen_by(member.project_id):
+            return (
+                f"{member.request_id}: server group {member.group_id} is another project's, "
+                f"not project {member.project_id}'s"
+            )
+    return ""
 
 
 def cmd_delete_consumer(args: argparse.Namespace) -> int:

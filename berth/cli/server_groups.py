@@ -44,9 +44,17 @@ def add_commands(commands: Commands) -> None:
         default=None,
         help="anti-affinity: members allowed on one provider (default 1)",
     )
+    create.add_argument(
+        "--project",
+        default=None,
+        help="the project that owns it: only its requests may join "
+        "(default: none, a group any project's requests may join)",
+    )
+    create.add_argument("--user", default=None, help="the user who made it (with --project)")
     command("delete", "delete a server group; its memberships are released")
-    command("show", "a group's policy, rule and members, as the view holds them")
-    command("list", "every server group", named=False)
+    command("show", "a group's policy, rule, owner and members, as the view holds them")
+    listing = command("list", "every server group", named=False)
+    listing.add_argument("--project", default=None, help="only the groups this project may join")
 
 
 def cmd(args: argparse.Namespace) -> int:
@@ -60,15 +68,8 @@ def cmd(args: argparse.Namespace) -> int:
         kind = args.group_command
         if kind == "list":
             for rule in read_rules(app.engine).values():
-                print(
-                    json.dumps(
-                        {
-                            "group_id": rule.group_id,
-                            "policy": rule.policy,
-                            "max_server_per_host": rule.max_server_per_host,
-                        }
-                    )
-                )
+                if rule.seen_by(args.project):
+                    print(json.dumps(rule.to_dict()))
             return 0
         found = read_group(app.engine, args.group_id)
         if kind == "show":
@@ -92,6 +93,10 @@ def _publish(app: App, args: argparse.Namespace) -> int:
         body |= {"type": "server_group_created", "policy": args.policy}
         if args.max_server_per_host is not None:
             body["max_server_per_host"] = args.max_server_per_host
+        if args.project is not None:
+            body["project_id"] = args.project
+        if args.user is not None:
+            body["user_id"] = args.user
     else:
         body["type"] = "server_group_deleted"
     decisions = Decisions(app.log, app.settings.topics) if args.wait else None

@@ -17,7 +17,7 @@ from projections.view.tables import server_groups
 
 _INSERT_GROUP = (
     'INSERT INTO server_groups (group_id, "partition", policy, max_server_per_host, '
-    "updated_offset) VALUES (?, ?, ?, ?, ?)"
+    "project_id, user_id, updated_offset) VALUES (?, ?, ?, ?, ?, ?, ?)"
 )
 _INSERT_MEMBER = (
     'INSERT INTO server_group_members (reservation_id, "partition", group_id, provider_id, '
@@ -36,7 +36,15 @@ def write_server_groups(plan: Plan, state: PartitionState, offset: int) -> None:
         plan.bulk(
             _INSERT_GROUP,
             [
-                (gid, partition, group.policy, group.max_server_per_host, offset)
+                (
+                    gid,
+                    partition,
+                    group.policy,
+                    group.max_server_per_host,
+                    group.project_id,
+                    group.user_id,
+                    offset,
+                )
                 for gid in touched
                 if (group := state.groups.get(gid)) is not None
             ],

@@ -128,7 +128,9 @@ def _metrics(row: Any) -> Metrics:
 def _load_groups(conn: Connection, state: PartitionState) -> None:
     query = select(server_groups).where(server_groups.c.partition == state.partition)
     for row in conn.execute(query):
-        state.groups[row.group_id] = ServerGroup(row.group_id, row.policy, row.max_server_per_host)
+        state.groups[row.group_id] = ServerGroup(
+            row.group_id, row.policy, row.max_server_per_host, row.project_id, row.user_id
+        )
 
 
 def _memberships(conn: Connection, state: PartitionState) -> dict[str, tuple[str, str]]:

@@ -169,6 +169,9 @@ server_groups = Table(
     Column("partition", Integer, nullable=False, index=True),
     Column("policy", String(32), nullable=False),
     Column("max_server_per_host", Integer, nullable=False),
+    # its owner (NULL: the system's, any project's members may join)
+    Column("project_id", String(255), nullable=True, index=True),
+    Column("user_id", String(255), nullable=True),
     Column("updated_offset", BigInteger, nullable=False),
 )
 

@@ -531,8 +531,12 @@ def _assert_same_state(a: PartitionState, b: PartitionState) -> None:
     assert {tid: (t.priority, t.reservation_ids) for tid, t in a.transactions.items()} == {
         tid: (t.priority, t.reservation_ids) for tid, t in b.transactions.items()
     }
-    assert {g: (x.policy, x.max_server_per_host, x.hosts) for g, x in a.groups.items()} == {
-        g: (x.policy, x.max_server_per_host, x.hosts) for g, x in b.groups.items()
+    assert {
+        g: (x.policy, x.max_server_per_host, x.project_id, x.user_id, x.hosts)
+        for g, x in a.groups.items()
+    } == {
+        g: (x.policy, x.max_server_per_host, x.project_id, x.user_id, x.hosts)
+        for g, x in b.groups.items()
     }
 
 
