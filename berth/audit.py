@@ -10,7 +10,11 @@ stopped at its offset), starting from the newest checkpoint of the view
 at or before them (:mod:`berth.checkpoints`) or else from offset 0, the
 recorded policy is compiled, and the engine
 places the request again, with every provider's story: the filter that
-removed it, or its rank and each weigher's part. The recomputed pick is
+removed it, or its rank and each weigher's part. A request that named a
+server group is placed again under the group's rule as the view held it
+then (its policy, ``max_server_per_host``, its members' providers), as the
+scheduler placed it: the providers the group's filter removed are among
+the removed. The recomputed pick is
 compared with the recorded one. It can differ for a reason the log does
 not hold: a scheduler also counts its own claims proposed after its
 snapshot was read, and a retry avoids providers whose claims were refused.
@@ -30,6 +34,7 @@ from berth.checkpoints import UNLIMITED, Checkpoint, Checkpoints, collector_paus
 from berth.replay import replay_until
 from consumers.policies import POLICY_PARTITION, PolicyError, compile_policy
 from consumers.scheduler import engine_request
+from consumers.server_groups import GroupRule, group_refusal, read_rules
 from consumers.snapshot_source import LiveSnapshot, snapshot_from_view
 from ledger.log import Log, Record
 from ledger.partitioner import partition_for
@@ -110,6 +115,15 @@ def view_as_of(
     offset in ``offsets``, rebuilt into ``scratch``, as a snapshot; and the
     checkpoint it was rebuilt from (None: from offset 0). ``log``: the log
     to read, if one is open already."""
+    snapshot, checkpoint, _ = view_and_groups_as_of(settings, offsets, scratch, log)
+    return snapshot, checkpoint
+
+
+def view_and_groups_as_of(
+    settings: Settings, offsets: dict[int, int], scratch: Path, log: Log | None = None
+) -> tuple[Snapshot, Checkpoint | None, dict[str, GroupRule]]:
+    """:func:`view_as_of`, and the server groups' rules as of those offsets
+    (the snapshot holds their members)."""
     # Reading a checkpoint's states makes millions of objects and next to no
     # reference cycles: with the collector on, its young collections
     # traverse them again and again, four times the reading itself
@@ -119,7 +133,7 @@ def view_as_of(
 
 def _view_as_of(
     settings: Settings, offsets: dict[int, int], scratch: Path, log: Log | None
-) -> tuple[Snapshot, Checkpoint | None]:
+) -> tuple[Snapshot, Checkpoint | None, dict[str, GroupRule]]:
     view = scratch / "view.db"
     restored = Checkpoints(settings).restore(offsets, view)
     target = replace(settings, db_url=f"sqlite:///{view}")
@@ -133,11 +147,13 @@ def _view_as_of(
         replay_until(target, offsets, loaded, reading=log)
     engine = make_engine(target.view_url)
     try:
+        rules = read_rules(engine)
         if restored is None:
-            return snapshot_from_view(engine), None
+            return snapshot_from_view(engine), None, rules
         # the copy's snapshot, brought up to date by what the replay changed
         # (as a scheduler's live snapshot is), however much that is
-        return LiveSnapshot.resumed(engine, restored.live, limit=UNLIMITED)(), restored.checkpoint
+        live = LiveSnapshot.resumed(engine, restored.live, limit=UNLIMITED)
+        return live(), restored.checkpoint, rules
     finally:
         engine.dispose()
 
@@ -162,11 +178,16 @@ def explain_request(
     offsets = {int(p): o for p, o in answer["offsets"].items()}
     with tempfile.TemporaryDirectory(prefix="berth-explain-") as scratch:
         # the app's own log: a server's has checked every record once already
-        snapshot, checkpoint = view_as_of(app.settings, offsets, Path(scratch), app.log)
+        snapshot, checkpoint, rules = view_and_groups_as_of(
+            app.settings, offsets, Path(scratch), app.log
+        )
+    group = rules.get(request.group_id) if request.group_id is not None else None
     engine = config.engine()
-    again = engine.place(snapshot, engine_request(request, request.num_instances, frozenset()))
+    again = engine.place(
+        snapshot, engine_request(request, request.num_instances, frozenset(), group)
+    )
     recorded = [pid for _, pid in answer["reservations"]]
-    story = _stories(config.engine(), snapshot, request, provider)
+    story = _stories(config.engine(), snapshot, request, provider, group)
     return {
         "request_id": request_id,
         "project_id": request.project_id,
@@ -181,6 +202,7 @@ def explain_request(
         "recomputed": list(again.providers),
         "same": list(again.providers) == recorded if answer["placed"] else not again.placed,
         "candidates": answer.get("candidates", []),
+        **_group_story(snapshot, request, group),
         **story,
     }
 
@@ -195,13 +217,37 @@ def _rebuilt_from(checkpoint: Checkpoint | None, offsets: dict[int, int]) -> dic
     }
 
 
+def _group_story(
+    snapshot: Snapshot, request: PlacementRequest, group: GroupRule | None
+) -> dict[str, Any]:
+    """The server group the request named, as the view held it then: its
+    rule and members per provider, and why the scheduler would have refused
+    the request outright ("" when it would not)."""
+    gid = request.group_id
+    if gid is None:
+        return {}
+    named: dict[str, Any] = {"group_id": gid, "refused": group_refusal(request, group)}
+    if group is not None:
+        named |= group.to_dict()
+    elif request.group_policy is not None:
+        named["policy"] = request.group_policy  # ad hoc: a group the log never created
+    named["hosts"] = {
+        p.provider_id: p.groups[gid] for p in snapshot.providers if p.groups.get(gid, 0)
+    }
+    return {"server_group": named}
+
+
 def _stories(
-    engine: Engine, snapshot: Snapshot, request: PlacementRequest, provider: str | None
+    engine: Engine,
+    snapshot: Snapshot,
+    request: PlacementRequest,
+    provider: str | None,
+    group: GroupRule | None = None,
 ) -> dict[str, Any]:
     """Every provider ranked (a full scan with its trace), and ``provider``'s
-    place in it."""
+    place in it; under ``group``'s rule, when the request named it."""
     engine.ranked = snapshot.size
-    wanted = engine_request(request, 1, frozenset())
+    wanted = engine_request(request, 1, frozenset(), group)
     placement: Placement = engine.place(snapshot, wanted, explain=True)
     ranking = placement.ranking.to_dicts() if placement.ranking is not None else []
     trace = placement.trace

@@ -67,6 +67,9 @@ class BatchResult:
     """For a queued batch: resource shape -> instances waiting (the queue
     depth projection counts these)."""
     priority: int = 0
+    offsets: dict[int, int] = field(default_factory=dict)
+    """How far into each partition the view its last plan ranked on had
+    applied the log (with a versioned snapshot source), for ``explain``."""
 
     @property
     def placed(self) -> bool:
@@ -98,6 +101,7 @@ class BatchResult:
             "no_votes": list(self.no_votes),
             "unplaced": self.unplaced,
             **({"waiting": self.waiting, "priority": self.priority} if self.waiting else {}),
+            **({"offsets": {str(p): o for p, o in self.offsets.items()}} if self.offsets else {}),
         }
 
     @classmethod
@@ -122,6 +126,7 @@ class BatchResult:
             unplaced=data["unplaced"],
             waiting=data.get("waiting", {}),
             priority=data.get("priority", 0),
+            offsets={int(p): o for p, o in data.get("offsets", {}).items()},
         )
 
 
@@ -188,6 +193,7 @@ class BatchScheduler:
         self.coordinator = coordinator
         self.engine = engine
         self.snapshot = snapshot
+        self._versioned = snapshot if isinstance(snapshot, Versioned) else None
         self.partitions = partitions
         self.pump = pump
         self.clock_ms = clock_ms or coordinator.publisher.clock_ms
@@ -309,6 +315,7 @@ class BatchScheduler:
             done = self._settle(batch, planned, rids, result, low)
             if done is not None:
                 done.attempts = attempt
+                done.offsets = dict(planned.offsets or {})
                 return done
             reason = result.reason
             for vote in votes:
@@ -323,6 +330,7 @@ class BatchScheduler:
             attempts=self.max_attempts,
             reason=f"not held after {self.max_attempts} attempts; last: {reason}",
             no_votes=tuple(str(v) for v in votes),
+            offsets=dict(planned.offsets or {}),
         )
 
     def _rules(self) -> Mapping[str, GroupRule]:
@@ -481,6 +489,7 @@ class BatchScheduler:
             reason=f"{got} of {low} needed instances can be placed; {reasons}",
             no_votes=tuple(str(v) for v in votes),
             unplaced=unplaced,
+            offsets=dict(planned.offsets or {}),
         )
 
 

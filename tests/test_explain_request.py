@@ -22,6 +22,7 @@ from ledger.embedded import EmbeddedLog
 from ledger.log import Append
 from ledger.topics import DEFAULT_TOPICS
 from scheduling.config import SchedulerConfig
+from schemas.events import ServerGroupCreated
 from schemas.requests import PlacementRequest
 from tests.builders import provider, set_state
 from tests.conftest import Cli
@@ -43,7 +44,7 @@ class Cluster:
         )
         self.answers = Answers(app.log, app.settings.topics)
 
-    def place(self, rid: str, ram_mb: int) -> dict[str, object]:
+    def place(self, rid: str, ram_mb: int, group_id: str | None = None) -> dict[str, object]:
         """Submit one request of project p; its answer."""
         request = PlacementRequest(
             request_id=rid,
@@ -51,6 +52,7 @@ class Cluster:
             project_id="p",
             resources={"MEMORY_MB": ram_mb},
             forbidden_traits=frozenset({"CUSTOM_NEVER"}),  # a set, as JSON a list
+            group_id=group_id,
         )
         self.publisher.submit([request])
         catch_up_all(self.writers)
@@ -167,3 +169,64 @@ def test_the_last_answer_to_a_request_is_found_among_many(tmp_path: Path) -> Non
         assert find_answer(log, topic, "wanted")["n"] == 3
         with pytest.raises(AuditError, match="no answer to request 'nobody'"):
             find_answer(log, topic, "nobody")
+
+
+def test_a_grouped_request_is_explained_under_its_groups_rule_then(
+    tmp_path: Path, cli: Cli
+) -> None:
+    """The providers a server group's rule removed, as the group's members
+    stood at the answer's offsets: a member released since changes nothing."""
+    settings = Settings(data_dir=tmp_path, partitions=3)
+    with App(settings) as app:
+        publisher = Publisher(app.log, app.settings.topics)
+        publisher.publish(
+            [e for name in ("a", "b", "c") for e in provider(name, ts=NOW, MEMORY_MB=8192)]
+        )
+        for gid, policy in (("spread", "anti-affinity"), ("web", "affinity")):
+            publisher.publish(
+                [
+                    ServerGroupCreated(
+                        event_id=f"mk-{gid}",
+                        ts_ms=NOW,
+                        partition_key=gid,
+                        group_id=gid,
+                        policy=policy,  # type: ignore[arg-type]
+                        project_id="p",
+                    )
+                ]
+            )
+        cluster = Cluster(app)
+        first = cluster.place("s1", 1024, group_id="spread")
+        second = cluster.place("s2", 1024, group_id="spread")
+        cluster.place("w1", 1024, group_id="web")
+        third = cluster.place("w2", 1024, group_id="web")
+        # the cluster moves on: the first member leaves its group
+        publisher.release_consumer("s1.0")
+        catch_up_all(cluster.writers)
+
+    (taken,) = [pid for _, pid in first["reservations"]]  # type: ignore[attr-defined]
+    (home,) = {pid for _, pid in third["reservations"]}  # type: ignore[attr-defined]
+    code, out, err = cli(
+        "explain", "--data-dir", str(tmp_path), "--request", "s2", "--provider", taken, "--json"
+    )
+    assert code == 0, err
+    story = json.loads(out)
+    assert (
+        story["recorded"]
+        == story["recomputed"]
+        == [
+            pid
+            for _, pid in second["reservations"]  # type: ignore[attr-defined]
+        ]
+    )
+    assert story["removed"] == {"ServerGroupAntiAffinityFilter": 1}
+    assert story["provider"]["filtered_by"] == "ServerGroupAntiAffinityFilter"
+    assert story["server_group"]["hosts"] == {taken: 1}
+    assert (
+        story["server_group"]["policy"] == "anti-affinity" and not story["server_group"]["refused"]
+    )
+
+    code, out, err = cli("explain", "--data-dir", str(tmp_path), "--request", "w2")
+    assert code == 0, err
+    assert "ServerGroupAffinityFilter removed 2" in out
+    assert f"server group web (affinity): members then on {home} 1" in out

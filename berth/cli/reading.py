@@ -433,6 +433,15 @@ def _past_lines(story: dict[str, Any]) -> list[str]:
         f"{story['considered']} providers considered; "
         + ", ".join(f"{name} removed {n}" for name, n in story["removed"].items() if n),
     ]
+    group = story.get("server_group")
+    if group is not None:
+        members = ", ".join(f"{pid} {n}" for pid, n in group["hosts"].items()) or "none"
+        lines.insert(
+            3,
+            f"server group {group['group_id']} ({group.get('policy', 'not in the view')}): "
+            f"members then on {members}"
+            + (f"; refused: {group['refused']}" if group["refused"] else ""),
+        )
     for n, c in enumerate(story["candidates"], start=1):
         parts = ", ".join(f"{w} {v:.3f} x {m:g}" for w, (v, m) in c["weighers"].items())
         lines.append(f"  {n}. {c['provider_id']} score {c['score']:.3f}: {parts}")
