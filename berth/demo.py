@@ -33,12 +33,13 @@ from berth.status import overcommitted_providers, resource_totals
 from consumers.batches import BatchResult, BatchScheduler
 from consumers.coordinator import Coordinator
 from consumers.scheduler import OutcomeFollower, Scheduled, Scheduler
-from consumers.server_groups import LiveRules, read_group
+from consumers.server_groups import ACTIVE_MEMBER_STATUSES, LiveRules
 from consumers.snapshot_source import LiveSnapshot, snapshot_from_view
-from projections.view.tables import reservations
+from projections.view.tables import reservations, server_group_members, server_groups
 from scheduling.config import SchedulerConfig
 from scheduling.model import Snapshot
 from schemas.events import (
+    HARD_GROUP_POLICIES,
     AggregateMemberAdded,
     Consume,
     Event,
@@ -83,6 +84,9 @@ ZONE_SHARE = 0.1  # of requests that name a zone
 ARM_SHARE = 0.05  # of requests for an aarch64 image
 GROUP_SHARE = 0.08  # of requests that join one of the wave's server groups
 GROUP_POLICIES = ("affinity", "anti-affinity", "soft-affinity", "soft-anti-affinity")
+GROUPS_PER_POLICY = 4
+"""Groups of each policy created per wave: a round of transactions takes one
+member of a group, so more groups make fewer, larger rounds."""
 ANTI_AFFINITY_MAX_PER_HOST = 2
 
 
@@ -258,7 +262,7 @@ class Demo:
         # any identifiers or server group membership, which live and end together
         self.pending: list[tuple[tuple[str, str], ...]] = []
         self.consumed: list[tuple[tuple[str, str], ...]] = []
-        self.wave_groups: dict[str, str] = {}  # policy -> this wave's group
+        self.wave_groups: list[str] = []  # this wave's server groups
         self.progress = progress or (lambda n: None)
 
     def run(self) -> dict[str, Any]:
@@ -336,35 +340,33 @@ class Demo:
         )
 
     def _new_groups(self, done: int) -> list[Event]:
-        """This wave's server groups, one of each policy."""
+        """This wave's server groups, ``GROUPS_PER_POLICY`` of each policy."""
         events: list[Event] = []
+        self.wave_groups.clear()
         for policy in GROUP_POLICIES:
-            gid = f"{policy}-{done // self.cfg.wave}"
-            self.wave_groups[policy] = gid
-            self.tally.groups.append(gid)
-            events.append(
-                ServerGroupCreated(
-                    event_id=f"group-{gid}",
-                    ts_ms=self.clock.now_ms,
-                    partition_key=gid,
-                    group_id=gid,
-                    policy=policy,  # type: ignore[arg-type]
-                    max_server_per_host=ANTI_AFFINITY_MAX_PER_HOST
-                    if policy == "anti-affinity"
-                    else None,
-                )
-            )
+            for n in range(GROUPS_PER_POLICY):
+                gid = f"{policy}-{done // self.cfg.wave}.{n}"
+                self.wave_groups.append(gid)
+                self.tally.groups.append(gid)
+                events.append(self._group(gid, policy))
         return events
 
+    def _group(self, gid: str, policy: str) -> ServerGroupCreated:
+        return ServerGroupCreated(
+            event_id=f"group-{gid}",
+            ts_ms=self.clock.now_ms,
+            partition_key=gid,
+            group_id=gid,
+            policy=policy,  # type: ignore[arg-type]
+            max_server_per_host=ANTI_AFFINITY_MAX_PER_HOST if policy == "anti-affinity" else None,
+        )
+
     def _place_grouped(self, scheduler: BatchScheduler, requests: list[PlacementRequest]) -> None:
-        """Each request joining a server group, as the scheduler worker places
-        it: a transaction of its compute and its membership."""
-        for request in requests:
-            alone = BatchRequest(
-                batch_id=request.request_id, ts_ms=request.ts_ms, members=(request,)
-            )
-            result = scheduler.place(alone)
-            self._apply()
+        """The requests joining a server group, as the scheduler worker places
+        them: each a transaction of its compute and its membership, run side
+        by side in rounds."""
+        alone = [BatchRequest(batch_id=r.request_id, ts_ms=r.ts_ms, members=(r,)) for r in requests]
+        for request, result in zip(requests, scheduler.place_alone(alone), strict=True):
             self.tally.attempts += result.attempts
             if result.placed:
                 self.tally.placed += 1
@@ -380,19 +382,26 @@ class Demo:
             self.pending.append(tuple(zip(instance.reservation_ids, instance.keys, strict=True)))
 
     def _check_groups(self) -> None:
-        """Every hard group's members as the view holds them keep its rule."""
+        """Every hard group's members as the view holds them keep its rule:
+        one query for every group's members per provider."""
         self.tally.group_checks += 1
-        for gid in self.tally.groups:
-            group = read_group(self.app.engine, gid)
-            if group is None or not group.rule.hard:
-                continue
-            hosts = Counter(m.provider_id for m in group.members)
-            self.tally.group_members_checked += len(group.members)
-            if group.rule.policy == "affinity" and len(hosts) > 1:
-                self.tally.group_violations.append(f"{gid} on {sorted(hosts)}")
-            crowded = [h for h, n in hosts.items() if n > group.rule.max_server_per_host]
-            if group.rule.policy == "anti-affinity" and crowded:
-                self.tally.group_violations.append(f"{gid} crowds {sorted(crowded)}")
+        g, m, r = server_groups.c, server_group_members.c, reservations.c
+        with self.app.engine.connect() as conn:
+            rows = conn.execute(
+                select(g.group_id, g.policy, g.max_server_per_host, m.provider_id, func.count())
+                .join(server_group_members, m.group_id == g.group_id)
+                .join(reservations, r.reservation_id == m.reservation_id)
+                .where(r.status.in_(ACTIVE_MEMBER_STATUSES), g.policy.in_(HARD_GROUP_POLICIES))
+                .group_by(g.group_id, g.policy, g.max_server_per_host, m.provider_id)
+            ).all()
+        hosts: dict[str, list[str]] = {}
+        for gid, policy, most, pid, members in rows:
+            self.tally.group_members_checked += members
+            hosts.setdefault(gid, []).append(pid)
+            if policy == "anti-affinity" and members > most:
+                self.tally.group_violations.append(f"{gid} has {members} on {pid}")
+            if policy == "affinity" and len(hosts[gid]) > 1:
+                self.tally.group_violations.append(f"{gid} on {sorted(hosts[gid])}")
 
     def _place_batches(self, scheduler: BatchScheduler, requests: list[PlacementRequest]) -> None:
         size = self.cfg.batch_size
@@ -446,7 +455,7 @@ class Demo:
         arch = "aarch64" if ZONE_SHARE <= roll < ZONE_SHARE + ARM_SHARE else None
         group = None
         if self.rng.random() < GROUP_SHARE:
-            group = self.wave_groups[self.rng.choice(GROUP_POLICIES)]
+            group = self.rng.choice(self.wave_groups)
             self.tally.group_requests += 1
         rid = f"req-{k:08d}"
         if zone or arch:

@@ -16,16 +16,16 @@ no room (see :class:`_NoRoom`).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from consumers.coordinator import Coordinator, Part, TxnResult, Vote
+from consumers.coordinator import Coordinator, Part, Txn, TxnResult, Vote
 from consumers.scheduler import OutcomeFollower, Versioned, engine_request
 from consumers.server_groups import GroupRule, RuleSource, group_refusal
 from ledger.partitioner import partition_for
 from scheduling.engine import Engine, Placement, demand_row
-from scheduling.model import Snapshot
+from scheduling.model import IntArray, Snapshot
 from schemas.events import ClaimItem, ClaimSpec, IdentifierItem
 from schemas.outcomes import Code
 from schemas.requests import BatchRequest, PlacementRequest
@@ -173,6 +173,28 @@ class _NoRoom:
         return any(mark > self.offsets.get(p, 0) for p, mark in marks.items())
 
 
+@dataclass(slots=True)
+class _Board:
+    """A snapshot planned on, with the usage of what was planned on it so far."""
+
+    snapshot: Snapshot
+    used: IntArray
+    working: Snapshot
+    offsets: dict[int, int] | None
+    """What the snapshot reflected, when its source says."""
+
+
+@dataclass(slots=True)
+class _Alone:
+    """A one-member batch placed among others (``place_alone``): its tries."""
+
+    batch: BatchRequest
+    tried: dict[int, set[str]]
+    attempts: int = 0
+    votes: tuple[Vote, ...] = ()
+    reason: str = ""
+
+
 class BatchScheduler:
     def __init__(
         self,
@@ -232,6 +254,100 @@ class BatchScheduler:
                 shape = shape_key(member.resources)
                 result.waiting[shape] = result.waiting.get(shape, 0) + member.num_instances
         return result
+
+    def place_alone(self, batches: Sequence[BatchRequest]) -> list[BatchResult]:
+        """Place independent one-member batches (the scheduler worker's
+        requests that join a server group or take identifiers) side by side,
+        each held or refused on its own, as :meth:`place` would: in rounds,
+        each round planned on one snapshot (each plan counting the ones
+        before it) and its transactions run together by the coordinator,
+        so a round costs the log round trips of one transaction. A round
+        takes one request per server group (the next waits for the round
+        after, to plan on where its group's members went); a request refused
+        by a writer is planned again in the next round, without the
+        providers that refused it, up to ``max_attempts``. A queued batch,
+        or one of several members, is placed by :meth:`place`."""
+        results: dict[str, BatchResult] = {}
+        waiting: list[_Alone] = []
+        for batch in batches:
+            if batch.mode == "queue" or len(batch.members) != 1:
+                results[batch.batch_id] = self.place(batch)
+            else:
+                waiting.append(_Alone(batch, {0: set()}))
+        while waiting:
+            waiting = self._round(waiting, results)
+        return [results[b.batch_id] for b in batches]
+
+    def _round(self, waiting: list[_Alone], results: dict[str, BatchResult]) -> list[_Alone]:
+        """Plan and hold one round; those left for the next."""
+        grouped = any(a.batch.members[0].group_id is not None for a in waiting)
+        rules = self._rules() if grouped else {}
+        board = self._board()
+        busy: set[str] = set()
+        later: list[_Alone] = []
+        txns: list[Txn] = []
+        planned: list[tuple[_Alone, _Planned, dict[tuple[int, int], list[tuple[str, str]]]]] = []
+        for alone in waiting:
+            batch = alone.batch
+            gid = batch.members[0].group_id
+            refused = self._group_refusal(batch, rules)
+            if refused:
+                results[batch.batch_id] = BatchResult(
+                    batch.batch_id, "failed", attempts=alone.attempts + 1, reason=refused
+                )
+                continue
+            if gid is not None and gid in busy:
+                later.append(alone)  # after this round's member of its group
+                continue
+            low, high = batch.bounds
+            plan = self._plan(batch, alone.tried, high, rules, board)
+            alone.attempts += 1
+            if len(plan.instances) < low:
+                results[batch.batch_id] = self._unplaceable(
+                    batch, plan, alone.attempts, alone.votes
+                )
+                continue
+            if gid is not None:
+                busy.add(gid)
+            txn = f"{batch.batch_id}.{alone.attempts}{self.generation}"
+            parts, rids = self._parts(batch, plan, txn)
+            needed = sum(map(len, rids.values())) if batch.mode != "at_least" else low
+            txns.append(
+                Txn(
+                    txn,
+                    batch.ts_ms,
+                    tuple(parts),
+                    needed,
+                    batch.mode != "at_least",
+                    batch.prepare_timeout_ms,
+                )
+            )
+            planned.append((alone, plan, rids))
+        for (alone, plan, rids), result in zip(
+            planned, self.coordinator.execute_many(txns), strict=True
+        ):
+            batch = alone.batch
+            done = self._settle(batch, plan, rids, result, batch.bounds[0])
+            if done is not None:
+                done.attempts = alone.attempts
+                done.offsets = dict(plan.offsets or {})
+                results[batch.batch_id] = done
+                continue
+            alone.votes, alone.reason = result.no_votes, result.reason
+            _exclude(alone.tried, result.no_votes)
+            if alone.attempts >= self.max_attempts:
+                results[batch.batch_id] = BatchResult(
+                    batch.batch_id,
+                    "failed",
+                    attempts=alone.attempts,
+                    reason=f"not held after {alone.attempts} attempts; last: {alone.reason}",
+                    no_votes=tuple(str(v) for v in alone.votes),
+                    offsets=dict(plan.offsets or {}),
+                )
+            else:
+                later.append(alone)
+        order = {id(a): n for n, a in enumerate(waiting)}
+        return sorted(later, key=lambda a: order[id(a)])
 
     def enqueue(self, batch: BatchRequest) -> None:
         self._arrivals += 1
@@ -318,12 +434,7 @@ class BatchScheduler:
                 done.offsets = dict(planned.offsets or {})
                 return done
             reason = result.reason
-            for vote in votes:
-                if not _NOT_THE_PROVIDER & {r.code for r in vote.reasons}:
-                    for r in vote.reasons:
-                        if r.provider_id is not None:
-                            for m in tried:
-                                tried[m].add(r.provider_id)
+            _exclude(tried, votes)
         return BatchResult(
             batch.batch_id,
             "failed",
@@ -351,21 +462,29 @@ class BatchScheduler:
                     return f"{_label(batch, m)}: {refused}"
         return ""
 
+    def _board(self) -> _Board:
+        """A fresh snapshot of the view (the writers caught up first) to plan on."""
+        self.pump()
+        snapshot = self.snapshot()
+        used = snapshot.used.copy()
+        offsets = None if self._versioned is None else dict(self._versioned.offsets())
+        return _Board(snapshot, used, snapshot.with_used(used, ()), offsets)
+
     def _plan(
         self,
         batch: BatchRequest,
         tried: dict[int, set[str]],
         most: int,
         rules: Mapping[str, GroupRule],
+        board: _Board | None = None,
     ) -> _Planned:
-        self.pump()
-        snapshot = self.snapshot()
-        used = snapshot.used.copy()
-        working = snapshot.with_used(used, ())  # the same usage, for now
+        """Plan ``batch`` on ``board`` (a fresh one by default), whose usage
+        then counts what the plan placed."""
+        if board is None:
+            board = self._board()
+        snapshot, used, working = board.snapshot, board.used, board.working
         rows = snapshot.row_of
-        planned = _Planned([], {}, rules)
-        if self._versioned is not None:
-            planned.offsets = dict(self._versioned.offsets())
+        planned = _Planned([], {}, rules, board.offsets)
         explain = batch.explain
         for m, member in enumerate(batch.members):
             room = most - len(planned.instances)
@@ -390,6 +509,7 @@ class BatchScheduler:
                 used[rows[pid]] += demand
             # changed in place: the twin says where, for the engine's index
             working = working.with_used(used, [rows[pid] for pid in placement.providers])
+        board.working = working
         return planned
 
     def _parts(
@@ -491,6 +611,17 @@ class BatchScheduler:
             unplaced=unplaced,
             offsets=dict(planned.offsets or {}),
         )
+
+
+def _exclude(tried: dict[int, set[str]], votes: Sequence[Vote]) -> None:
+    """Keep every member off the providers that refused it for a reason of
+    their own (not a wound, nor a fellow member's refusal)."""
+    for vote in votes:
+        if not _NOT_THE_PROVIDER & {r.code for r in vote.reasons}:
+            for r in vote.reasons:
+                if r.provider_id is not None:
+                    for m in tried:
+                        tried[m].add(r.provider_id)
 
 
 def shape_key(resources: dict[str, int]) -> str:

@@ -81,6 +81,53 @@ class TxnResult:
         return not self.reason
 
 
+@dataclass(frozen=True, slots=True)
+class Txn:
+    """One transaction for :meth:`Coordinator.execute_many`."""
+
+    transaction_id: str
+    priority: int
+    parts: tuple[Part, ...]
+    needed: int
+    atomic: bool = True
+    prepare_timeout_ms: int = 30_000
+
+    def ref(self, now_ms: int) -> TransactionRef:
+        return TransactionRef(
+            transaction_id=self.transaction_id,
+            priority=self.priority,
+            deadline_ms=now_ms + self.prepare_timeout_ms,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class _Decision:
+    """A transaction over several partitions, its votes in: commit or abort."""
+
+    ref: TransactionRef
+    parts: tuple[Part, ...]
+    prepared: list[str]
+    commit: bool
+    needed: int
+    atomic: bool
+
+    def events(self, now_ms: int) -> list[TransactionDecision]:
+        """The decision, to every partition that holds something of it."""
+        tid = self.ref.transaction_id
+        holding = set(self.prepared)
+        return [
+            TransactionDecision(
+                event_id=f"{'commit' if self.commit else 'abort'}-{tid}-{p.partition}",
+                ts_ms=now_ms,
+                partition_key=p.key,
+                transaction_id=tid,
+                commit=self.commit,
+            )
+            for p in self.parts
+            if any(c.reservation_id in holding for c in p.claims)
+        ]
+
+
 class Coordinator:
     def __init__(
         self,
@@ -111,48 +158,68 @@ class Coordinator:
     ) -> TxnResult:
         """Hold ``parts`` all together (``atomic``) or at least ``needed`` of
         their claims; a failure holds nothing."""
-        rids = [c.reservation_id for p in parts for c in p.claims]
+        txn = Txn(transaction_id, priority, tuple(parts), needed, atomic, prepare_timeout_ms)
+        return self.execute_many([txn])[0]
+
+    def execute_many(self, txns: Sequence[Txn]) -> list[TxnResult]:
+        """Run independent transactions side by side, each decided on its own
+        (one's refusal is none of the others'), their steps in lockstep: the
+        begun records in one append, every claim set in one publish, one
+        wait for all the votes, and so on. A round of N transactions costs
+        the log round trips of one, not N times them. Their records on the
+        transactions topic share the first one's key (so a partition), each
+        transaction's steps in order there."""
+        if not txns:
+            return []
+        key = txns[0].transaction_id
+        rids = [c.reservation_id for t in txns for p in t.parts for c in p.claims]
         self.follower.follow(rids)
         try:
-            if len(parts) == 1:
-                return self._one_partition(transaction_id, parts[0], needed, atomic)
             now = self.publisher.clock_ms()
-            ref = TransactionRef(
-                transaction_id=transaction_id,
-                priority=priority,
-                deadline_ms=now + prepare_timeout_ms,
-            )
-            self._record(
-                "begun",
-                ref,
-                ref=ref.model_dump(),
-                parts=[_part_json(p) for p in parts],
-                outcomes_from=list(self.follower.offsets),
-                needed=needed,
-                atomic=atomic,
+            several = [t for t in txns if len(t.parts) > 1]
+            refs = {t.transaction_id: t.ref(now) for t in several}
+            self._record_many(
+                key,
+                [
+                    (
+                        "begun",
+                        t.transaction_id,
+                        {
+                            "ref": refs[t.transaction_id].model_dump(),
+                            "parts": [_part_json(p) for p in t.parts],
+                            "outcomes_from": list(self.follower.offsets),
+                            "needed": t.needed,
+                            "atomic": t.atomic,
+                            "key": key,
+                        },
+                    )
+                    for t in several
+                ],
             )
             self.publisher.publish(
-                [
-                    ClaimSet(
-                        event_id=f"prepare-{transaction_id}-{p.partition}",
-                        ts_ms=now,
-                        partition_key=p.key,
-                        claims=p.claims,
-                        atomic=atomic,
-                        transaction=ref,
-                    )
-                    for p in parts
-                ]
+                [_claim_set(t, p, now, refs.get(t.transaction_id)) for t in txns for p in t.parts]
             )
             self._await(rids, _VOTES)
-            prepared = self._prepared(rids)
-            alive = [rid for rid in prepared if not _AFTER_VOTE & set(self._kinds(rid))]
-            commit = (
-                len(alive) >= needed
-                and (not atomic or len(alive) == len(rids))
-                and self.publisher.clock_ms() < ref.deadline_ms
-            )
-            return self._decide(ref, parts, prepared, commit, needed, atomic)
+            results: dict[str, TxnResult] = {}
+            for t in txns:
+                if len(t.parts) == 1:
+                    results[t.transaction_id] = self._one_partition(t, now)
+            decisions = []
+            for t in several:
+                ref = refs[t.transaction_id]
+                t_rids = [c.reservation_id for p in t.parts for c in p.claims]
+                prepared = self._prepared(t_rids)
+                alive = [rid for rid in prepared if not _AFTER_VOTE & set(self._kinds(rid))]
+                commit = (
+                    len(alive) >= t.needed
+                    and (not t.atomic or len(alive) == len(t_rids))
+                    and self.publisher.clock_ms() < ref.deadline_ms
+                )
+                decisions.append(_Decision(ref, t.parts, prepared, commit, t.needed, t.atomic))
+            if decisions:
+                for result in self._decide(decisions, key):
+                    results[result.transaction_id] = result
+            return [results[t.transaction_id] for t in txns]
         finally:
             self.follower.forget(rids)
 
@@ -171,14 +238,14 @@ class Coordinator:
         results = []
         for tid, record in begun.items():
             ref = TransactionRef.model_validate(record["ref"], strict=False)
-            parts = [
+            parts = tuple(
                 Part(
                     p["partition"],
                     p["key"],
                     tuple(ClaimSpec.model_validate(c, strict=False) for c in p["claims"]),
                 )
                 for p in record["parts"]
-            ]
+            )
             rids = [c.reservation_id for p in parts for c in p.claims]
             # the votes and acknowledgements so far, from where the log stood at begin
             scan = OutcomeFollower(self.log, self.topics.outcomes)
@@ -191,81 +258,65 @@ class Coordinator:
             prepared = self._prepared(rids)
             commit = decided.get(tid, False)  # never decided: presumed abort
             log.warning("recovering transaction %s: %s", tid, "commit" if commit else "abort")
+            decision = _Decision(ref, parts, prepared, commit, record["needed"], record["atomic"])
             try:
-                results.append(
-                    self._decide(ref, parts, prepared, commit, record["needed"], record["atomic"])
-                )
+                # its steps where its begun record is (the round's key, or its own id)
+                results.extend(self._decide([decision], record.get("key", tid)))
             finally:
                 self.follower.forget(rids)
         return results
 
     # --- the phases ---------------------------------------------------------
 
-    def _one_partition(self, tid: str, part: Part, needed: int, atomic: bool) -> TxnResult:
-        now = self.publisher.clock_ms()
-        self.publisher.publish(
-            [
-                ClaimSet(
-                    event_id=f"claims-{tid}",
-                    ts_ms=now,
-                    partition_key=part.key,
-                    claims=part.claims,
-                    atomic=atomic,
-                )
-            ]
-        )
+    def _one_partition(self, txn: Txn, now: int) -> TxnResult:
+        """A transaction of one partition, its claim set decided (the votes
+        are in): held, or given back when too few were accepted."""
+        (part,) = txn.parts
         rids = [c.reservation_id for c in part.claims]
-        self._await(rids, _VOTES)
         accepted = tuple(rid for rid in rids if self._kinds(rid)[0] == Kind.ACCEPTED)
         no = self._no_votes(rids)
-        if len(accepted) >= needed:
+        tid = txn.transaction_id
+        if len(accepted) >= txn.needed:
             return TxnResult(tid, accepted, no, identifiers=self._identifiers(accepted))
         self.release(part.key, accepted, now)
-        return TxnResult(tid, (), no, _refused(no, len(accepted), needed))
+        return TxnResult(tid, (), no, _refused(no, len(accepted), txn.needed))
 
-    def _decide(
-        self,
-        ref: TransactionRef,
-        parts: Sequence[Part],
-        prepared: list[str],
-        commit: bool,
-        needed: int,
-        atomic: bool,
-    ) -> TxnResult:
-        tid = ref.transaction_id
-        rids = [c.reservation_id for p in parts for c in p.claims]
-        no = self._no_votes(rids)
-        self._record("decided", ref, commit=commit)
-        now = self.publisher.clock_ms()
-        holding = set(prepared)
-        self.publisher.publish(
-            [
-                TransactionDecision(
-                    event_id=f"{'commit' if commit else 'abort'}-{tid}-{p.partition}",
-                    ts_ms=now,
-                    partition_key=p.key,
-                    transaction_id=tid,
-                    commit=commit,
-                )
-                for p in parts
-                if any(c.reservation_id in holding for c in p.claims)
-            ]
+    def _decide(self, decisions: Sequence[_Decision], key: str) -> list[TxnResult]:
+        """Record the decisions, send each to its partitions, collect the
+        acknowledgements, compensate a commit that lost a member, and record
+        the transactions finished: each step one append for them all."""
+        self._record_many(
+            key, [("decided", d.ref.transaction_id, {"commit": d.commit}) for d in decisions]
         )
-        self._await(prepared, _AFTER_VOTE, after_vote=True)
-        committed = tuple(rid for rid in prepared if Kind.COMMITTED in self._kinds(rid))
+        now = self.publisher.clock_ms()
+        self.publisher.publish([event for d in decisions for event in d.events(now)])
+        self._await([rid for d in decisions for rid in d.prepared], _AFTER_VOTE, after_vote=True)
+        results = [self._settle(d, now) for d in decisions]
+        self._record_many(
+            key,
+            [
+                ("finished", r.transaction_id, {"committed": bool(r.committed), "reason": r.reason})
+                for r in results
+            ],
+        )
+        return results
+
+    def _settle(self, d: _Decision, now: int) -> TxnResult:
+        tid = d.ref.transaction_id
+        rids = [c.reservation_id for p in d.parts for c in p.claims]
+        no = self._no_votes(rids)
+        committed = tuple(rid for rid in d.prepared if Kind.COMMITTED in self._kinds(rid))
         reason = ""
-        if not commit:
-            reason = _refused(no, len(prepared), needed) if no else "aborted"
-            if not no and self.publisher.clock_ms() >= ref.deadline_ms:
+        if not d.commit:
+            reason = _refused(no, len(d.prepared), d.needed) if no else "aborted"
+            if not no and now >= d.ref.deadline_ms:
                 reason = "aborted: the votes came after the prepare deadline"
-        elif len(committed) < needed or (atomic and len(committed) != len(rids)):
-            lost = sorted(set(prepared) - set(committed))
+        elif len(committed) < d.needed or (d.atomic and len(committed) != len(rids)):
+            lost = sorted(set(d.prepared) - set(committed))
             reason = f"commit lost {len(lost)} members (expired or wounded first): {lost[:5]}"
-            keys = {c.reservation_id: p.key for p in parts for c in p.claims}
+            keys = {c.reservation_id: p.key for p in d.parts for c in p.claims}
             for rid in committed:
                 self.release(keys[rid], (rid,), now)
-            committed = ()
-        self._record("finished", ref, committed=bool(committed), reason=reason)
         if reason:
             return TxnResult(tid, (), no, reason)
         return TxnResult(tid, committed, no, identifiers=self._identifiers(committed))
@@ -327,12 +378,25 @@ class Coordinator:
                 ]
             )
 
-    def _record(self, step: str, txn: TransactionRef, **details: Any) -> None:
-        data = {"step": step, "transaction_id": txn.transaction_id, **details}
+    def _record_many(self, key: str, steps: Sequence[tuple[str, str, dict[str, Any]]]) -> None:
+        """Append (step, transaction id, details) records, keyed by ``key``,
+        in one append."""
+        if not steps:
+            return
         topic = self.topics.transactions
-        key = txn.transaction_id.encode()
-        partition = partition_for(key, self.log.partition_count(topic))
-        self.log.append(topic, [Append(partition, key, json.dumps(data).encode())])
+        raw = key.encode()
+        partition = partition_for(raw, self.log.partition_count(topic))
+        self.log.append(
+            topic,
+            [
+                Append(
+                    partition,
+                    raw,
+                    json.dumps({"step": step, "transaction_id": tid, **details}).encode(),
+                )
+                for step, tid, details in steps
+            ],
+        )
 
     def _records(self) -> list[dict[str, Any]]:
         topic = self.topics.transactions
@@ -343,6 +407,21 @@ class Coordinator:
                 offset = batch[-1].offset + 1
                 records.extend(json.loads(r.value) for r in batch)
         return records
+
+
+def _claim_set(txn: Txn, part: Part, now_ms: int, ref: TransactionRef | None) -> ClaimSet:
+    """A transaction's claims in one partition: decided in one record when it
+    is the only part (no ``ref``), else held pending the decision."""
+    prefix = "prepare" if ref is not None else "claims"
+    suffix = f"-{part.partition}" if ref is not None else ""
+    return ClaimSet(
+        event_id=f"{prefix}-{txn.transaction_id}{suffix}",
+        ts_ms=now_ms,
+        partition_key=part.key,
+        claims=part.claims,
+        atomic=txn.atomic,
+        transaction=ref,
+    )
 
 
 def _part_json(part: Part) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
@@ -19,7 +20,7 @@ from pydantic import ValidationError
 from consumers.batches import BatchResult, BatchScheduler
 from consumers.scheduler import Scheduled, Scheduler
 from consumers.server_groups import GroupRule, group_refusal
-from ledger.log import Append, Log, Watches
+from ledger.log import Append, Log, Record, Watches
 from ledger.topics import Topics
 from schemas.requests import BatchRequest, PlacementRequest
 
@@ -117,6 +118,14 @@ class SchedulerWorker:
             self.queued_at[batch.batch_id] = (partition, offset)
         return result
 
+    def _alone(self, batches: list[BatchRequest]) -> list[BatchResult]:
+        if self.batches is None:
+            return [
+                BatchResult(b.batch_id, "failed", reason="this worker places no batches")
+                for b in batches
+            ]
+        return self.batches.place_alone(batches)
+
     def _rules(self) -> Mapping[str, GroupRule]:
         source = None if self.batches is None else self.batches.groups
         return {} if source is None else source()
@@ -135,79 +144,105 @@ class SchedulerWorker:
 
     def step(self) -> int:
         """Answer the next batch of requests of every partition; how many.
-        Policy changes appended since the last step apply from this one."""
+        Policy changes appended since the last step apply from this one.
+        The requests that are transactions of one request (a server group's
+        member, identifiers), of every partition, are held side by side."""
         policies = self.scheduler.policies
         if policies is not None and policies.refresh() and self.batches is not None:
             self.batches.engine = policies.default().engine
         self._drain_queue()
         answered = 0
+        read: list[tuple[int, int, _Sorted]] = []
         for partition in self.partitions:
             records = self.log.read(
                 self.topics.requests, partition, self.next_offsets[partition], self.batch_size
             )
-            if not records:
-                continue
-            valid: list[tuple[int, PlacementRequest]] = []
-            results: list[tuple[int, Scheduled | BatchResult]] = []
-            rules: Mapping[str, GroupRule] | None = None  # read at the first grouped request
-            for record in records:
-                try:
-                    if b'"type":"batch"' in record.value:
-                        batch = BatchRequest.model_validate_json(record.value)
-                        if batch.batch_id in self.answered or batch.batch_id in self.queued_at:
-                            continue  # a resubmitted batch keeps its first answer
-                        results.append(
-                            (record.offset, self._batch(partition, record.offset, batch))
-                        )
-                        continue
-                    request = PlacementRequest.model_validate_json(record.value)
-                except ValidationError as error:
-                    reason = f"invalid request: {error.error_count()} errors: " + "; ".join(
-                        f"{'.'.join(map(str, e['loc']))}: {e['msg']}"
-                        for e in error.errors(include_url=False)
-                    )
-                    log.warning("requests %d@%d: %s", partition, record.offset, reason)
-                    results.append(
-                        (record.offset, Scheduled(f"?{record.offset}", False, (), 0, reason))
-                    )
-                    continue
-                earlier = self.answered.get(request.request_id)
-                if earlier is not None or any(request.request_id == r.request_id for _, r in valid):
-                    # a resubmitted request gets its first answer, not a second placement
-                    again = earlier or Scheduled(
-                        request.request_id, False, (), 0, "duplicate request id in one batch"
-                    )
-                    results.append((record.offset, again))
-                    continue
-                grouped = False
-                if request.group_id is not None:
-                    if rules is None:
-                        rules = self._rules()
-                    rule = rules.get(request.group_id)
-                    refused = group_refusal(request, rule)
-                    if refused:
-                        failed = Scheduled(request.request_id, False, (), 0, refused)
-                        results.append((record.offset, failed))
-                        continue
-                    grouped = rule is not None
-                # compute with identifiers or a server group's membership: a transaction
-                if request.identifiers or grouped:
-                    alone = BatchRequest(
-                        batch_id=request.request_id,
-                        ts_ms=request.ts_ms,
-                        members=(request,),
-                        explain=request.explain,
-                    )
-                    results.append((record.offset, self._batch(partition, record.offset, alone)))
-                    continue
-                valid.append((record.offset, request))
+            if records:
+                read.append((partition, records[-1].offset, self._sort(partition, records)))
+                answered += len(records)
+        transactions = [batch for _, _, s in read for _, batch in s.transactions]
+        held = iter(self._alone(transactions) if transactions else ())
+        for partition, last, sorted_ in read:
+            results = sorted_.results
+            results.extend((offset, next(held)) for offset, _ in sorted_.transactions)
+            valid = sorted_.valid
             scheduled = self.scheduler.schedule([r for _, r in valid])
             results.extend(zip((o for o, _ in valid), scheduled, strict=True))
             results.sort(key=lambda pair: pair[0])
             self._publish(partition, results)
-            self.next_offsets[partition] = records[-1].offset + 1
-            answered += len(records)
+            self.next_offsets[partition] = last + 1
         return answered
+
+    def _sort(self, partition: int, records: list[Record]) -> _Sorted:
+        """A partition's requests: answered already (refused, resubmitted, a
+        batch placed), single requests for the scheduler, and transactions."""
+        out = _Sorted([], [], [])
+        rules: Mapping[str, GroupRule] | None = None  # read at the first grouped request
+        seen: set[str] = set()
+        for record in records:
+            try:
+                if b'"type":"batch"' in record.value:
+                    batch = BatchRequest.model_validate_json(record.value)
+                    if batch.batch_id in self.answered or batch.batch_id in self.queued_at:
+                        continue  # a resubmitted batch keeps its first answer
+                    out.results.append(
+                        (record.offset, self._batch(partition, record.offset, batch))
+                    )
+                    continue
+                request = PlacementRequest.model_validate_json(record.value)
+            except ValidationError as error:
+                reason = f"invalid request: {error.error_count()} errors: " + "; ".join(
+                    f"{'.'.join(map(str, e['loc']))}: {e['msg']}"
+                    for e in error.errors(include_url=False)
+                )
+                log.warning("requests %d@%d: %s", partition, record.offset, reason)
+                out.results.append(
+                    (record.offset, Scheduled(f"?{record.offset}", False, (), 0, reason))
+                )
+                continue
+            earlier = self.answered.get(request.request_id)
+            if earlier is not None or request.request_id in seen:
+                # a resubmitted request gets its first answer, not a second placement
+                again = earlier or Scheduled(
+                    request.request_id, False, (), 0, "duplicate request id in one batch"
+                )
+                out.results.append((record.offset, again))
+                continue
+            seen.add(request.request_id)
+            grouped = False
+            if request.group_id is not None:
+                if rules is None:
+                    rules = self._rules()
+                rule = rules.get(request.group_id)
+                refused = group_refusal(request, rule)
+                if refused:
+                    failed = Scheduled(request.request_id, False, (), 0, refused)
+                    out.results.append((record.offset, failed))
+                    continue
+                grouped = rule is not None
+            # compute with identifiers or a server group's membership: a transaction
+            if request.identifiers or grouped:
+                alone = BatchRequest(
+                    batch_id=request.request_id,
+                    ts_ms=request.ts_ms,
+                    members=(request,),
+                    explain=request.explain,
+                )
+                out.transactions.append((record.offset, alone))
+                continue
+            out.valid.append((record.offset, request))
+        return out
+
+
+@dataclass(slots=True)
+class _Sorted:
+    """One partition's read batch of requests, sorted by how each is answered."""
+
+    results: list[tuple[int, Scheduled | BatchResult]]
+    valid: list[tuple[int, PlacementRequest]]
+    """Single requests, for the scheduler's waves."""
+    transactions: list[tuple[int, BatchRequest]]
+    """Requests that are a transaction each, as one-member batches."""
 
 
 def _generation(log_: Log, topics: Topics) -> str:

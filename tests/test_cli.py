@@ -67,7 +67,7 @@ def test_demo_places_expires_and_never_overcommits(
     assert isinstance(summary["metrics_reports"], int) and summary["metrics_reports"] > 0
     # server groups of each policy, joined through transactions; the hard
     # rules checked against the view's members after every wave
-    assert summary["server_groups"] == 4 * 4  # four policies, four waves
+    assert summary["server_groups"] == 4 * 4 * 4  # four of each policy, four waves
     joined, grouped = summary["group_requests"], summary["group_placed"]
     assert isinstance(joined, int) and isinstance(grouped, int) and 0 < grouped <= joined
     assert isinstance(summary["group_members_checked"], int)

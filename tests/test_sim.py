@@ -186,9 +186,9 @@ def _scan_headers_only(
 def _commit_on_any_vote(mp: pytest.MonkeyPatch) -> None:
     real = Coordinator._decide
 
-    def decide(self: Coordinator, ref: Any, parts: Any, prepared: list[str], *rest: Any) -> Any:
-        commit, *others = rest
-        return real(self, ref, parts, prepared, bool(prepared) or commit, *others)
+    def decide(self: Coordinator, decisions: list[Any], key: str) -> Any:
+        bent = [replace(d, commit=bool(d.prepared) or d.commit) for d in decisions]
+        return real(self, bent, key)
 
     mp.setattr(Coordinator, "_decide", decide)
     mp.setattr(Coordinator, "release", lambda *args, **kwargs: None)

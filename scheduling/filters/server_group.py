@@ -12,8 +12,22 @@ Berth keeps the group per provider where Nova keeps it per compute host name.
 
 from __future__ import annotations
 
+from collections import Counter
+
+import numpy as np
+
 from scheduling.filters.base import Context, HostFilter
-from scheduling.model import Request, Snapshot
+from scheduling.model import BoolArray, IntArray, Request, Snapshot
+
+
+def _members_by_row(snapshot: Snapshot, group_id: str) -> dict[int, int]:
+    """Row -> members of the group placed there: one scan of the snapshot,
+    for every row a mask asks about (rather than a lookup per row)."""
+    return {
+        row: n
+        for row, provider in enumerate(snapshot.providers)
+        if (n := provider.groups.get(group_id, 0)) > 0
+    }
 
 
 def _placed_here(ctx: Context, row: int) -> int:
@@ -77,6 +91,15 @@ class ServerGroupAffinityFilter(HostFilter):
         self._homes = (ctx.snapshot, group_id, homes)
         return homes
 
+    def mask(self, ctx: Context, rows: IntArray) -> BoolArray:
+        """As :meth:`reject`, for ``rows`` at once."""
+        if ctx.request.group_policy != "affinity":
+            return np.ones(len(rows), dtype=np.bool_)
+        allowed = ctx.picked or self._homes_of(ctx)
+        if not allowed:
+            return np.ones(len(rows), dtype=np.bool_)
+        return np.isin(rows, np.fromiter(allowed, dtype=rows.dtype))
+
 
 class ServerGroupAntiAffinityFilter(HostFilter):
     """``group_policy == "anti-affinity"``: a provider passes while it holds
@@ -87,6 +110,10 @@ class ServerGroupAntiAffinityFilter(HostFilter):
     name = "ServerGroupAntiAffinityFilter"
     cost = 5
     per_pick = True
+
+    def __init__(self) -> None:
+        # where the group's members are, per snapshot: found by one scan
+        self._members: tuple[Snapshot, str, dict[int, int]] | None = None
 
     def applies(self, request: Request) -> bool:
         return request.group_policy == "anti-affinity"
@@ -103,3 +130,28 @@ class ServerGroupAntiAffinityFilter(HostFilter):
             f"anti-affinity group {group}: {members} member(s) here, "
             f"max_server_per_host is {request.max_server_per_host}"
         )
+
+    def mask(self, ctx: Context, rows: IntArray) -> BoolArray:
+        """As :meth:`reject`, for ``rows`` at once: only the rows holding
+        members (placed, or picked by this request) can be full."""
+        request = ctx.request
+        if request.group_policy != "anti-affinity":
+            return np.ones(len(rows), dtype=np.bool_)
+        if request.max_server_per_host <= 0:  # fewer than none: nowhere
+            return np.zeros(len(rows), dtype=np.bool_)
+        here = Counter(self._members_of(ctx))
+        here.update(ctx.picked)
+        full = [row for row, n in here.items() if n >= request.max_server_per_host]
+        if not full:
+            return np.ones(len(rows), dtype=np.bool_)
+        return ~np.isin(rows, np.fromiter(full, dtype=rows.dtype))
+
+    def _members_of(self, ctx: Context) -> dict[int, int]:
+        group_id = ctx.request.group_id
+        if group_id is None:
+            return {}
+        cached = self._members
+        if cached is None or cached[0] is not ctx.snapshot or cached[1] != group_id:
+            members = _members_by_row(ctx.snapshot, group_id)
+            cached = self._members = (ctx.snapshot, group_id, members)
+        return cached[2]
