@@ -113,6 +113,58 @@ def description(pid: str, n: int, ts_ms: int) -> bytes:
     )
 
 
+AGGREGATES = 20
+"""The described workload's aggregates: provider n is a member of ``agg-(n % 20)``."""
+
+
+def aggregate_metadata(a: int) -> dict[str, str]:
+    """An aggregate's metadata: allocation ratios equal to the inventories'
+    (so they change no capacity, yet every member's is computed through
+    them), a weigher's multiplier and a key for AggregateInstanceExtraSpecs."""
+    return {
+        "cpu_allocation_ratio": "4.0",
+        "ram_allocation_ratio": "1.0",
+        "ram_weight_multiplier": "1.0",
+        "ssd": "true" if a % 2 else "false",
+    }
+
+
+def aggregate_definitions(partition_keys: tuple[str, ...], ts_ms: int) -> list[tuple[int, bytes]]:
+    """Every aggregate's definition, a copy to each partition (as the edge
+    appends one): (partition, raw) pairs, keyed by ``partition_keys[p]``."""
+    return [
+        (
+            p,
+            dumps(
+                {
+                    "type": "aggregate_defined",
+                    "event_id": f"agg-{a}-{p}",
+                    "ts_ms": ts_ms,
+                    "partition_key": key,
+                    "aggregate_id": f"agg-{a}",
+                    "metadata": aggregate_metadata(a),
+                }
+            ),
+        )
+        for a in range(AGGREGATES)
+        for p, key in enumerate(partition_keys)
+    ]
+
+
+def aggregate_member(pid: str, n: int, ts_ms: int) -> bytes:
+    """Provider ``pid`` (the n-th) joins its aggregate."""
+    return dumps(
+        {
+            "type": "aggregate_member_added",
+            "event_id": f"join-{pid}",
+            "ts_ms": ts_ms,
+            "partition_key": pid,
+            "provider_id": pid,
+            "aggregate_id": f"agg-{n % AGGREGATES}",
+        }
+    )
+
+
 def metrics_report(pid: str, n: int, ts_ms: int) -> bytes:
     """A provider's metrics report as of ``ts_ms`` (Nova's compute monitors' names)."""
     load = (n * 7 + ts_ms // 1000) % 100

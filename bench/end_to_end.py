@@ -9,7 +9,9 @@ requests in waves (one view snapshot per wave, completed with the claims
 proposed since) with explain off and then on, the writers deciding in a
 thread beside the scheduler or in their own processes; only placements the
 writers accepted count. With --described every provider is described
-(zone, address, hypervisor, rack) and reports its metrics every 10 s while
+(zone, address, hypervisor, rack), is a member of one of 20 aggregates
+(allocation ratios, a weigher's multiplier, a key for extra specs, defined in
+every partition) and reports its metrics every 10 s while
 the requests are placed, appended from a thread as an agent would. The
 race scenario is 600 requests from 8 publisher processes for 50 providers
 that hold exactly 400 instances, with a projector process, on the embedded
@@ -34,7 +36,15 @@ from typing import Any
 
 from sqlalchemy import func, select
 
-from bench.common import description, metrics_report, note, timed
+from bench.common import (
+    AGGREGATES,
+    aggregate_member,
+    aggregate_metadata,
+    description,
+    metrics_report,
+    note,
+    timed,
+)
 from berth.app import App, Settings, tune_gc
 from berth.client import Publisher
 from berth.compile import compiled
@@ -107,9 +117,15 @@ def _setup(
     events = _cluster(providers, sizes)
     for start in range(0, len(events), 5000):
         publisher.publish(events[start : start + 5000])
-    if described:
+    if described:  # described, and members of aggregates defined in every partition
+        for a in range(AGGREGATES):
+            publisher.define_aggregate(f"agg-{a}", aggregate_metadata(a), event_id=f"agg-{a}")
         publisher.publish(
-            [decode_event(description(f"node-{n:06d}", n, 1)) for n in range(providers)]
+            [
+                decode_event(raw(f"node-{n:06d}", n, 1))
+                for n in range(providers)
+                for raw in (description, aggregate_member)
+            ]
         )
     catch_up_all(app.writers())
     return app

@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import (
+    aggregate_definitions,
+    aggregate_member,
     claim,
     description,
     lifecycle,
@@ -38,6 +40,7 @@ from berth.replay import default_jobs, replay
 from consumers.partition_writer import catch_up_all
 from ledger.log import Append
 from ledger.partitioner import partition_for
+from ledger.publisher import partition_keys
 from projections.projector import apply
 from projections.state import PartitionState
 from schemas.codec import decode_event
@@ -137,11 +140,14 @@ def _populate(app: App, providers: int, described: bool = False) -> list[str]:
         for pid in pids
         for raw in provider_events(pid, 1)
     ]
-    if described:
+    if described:  # described, and members of aggregates defined in every partition
+        keys = partition_keys(app.settings.partitions)
+        appends += [Append(p, keys[p].encode(), raw) for p, raw in aggregate_definitions(keys, 1)]
         appends += [
-            Append(p, pid.encode(), description(pid, int(pid[5:]), 1))
+            Append(p, pid.encode(), raw(pid, int(pid[5:]), 1))
             for p, pids in by_partition.items()
             for pid in pids
+            for raw in (description, aggregate_member)
         ]
     app.log.append(app.settings.topics.events, appends)
     return [pid for pids in by_partition.values() for pid in pids]
@@ -186,7 +192,8 @@ def bench_durable(
 ) -> dict[str, Any]:
     """Claims/s through append (fsync, group commit) + apply + view commit
     (outcomes published too), on the embedded log or on ``log_url``. With
-    ``described`` every provider has a description; with
+    ``described`` every provider has a description and is a member of one
+    of the aggregates (each defined in every partition); with
     ``report_every_ms`` each reports its metrics that often in log time,
     among the claims (``claims_per_ms`` of them a millisecond), and the
     time they take counts against the claims."""
@@ -385,8 +392,9 @@ def main() -> None:
     parser.add_argument(
         "--described",
         action="store_true",
-        help="durable: providers described, each reporting metrics every 10 s of log "
-        "time, claims at 20 a ms of log time",
+        help="durable: providers described and members of aggregates (20, with "
+        "allocation ratios), each reporting metrics every 10 s of log time, claims at "
+        "20 a ms of log time",
     )
     args = parser.parse_args()
     tune_gc()
