@@ -131,21 +131,31 @@ def _setup(
     return app
 
 
-def _reporting(app: App, providers: int, every_s: float, stop: threading.Event) -> None:
-    """Every provider's metrics report once every ``every_s``, spread evenly:
-    appended as an agent's publisher would, encoded beforehand."""
+def _reports(app: App, providers: int) -> list[Append]:
+    """Every provider's metrics report, encoded beforehand as an agent's
+    publisher would (an agent lives elsewhere: its encoding is not the
+    scheduler's work)."""
     partitions = app.settings.partitions
+    return [
+        Append(
+            partition_for(pid.encode(), partitions), pid.encode(), metrics_report(pid, n, NOW_MS)
+        )
+        for n in range(providers)
+        for pid in (f"node-{n:06d}",)
+    ]
+
+
+def _reporting(app: App, reports: list[Append], every_s: float, stop: threading.Event) -> None:
+    """Every provider's report once every ``every_s``, spread evenly."""
     tick_s = 0.05
-    per_tick = max(1, round(providers * tick_s / every_s))
+    per_tick = max(1, round(len(reports) * tick_s / every_s))
     n = 0
     while not stop.wait(tick_s):
-        appends = []
-        for _ in range(per_tick):
-            pid = f"node-{n % providers:06d}"
-            raw = metrics_report(pid, n % providers, NOW_MS)
-            appends.append(Append(partition_for(pid.encode(), partitions), pid.encode(), raw))
-            n += 1
-        app.log.append(app.settings.topics.events, appends)
+        app.log.append(
+            app.settings.topics.events,
+            [reports[(n + k) % len(reports)] for k in range(per_tick)],
+        )
+        n += per_tick
 
 
 def _projecting(writers: list[PartitionWriter], stop: threading.Event) -> None:
@@ -251,7 +261,8 @@ def sustained(
         projectors = _projectors(app.settings, writer_processes) if writer_processes else []
         if not projectors:
             projector.start()
-        reporter = threading.Thread(target=_reporting, args=(app, providers, 10.0, stop))
+        reports = _reports(app, providers) if described else []
+        reporter = threading.Thread(target=_reporting, args=(app, reports, 10.0, stop))
         if described:
             reporter.start()
         try:

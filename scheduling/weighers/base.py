@@ -19,13 +19,13 @@ from __future__ import annotations
 import logging
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import ClassVar
 
 import numpy as np
 
 from scheduling.filters.base import Context
-from scheduling.model import Aggregate, FloatArray, IntArray
+from scheduling.model import Aggregate, FloatArray, IntArray, Provider
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +41,8 @@ class Weigher(ABC):
     _overridden: tuple[Mapping[str, Aggregate], bool] | None = None
     """(aggregates, whether one of them sets ``multiplier_key``) for the last
     snapshot's aggregates, which its usage-only twins share."""
+    _by_row: tuple[Mapping[str, Aggregate], Sequence[Provider], FloatArray] | None = None
+    """(aggregates, providers, every provider's multiplier) of the last snapshot."""
 
     def __init__(self, multiplier: float = 1.0) -> None:
         self.multiplier = multiplier
@@ -89,33 +91,57 @@ class Weigher(ABC):
         return -self.multiplier if self.negated else self.multiplier
 
     def multipliers(self, ctx: Context, rows: IntArray) -> FloatArray:
-        """Per-row multiplier with per-aggregate overrides."""
-        out = np.full(len(rows), self.multiplier, dtype=np.float64)
-        if not ctx.snapshot.aggregates:
-            return -out if self.negated else out
-        for k, row in enumerate(rows):
-            values = []
-            for aggregate in ctx.snapshot.aggregates_of(int(row)):
-                raw = aggregate.metadata.get(self.multiplier_key)
-                if raw is None:
-                    continue
-                try:
-                    values.append(float(raw))
-                except ValueError:
-                    # Nova casts the whole set of aggregate values at once, so
-                    # one bad value discards the good ones too.
-                    log.warning(
-                        "aggregate %s: %s=%r is not a number; using %s",
-                        aggregate.name,
-                        self.multiplier_key,
-                        raw,
-                        self.multiplier,
+        """Per-row multiplier with per-aggregate overrides: every provider's,
+        worked out once per snapshot's providers (which its usage-only twins
+        share), each set of aggregates a provider is in once (few sets, many
+        providers)."""
+        snapshot = ctx.snapshot
+        aggregates = snapshot.aggregates
+        if not aggregates:
+            same = np.full(len(rows), self.multiplier, dtype=np.float64)
+            return -same if self.negated else same
+        memo = self._by_row
+        if memo is None or memo[0] is not aggregates or memo[1] is not snapshot.providers:
+            known: dict[frozenset[str], float] = {}
+            every = np.empty(snapshot.size, dtype=np.float64)
+            for row, provider in enumerate(snapshot.providers):
+                names = provider.aggregates
+                value = known.get(names)
+                if value is None:
+                    value = known[names] = self._override(
+                        [aggregates[n] for n in sorted(names) if n in aggregates]
                     )
-                    break
-            else:
-                if values:
-                    out[k] = min(values)
-        return -out if self.negated else out
+                every[row] = value
+            memo = self._by_row = (
+                aggregates,
+                snapshot.providers,
+                -every if self.negated else every,
+            )
+        out: FloatArray = memo[2][rows]
+        return out
+
+    def _override(self, member_of: list[Aggregate]) -> float:
+        """The multiplier of a provider in ``member_of``: the smallest of
+        their ``multiplier_key`` values, else the configured one."""
+        values = []
+        for aggregate in member_of:
+            raw = aggregate.metadata.get(self.multiplier_key)
+            if raw is None:
+                continue
+            try:
+                values.append(float(raw))
+            except ValueError:
+                # Nova casts the whole set of aggregate values at once, so
+                # one bad value discards the good ones too.
+                log.warning(
+                    "aggregate %s: %s=%r is not a number; using %s",
+                    aggregate.name,
+                    self.multiplier_key,
+                    raw,
+                    self.multiplier,
+                )
+                return self.multiplier
+        return min(values) if values else self.multiplier
 
 
 def accumulate(total: FloatArray, multiplier: float, normalised: FloatArray) -> None:
