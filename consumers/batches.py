@@ -193,6 +193,9 @@ class _Alone:
     attempts: int = 0
     votes: tuple[Vote, ...] = ()
     reason: str = ""
+    plan: _Planned = field(default_factory=lambda: _Planned([], {}))
+    """The last attempt's plan, and its instances' reservation ids."""
+    rids: dict[tuple[int, int], list[tuple[str, str]]] = field(default_factory=dict)
 
 
 class BatchScheduler:
@@ -279,14 +282,13 @@ class BatchScheduler:
         return [results[b.batch_id] for b in batches]
 
     def _round(self, waiting: list[_Alone], results: dict[str, BatchResult]) -> list[_Alone]:
-        """Plan and hold one round; those left for the next."""
+        """Plan and hold one round; those left for the next, in their order."""
         grouped = any(a.batch.members[0].group_id is not None for a in waiting)
         rules = self._rules() if grouped else {}
         board = self._board()
         busy: set[str] = set()
         later: list[_Alone] = []
-        txns: list[Txn] = []
-        planned: list[tuple[_Alone, _Planned, dict[tuple[int, int], list[tuple[str, str]]]]] = []
+        trying: list[tuple[_Alone, Txn]] = []
         for alone in waiting:
             batch = alone.batch
             gid = batch.members[0].group_id
@@ -295,59 +297,65 @@ class BatchScheduler:
                 results[batch.batch_id] = BatchResult(
                     batch.batch_id, "failed", attempts=alone.attempts + 1, reason=refused
                 )
-                continue
-            if gid is not None and gid in busy:
+            elif gid is not None and gid in busy:
                 later.append(alone)  # after this round's member of its group
-                continue
-            low, high = batch.bounds
-            plan = self._plan(batch, alone.tried, high, rules, board)
-            alone.attempts += 1
-            if len(plan.instances) < low:
-                results[batch.batch_id] = self._unplaceable(
-                    batch, plan, alone.attempts, alone.votes
-                )
-                continue
-            if gid is not None:
-                busy.add(gid)
-            txn = f"{batch.batch_id}.{alone.attempts}{self.generation}"
-            parts, rids = self._parts(batch, plan, txn)
-            needed = sum(map(len, rids.values())) if batch.mode != "at_least" else low
-            txns.append(
-                Txn(
-                    txn,
-                    batch.ts_ms,
-                    tuple(parts),
-                    needed,
-                    batch.mode != "at_least",
-                    batch.prepare_timeout_ms,
-                )
-            )
-            planned.append((alone, plan, rids))
-        for (alone, plan, rids), result in zip(
-            planned, self.coordinator.execute_many(txns), strict=True
-        ):
-            batch = alone.batch
-            done = self._settle(batch, plan, rids, result, batch.bounds[0])
-            if done is not None:
-                done.attempts = alone.attempts
-                done.offsets = dict(plan.offsets or {})
-                results[batch.batch_id] = done
-                continue
-            alone.votes, alone.reason = result.no_votes, result.reason
-            _exclude(alone.tried, result.no_votes)
-            if alone.attempts >= self.max_attempts:
-                results[batch.batch_id] = BatchResult(
-                    batch.batch_id,
-                    "failed",
-                    attempts=alone.attempts,
-                    reason=f"not held after {alone.attempts} attempts; last: {alone.reason}",
-                    no_votes=tuple(str(v) for v in alone.votes),
-                    offsets=dict(plan.offsets or {}),
-                )
             else:
+                txn = self._planned_txn(alone, rules, board)
+                if txn is None:
+                    results[batch.batch_id] = self._unplaceable(
+                        batch, alone.plan, alone.attempts, alone.votes
+                    )
+                    continue
+                if gid is not None:
+                    busy.add(gid)
+                trying.append((alone, txn))
+        held = self.coordinator.execute_many([txn for _, txn in trying])
+        for (alone, _), result in zip(trying, held, strict=True):
+            done = self._held(alone, result)
+            if done is None:
                 later.append(alone)
+            else:
+                results[alone.batch.batch_id] = done
         order = {id(a): n for n, a in enumerate(waiting)}
         return sorted(later, key=lambda a: order[id(a)])
+
+    def _planned_txn(
+        self, alone: _Alone, rules: Mapping[str, GroupRule], board: _Board
+    ) -> Txn | None:
+        """Plan ``alone``'s next attempt on ``board``: its transaction, or
+        None when too few instances can be placed."""
+        batch = alone.batch
+        low, high = batch.bounds
+        alone.plan = self._plan(batch, alone.tried, high, rules, board)
+        alone.attempts += 1
+        if len(alone.plan.instances) < low:
+            return None
+        tid = f"{batch.batch_id}.{alone.attempts}{self.generation}"
+        parts, alone.rids = self._parts(batch, alone.plan, tid)
+        atomic = batch.mode != "at_least"
+        needed = sum(map(len, alone.rids.values())) if atomic else low
+        return Txn(tid, batch.ts_ms, tuple(parts), needed, atomic, batch.prepare_timeout_ms)
+
+    def _held(self, alone: _Alone, result: TxnResult) -> BatchResult | None:
+        """``alone``'s answer once its transaction ran; None to try again."""
+        batch, plan = alone.batch, alone.plan
+        done = self._settle(batch, plan, alone.rids, result, batch.bounds[0])
+        if done is not None:
+            done.attempts = alone.attempts
+            done.offsets = dict(plan.offsets or {})
+            return done
+        alone.votes, alone.reason = result.no_votes, result.reason
+        _exclude(alone.tried, result.no_votes)
+        if alone.attempts < self.max_attempts:
+            return None
+        return BatchResult(
+            batch.batch_id,
+            "failed",
+            attempts=alone.attempts,
+            reason=f"not held after {alone.attempts} attempts; last: {alone.reason}",
+            no_votes=tuple(str(v) for v in alone.votes),
+            offsets=dict(plan.offsets or {}),
+        )
 
     def enqueue(self, batch: BatchRequest) -> None:
         self._arrivals += 1
