@@ -1,10 +1,11 @@
 """Builds the placement engine's snapshot from the SQL view.
 
 Usage, traits, aggregates, state, descriptions (zone, host, address,
-capabilities, metadata) and the latest metrics come from the providers and
-inventories tables; what is placed where (instances, server-group members,
-tags) from the active reservations. This is the scheduler's picture; it may be stale, and
-the partition's writer has the last word on every claim.
+capabilities, metadata, NUMA cells and PCI devices) and the latest metrics
+come from the providers and inventories tables; what is placed where
+(instances, server-group members, tags) from the active reservations. This is
+the scheduler's picture; it may be stale, and the partition's writer has the
+last word on every claim.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from projections.view.tables import (
 )
 from scheduling.balancers.base import Instance
 from scheduling.model import RESOURCE_ARRAYS, Aggregate, Provider, Snapshot
+from scheduling.topology import cells_of, devices_of
 
 _INCREMENTAL_LIMIT = 20_000
 """Reservations decided on since the last call above which a live snapshot
@@ -120,6 +122,8 @@ def _provider(
         build_failures=row.build_failures,
         host_ip=row.host_ip,
         metadata=row.metadata,
+        numa_cells=cells_of(row.numa_cells) if row.numa_cells else (),
+        pci_devices=devices_of(row.pci_devices) if row.pci_devices else (),
         instances=frozenset(instances.get(row.provider_id, ())),
         groups=dict(groups.get(row.provider_id, {})),
         tags=dict(tags.get(row.provider_id, {})),

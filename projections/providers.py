@@ -9,6 +9,7 @@ from ledger.partitioner import partition_for
 from projections.aggregates import effective_layout, over_capacity, relayout
 from projections.emitter import Emitter, missing_provider
 from projections.state import EMPTY_LAYOUT, Description, Metrics, PartitionState, ProviderState
+from projections.topology import topology_reasons
 from schemas.events import (
     AggregatesSet,
     InventorySet,
@@ -72,12 +73,23 @@ def described(state: PartitionState, event: ProviderDescribed, out: Emitter) -> 
         return
     held = provider.description
     unset = event.unset
+    cells = _field(event.numa_cells, held.numa_cells, "numa_cells" in unset) or ()
+    devices = _field(event.pci_devices, held.pci_devices, "pci_devices" in unset) or ()
+    if cells is not held.numa_cells or devices is not held.pci_devices:
+        reasons = topology_reasons(
+            pid, provider.topology_use, (held.numa_cells, held.pci_devices), (cells, devices)
+        )
+        if reasons:
+            out.emit(Kind.REJECTED, pid, tuple(reasons))
+            return
     provider.description = Description(
         _field(event.availability_zone, held.availability_zone, "availability_zone" in unset),
         _field(event.host, held.host, "host" in unset),
         _field(event.host_ip, held.host_ip, "host_ip" in unset),
         _field(event.capabilities, held.capabilities, "capabilities" in unset),
         _field(event.metadata, held.metadata, "metadata" in unset),
+        cells,
+        devices,
     )
     state.reshaped.add(pid)
     out.emit(Kind.APPLIED, pid)

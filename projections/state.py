@@ -13,6 +13,7 @@ from typing import Any
 from projections.placement.model import PlacementState
 from projections.pools import PoolState
 from schemas.events import MAX_AMOUNT, Inventory
+from schemas.topology import NumaCell, PciDevice
 
 HELD = 0
 CONSUMED = 1
@@ -70,7 +71,15 @@ class Description:
     business: the writer keeps it only to write it to the view). Shared,
     never changed: a new description is a new object."""
 
-    __slots__ = ("availability_zone", "capabilities", "host", "host_ip", "metadata")
+    __slots__ = (
+        "availability_zone",
+        "capabilities",
+        "host",
+        "host_ip",
+        "metadata",
+        "numa_cells",
+        "pci_devices",
+    )
 
     def __init__(
         self,
@@ -79,12 +88,35 @@ class Description:
         host_ip: str | None = None,
         capabilities: dict[str, Any] | None = None,
         metadata: dict[str, str] | None = None,
+        numa_cells: tuple[NumaCell, ...] | None = None,
+        pci_devices: tuple[PciDevice, ...] | None = None,
     ) -> None:
         self.availability_zone = availability_zone
         self.host = host
         self.host_ip = host_ip
         self.capabilities: dict[str, Any] = capabilities or {}
         self.metadata: dict[str, str] = metadata or {}
+        # sorted by cell id and by address (the event's validation sorts them)
+        self.numa_cells: tuple[NumaCell, ...] = numa_cells or ()
+        self.pci_devices: tuple[PciDevice, ...] = pci_devices or ()
+
+
+class TopologyUse:
+    """What reservations hold of a provider's NUMA cells and PCI devices:
+    device address -> reservation id, pinned CPU id -> reservation id, and
+    (cell id, page size in KiB) -> huge pages held. A description may not
+    take away what is held (``projections/topology.py``).
+
+    Nothing fills it yet: claims that carry their fit (issue 31 part 4)
+    count it in here as ``ProviderState.take`` counts amounts, and the
+    loader rebuilds it from the reservations' rows."""
+
+    __slots__ = ("cpus", "devices", "pages")
+
+    def __init__(self) -> None:
+        self.devices: dict[str, str] = {}
+        self.cpus: dict[int, str] = {}
+        self.pages: dict[tuple[int, int], int] = {}
 
 
 class Metrics:
@@ -124,6 +156,8 @@ class ProviderState:
     tag_counts: dict[str, int] | None = None
     group_counts: dict[str, int] | None = None
     description: Description = NO_DESCRIPTION
+    topology_use: TopologyUse | None = None
+    """What its reservations hold of its cells and devices; None: nothing."""
     metrics: Metrics = NO_METRICS
     own: Layout = EMPTY_LAYOUT
     """The layout of its inventory as set; ``layout`` is that with the

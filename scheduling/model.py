@@ -15,6 +15,8 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
+from scheduling.topology import HostCell, HostDevice
+
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
@@ -62,6 +64,10 @@ class Provider:
     host_ip: str | None = None
     build_failures: int = 0
     metadata: Mapping[str, str] = field(default_factory=dict)
+    numa_cells: tuple[HostCell, ...] = ()
+    """Its NUMA cells, by cell id (``scheduling/topology.py``)."""
+    pci_devices: tuple[HostDevice, ...] = ()
+    """The PCI devices it can pass through, by address."""
 
 
 def _identity(provider: Provider) -> tuple[object, ...]:

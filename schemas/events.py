@@ -13,6 +13,15 @@ from typing import Annotated, Any, Literal, Self
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator, model_validator
 
 from schemas.pool_space import PoolSpace
+from schemas.topology import (
+    MAX_CELLS,
+    MAX_DEVICES,
+    NumaCell,
+    PciDevice,
+    cells_missing,
+    check_cells,
+    check_devices,
+)
 
 MAX_AMOUNT = 2**31 - 1
 """Largest amount or inventory total (Placement's MAX_INT)."""
@@ -132,7 +141,18 @@ _CAPABILITY_TYPES: dict[str, tuple[type[Any], ...]] = {
 }
 """The capabilities Berth's filters and weighers read, and their JSON types."""
 
-DescribedField = Literal["availability_zone", "host", "host_ip", "capabilities", "metadata"]
+DescribedField = Literal[
+    "availability_zone", "host", "host_ip", "capabilities", "metadata", "numa_cells", "pci_devices"
+]
+DESCRIBED_FIELDS: tuple[DescribedField, ...] = (
+    "availability_zone",
+    "host",
+    "host_ip",
+    "capabilities",
+    "metadata",
+    "numa_cells",
+    "pci_devices",
+)
 
 
 def _check_capabilities(capabilities: dict[str, Any]) -> None:
@@ -164,9 +184,11 @@ def _check_capabilities(capabilities: dict[str, Any]) -> None:
 
 class ProviderDescribed(ProviderEvent):
     """What the scheduler knows of a provider beyond its inventory: its
-    availability zone, host name and address, hypervisor facts and free-form
-    metadata. Only the fields given change (``capabilities`` and ``metadata``
-    each as a whole); ``unset`` names those to clear."""
+    availability zone, host name and address, hypervisor facts, free-form
+    metadata, its NUMA cells and its PCI devices (``schemas/topology.py``).
+    Only the fields given change (``capabilities``, ``metadata``,
+    ``numa_cells`` and ``pci_devices`` each as a whole); ``unset`` names
+    those to clear."""
 
     type: Literal["provider_described"] = "provider_described"
     availability_zone: Identifier | None = None
@@ -174,6 +196,8 @@ class ProviderDescribed(ProviderEvent):
     host_ip: Annotated[str, Field(min_length=2, max_length=64)] | None = None
     capabilities: dict[MetadataKey, JsonValue] | None = Field(default=None, max_length=64)
     metadata: dict[MetadataKey, MetadataValue] | None = Field(default=None, max_length=128)
+    numa_cells: tuple[NumaCell, ...] | None = Field(default=None, max_length=MAX_CELLS)
+    pci_devices: tuple[PciDevice, ...] | None = Field(default=None, max_length=MAX_DEVICES)
     unset: frozenset[DescribedField] = frozenset()
 
     @field_validator("host_ip")
@@ -190,18 +214,35 @@ class ProviderDescribed(ProviderEvent):
             _check_capabilities(capabilities)
         return capabilities
 
+    @field_validator("numa_cells")
+    @classmethod
+    def _cells_apart(cls, cells: tuple[NumaCell, ...] | None) -> tuple[NumaCell, ...] | None:
+        if cells is not None:
+            check_cells(cells)
+            return tuple(sorted(cells, key=lambda cell: cell.cell_id))
+        return cells
+
+    @field_validator("pci_devices")
+    @classmethod
+    def _devices_apart(cls, devices: tuple[PciDevice, ...] | None) -> tuple[PciDevice, ...] | None:
+        if devices is not None:
+            check_devices(devices)
+            return tuple(sorted(devices, key=lambda device: device.address))
+        return devices
+
     @model_validator(mode="after")
     def _says_something(self) -> Self:
-        given = {
-            name
-            for name in ("availability_zone", "host", "host_ip", "capabilities", "metadata")
-            if getattr(self, name) is not None
-        }
+        given = {name for name in DESCRIBED_FIELDS if getattr(self, name) is not None}
         both = given & self.unset
         if both:
             raise ValueError(f"{', '.join(sorted(both))}: both given and unset")
         if not given and not self.unset:
             raise ValueError("a description sets or unsets at least one field")
+        # given together, cells and devices agree here; given apart, the
+        # writer checks them against what the provider holds
+        missing = cells_missing(self.numa_cells or (), self.pci_devices or ())
+        if missing:
+            raise ValueError("; ".join(missing))
         return self
 
 

@@ -53,6 +53,12 @@ class Code(IntEnum):
     INVENTORY_IN_USE = 25
     AGGREGATE_NOT_FOUND = 26
     """No definition of the aggregate has reached this partition."""
+    TOPOLOGY_IN_USE = 27
+    """A description would remove or change a PCI device, a pinned CPU or
+    huge pages that reservations hold."""
+    NUMA_CELL_NOT_DESCRIBED = 28
+    """A description would leave a PCI device on a NUMA cell the provider
+    does not have."""
     ANTI_AFFINITY_CONFLICT = 30
     # server groups (``server_group_created``): the group's partition decides
     GROUP_NOT_FOUND = 33

@@ -21,6 +21,7 @@ from typing import Any
 
 from projections.projector import apply
 from projections.state import PartitionState
+from schemas.codec import validate_event
 from schemas.events import (
     AggregatesSet,
     Claim,
@@ -153,6 +154,25 @@ def describe(
     return ProviderDescribed(
         event_id=_eid(event_id), ts_ms=ts, partition_key=pid, provider_id=pid, **fields
     )
+
+
+def topology(
+    pid: str, *, ts: int = 0, event_id: str | None = None, **fields: Any
+) -> ProviderDescribed:
+    """A description as a client gives it, lists and mappings validated as
+    the edge does: ``topology("n1", numa_cells=[{"cell_id": 0, ...}])``."""
+    event = validate_event(
+        {
+            "type": "provider_described",
+            "event_id": _eid(event_id),
+            "ts_ms": ts,
+            "partition_key": pid,
+            "provider_id": pid,
+            **fields,
+        }
+    )
+    assert isinstance(event, ProviderDescribed)
+    return event
 
 
 def report(

@@ -45,6 +45,7 @@ from projections.view.tables import (
 )
 from schemas.events import ClaimItem, ClaimSpec, IdentifierItem, Inventory
 from schemas.pool_space import PoolSpace
+from schemas.topology import NumaCell, PciDevice
 
 _ACTIVE = {"held": HELD, "consumed": CONSUMED, "pending": HELD}
 """Statuses of live reservations (a pending hold is held until its deadline)."""
@@ -114,9 +115,25 @@ def _load_aggregates(conn: Connection, state: PartitionState) -> None:
 
 
 def _description(row: Any) -> Description:
-    if not (row.availability_zone or row.host or row.host_ip or row.capabilities or row.metadata):
+    if not (
+        row.availability_zone
+        or row.host
+        or row.host_ip
+        or row.capabilities
+        or row.metadata
+        or row.numa_cells
+        or row.pci_devices
+    ):
         return NO_DESCRIPTION
-    return Description(row.availability_zone, row.host, row.host_ip, row.capabilities, row.metadata)
+    return Description(
+        row.availability_zone,
+        row.host,
+        row.host_ip,
+        row.capabilities,
+        row.metadata,
+        tuple(NumaCell.model_validate(cell, strict=False) for cell in row.numa_cells),
+        tuple(PciDevice.model_validate(device, strict=False) for device in row.pci_devices),
+    )
 
 
 def _metrics(row: Any) -> Metrics:

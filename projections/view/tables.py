@@ -77,6 +77,10 @@ providers = Table(
     Column("host_ip", String(64)),
     Column("capabilities", JSON, nullable=False, server_default="{}"),
     Column("metadata", JSON, nullable=False, server_default="{}"),
+    # its NUMA cells and PCI devices, each as a list in the event's form
+    # (schemas/topology.py): sorted by cell id and by address
+    Column("numa_cells", JSON, nullable=False, server_default="[]"),
+    Column("pci_devices", JSON, nullable=False, server_default="[]"),
     # its latest metrics report (metrics_reported), as of metrics_at_ms
     Column("metrics", JSON, nullable=False, server_default="{}"),
     Column("metrics_at_ms", BigInteger),

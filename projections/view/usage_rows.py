@@ -16,6 +16,7 @@ from projections.view.plan import Plan, chunks
 from projections.view.tables import aggregates, inventories, pools, providers
 from schemas.events import PoolDefined
 from schemas.outcomes import Kind
+from schemas.topology import NumaCell, PciDevice
 
 _UPDATE_USAGE = (
     "UPDATE inventories SET held = ?, consumed = ?, free = ? "
@@ -91,8 +92,8 @@ def _write_metrics(plan: Plan, state: PartitionState, metered: list[str], offset
 _INSERT_PROVIDER = (
     'INSERT INTO providers (provider_id, "partition", name, state, traits, aggregates, '
     "active_reservations, updated_offset, availability_zone, host, host_ip, capabilities, "
-    "metadata, metrics, metrics_at_ms, num_io_ops, build_failures) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    "metadata, numa_cells, pci_devices, metrics, metrics_at_ms, num_io_ops, build_failures) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _INSERT_INVENTORY = (
     'INSERT INTO inventories (provider_id, resource_class, "partition", total, reserved, '
@@ -102,6 +103,14 @@ _INSERT_INVENTORY = (
 # SQLAlchemy's JSON type writes json.dumps' default form: rows written here
 # read back the same as rows it wrote
 _json_column = json.dumps
+
+
+def topology_json(items: tuple[NumaCell, ...] | tuple[PciDevice, ...]) -> str:
+    """Cells or devices as the view's JSON column holds them: each in its
+    event's form, defaults included, so a reader needs no defaults of its own."""
+    if not items:
+        return "[]"
+    return _json_column([item.model_dump(mode="json") for item in items])
 
 
 def _rewrite_providers(plan: Plan, state: PartitionState, reshaped: list[str], offset: int) -> None:
@@ -134,6 +143,8 @@ def _provider_row(provider: ProviderState, partition: int, offset: int) -> tuple
         described.host_ip,
         _json_column(described.capabilities),
         _json_column(described.metadata),
+        topology_json(described.numa_cells),
+        topology_json(described.pci_devices),
         _json_column(metrics.values),
         metrics.at_ms,
         metrics.num_io_ops,

@@ -32,7 +32,7 @@ from projections.view.tables import (
 )
 from projections.view.writer import StaleBatch, ViewWriter
 from schemas.codec import encode_event
-from schemas.events import Claim, ClaimSpec, Event
+from schemas.events import DESCRIBED_FIELDS, Claim, ClaimSpec, Event
 from schemas.outcomes import Code, Kind, Outcome
 from tests.builders import (
     claim,
@@ -43,6 +43,7 @@ from tests.builders import (
     renew,
     retire,
     tick,
+    topology,
     with_ts,
 )
 from tests.txn_builders import claim_set, decide, ids, pool, release_consumer, spec, take
@@ -67,6 +68,41 @@ def scenario() -> list[Event]:
         *provider("n3", ts=201, VCPU=2),
         retire("n3", ts=202),
         claim("r6", "n1", ts=203, VCPU=1, MEMORY_MB=64),
+        topology(
+            "n1",
+            ts=203,
+            numa_cells=[
+                {
+                    "cell_id": 0,
+                    "cpus": [0, 1, 2, 3],
+                    "siblings": [[0, 2], [1, 3]],
+                    "dedicated": [2, 3],
+                    "shared": [0],
+                    "memory_mb": 2048,
+                    "huge_pages": [{"size_kb": 2048, "total": 256}],
+                },
+                {"cell_id": 1, "cpus": [4, 5, 6, 7], "memory_mb": 2048},
+            ],
+            pci_devices=[
+                {
+                    "address": "0000:81:00.0",
+                    "vendor_id": "8086",
+                    "product_id": "1572",
+                    "device_type": "type-PF",
+                    "numa_node": 1,
+                },
+                {
+                    "address": "0000:81:00.1",
+                    "vendor_id": "8086",
+                    "product_id": "154c",
+                    "device_type": "type-VF",
+                    "parent_address": "0000:81:00.0",
+                    "numa_node": 1,
+                    "physical_network": "physnet1",
+                    "tags": {"trusted": "true"},
+                },
+            ],
+        ),
     ]
 
 
@@ -504,7 +540,7 @@ def _assert_same_state(a: PartitionState, b: PartitionState) -> None:
         assert (p.tag_counts or {}) == (q.tag_counts or {})
         assert (p.group_counts or {}) == (q.group_counts or {})
         mine, yours = p.description, q.description
-        for name in ("availability_zone", "host", "host_ip", "capabilities", "metadata"):
+        for name in DESCRIBED_FIELDS:
             assert getattr(mine, name) == getattr(yours, name), (pid, name)
         metrics, theirs = p.metrics, q.metrics
         assert (metrics.values, metrics.at_ms, metrics.num_io_ops, metrics.build_failures) == (

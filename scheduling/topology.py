@@ -1,0 +1,75 @@
+"""A provider's NUMA cells and PCI devices as the engine reads them.
+
+Slim frozen records made from the view's JSON columns (written by the
+partition's writer from events ``schemas/topology.py`` validated), so a
+snapshot of thousands of providers builds them without validating again.
+CPU sets are frozensets, for the fitting the NUMA filter does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class HostCell:
+    """One host NUMA cell: its CPUs, those for pinned guests (``dedicated``)
+    and for floating ones (``shared``), its hardware-thread siblings, its
+    memory and its huge pages (page size in KiB -> pages)."""
+
+    cell_id: int
+    cpus: frozenset[int]
+    dedicated: frozenset[int] = frozenset()
+    shared: frozenset[int] = frozenset()
+    siblings: tuple[frozenset[int], ...] = ()
+    memory_mb: int = 0
+    huge_pages: Mapping[int, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class HostDevice:
+    """One PCI device the provider can pass through."""
+
+    address: str
+    vendor_id: str
+    product_id: str
+    device_type: str = "type-PCI"  # type-PCI | type-PF | type-VF
+    parent_address: str | None = None
+    numa_node: int | None = None
+    physical_network: str | None = None
+    tags: Mapping[str, str] = field(default_factory=dict)
+
+
+def cells_of(rows: Sequence[Mapping[str, Any]]) -> tuple[HostCell, ...]:
+    """The view's ``numa_cells`` column as records."""
+    return tuple(
+        HostCell(
+            cell_id=row["cell_id"],
+            cpus=frozenset(row["cpus"]),
+            dedicated=frozenset(row["dedicated"]),
+            shared=frozenset(row["shared"]),
+            siblings=tuple(frozenset(group) for group in row["siblings"]),
+            memory_mb=row["memory_mb"],
+            huge_pages={p["size_kb"]: p["total"] for p in row["huge_pages"]},
+        )
+        for row in rows
+    )
+
+
+def devices_of(rows: Sequence[Mapping[str, Any]]) -> tuple[HostDevice, ...]:
+    """The view's ``pci_devices`` column as records."""
+    return tuple(
+        HostDevice(
+            address=row["address"],
+            vendor_id=row["vendor_id"],
+            product_id=row["product_id"],
+            device_type=row["device_type"],
+            parent_address=row["parent_address"],
+            numa_node=row["numa_node"],
+            physical_network=row["physical_network"],
+            tags=row["tags"],
+        )
+        for row in rows
+    )
