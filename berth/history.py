@@ -256,6 +256,8 @@ def _described(p: dict[str, Any]) -> list[str]:
         lines.append(f"    capabilities {json.dumps(p['capabilities'], sort_keys=True)}")
     if p["metadata"]:
         lines.append(f"    metadata {json.dumps(p['metadata'], sort_keys=True)}")
+    lines.extend(_cells(p["numa_cells"]))
+    lines.extend(_devices(p["pci_devices"]))
     if p["metrics_at_ms"] is not None:
         shown = ", ".join(f"{k}={v:g}" for k, v in sorted(p["metrics"].items())) or "none"
         lines.append(
@@ -263,6 +265,51 @@ def _described(p: dict[str, Any]) -> list[str]:
             f"{p['build_failures']} build failures"
         )
     return lines
+
+
+def _cells(cells: list[dict[str, Any]]) -> list[str]:
+    """One line per NUMA cell: its CPUs as ranges, how they are set apart,
+    its memory and huge pages."""
+    lines = []
+    for c in cells:
+        parts = [f"cpus {_ranges(c['cpus']) or 'none'}"]
+        for name in ("dedicated", "shared"):
+            if c[name]:
+                parts.append(f"{name} {_ranges(c[name])}")
+        if c["siblings"]:
+            parts.append("siblings " + " ".join(_ranges(g) for g in c["siblings"]))
+        parts.append(f"{c['memory_mb']} MiB")
+        parts.extend(f"{p['total']} pages of {p['size_kb']} KiB" for p in c["huge_pages"])
+        lines.append(f"    NUMA cell {c['cell_id']}: " + ", ".join(parts))
+    return lines
+
+
+def _devices(devices: list[dict[str, Any]]) -> list[str]:
+    """One line per PCI device: address, type, ids, and what places it."""
+    lines = []
+    for d in devices:
+        parts = [f"{d['vendor_id']}:{d['product_id']}"]
+        if d["parent_address"] is not None:
+            parts.append(f"of {d['parent_address']}")
+        if d["numa_node"] is not None:
+            parts.append(f"cell {d['numa_node']}")
+        if d["physical_network"] is not None:
+            parts.append(f"network {d['physical_network']}")
+        if d["tags"]:
+            parts.append(f"tags {json.dumps(d['tags'], sort_keys=True)}")
+        lines.append(f"    PCI {d['address']} {d['device_type']}: " + ", ".join(parts))
+    return lines
+
+
+def _ranges(ids: list[int]) -> str:
+    """Sorted CPU ids as ranges: ``0-3,8,10-11``."""
+    spans: list[list[int]] = []
+    for cpu in ids:
+        if spans and cpu == spans[-1][1] + 1:
+            spans[-1][1] = cpu
+        else:
+            spans.append([cpu, cpu])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
 
 
 def _step_line(step: Step) -> str:

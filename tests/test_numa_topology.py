@@ -14,6 +14,7 @@ from sqlalchemy import select
 
 from berth.app import App, Settings
 from berth.client import Publisher, PublishError
+from berth.history import read_history, render
 from berth.replay import replay
 from consumers.partition_writer import PartitionWriter, catch_up_all
 from consumers.snapshot_source import LiveSnapshot, snapshot_from_view
@@ -405,3 +406,15 @@ def test_a_bad_record_in_the_log_is_a_dead_letter_and_the_writer_goes_on(tmp_pat
     assert "CPU 2 both dedicated and shared" in dead
     assert [c["cell_id"] for c in cells] == [0]
 
+
+def test_history_shows_them(tmp_path: Path) -> None:
+    settings = Settings(data_dir=tmp_path / "data", partitions=1)
+    with App(settings) as app:
+        _publish_topology(app)
+        catch_up_all(app.writers())
+        text = render(read_history(app.engine, "n1"))
+    assert "    NUMA cell 0: cpus 0-3, dedicated 2-3, shared 0-1, siblings 0-1 2-3, " in text
+    assert "4096 MiB, 512 pages of 2048 KiB" in text
+    assert f"    PCI {VF2} type-VF: 8086:154c, of {PF}, cell 1, network physnet1, " in text
+    assert 'tags {"trusted": "true"}' in text
+    assert f"    PCI {GPU} type-PCI: 10de:1db4, cell 1" in text

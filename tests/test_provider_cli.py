@@ -176,3 +176,101 @@ def test_explain_says_what_a_request_names_nothing(tmp_path: Path, cli: Cli) -> 
         "explain", "--resources", "VCPU=1", "--image-property", "hw_architecture=x86_64", *data
     )
     assert code == 1 and "0 providers considered" in out
+
+
+TOPOLOGY_TOML = """
+[[numa_cells]]
+cell_id = 0
+cpus = [0, 1, 2, 3]
+siblings = [[0, 1], [2, 3]]
+shared = [0, 1]
+dedicated = [2, 3]
+memory_mb = 8192
+huge_pages = [{ size_kb = 2048, total = 1024 }]
+
+[[numa_cells]]
+cell_id = 1
+cpus = [4, 5, 6, 7]
+dedicated = [4, 5, 6, 7]
+memory_mb = 8192
+
+[[pci_devices]]
+address = "0000:81:00.0"
+vendor_id = "8086"
+product_id = "1572"
+device_type = "type-PF"
+numa_node = 1
+
+[[pci_devices]]
+address = "0000:81:00.1"
+vendor_id = "8086"
+product_id = "154c"
+device_type = "type-VF"
+parent_address = "0000:81:00.0"
+numa_node = 1
+physical_network = "physnet1"
+"""
+
+
+def test_describe_a_topology_from_a_file(projector: list[str], cli: Cli, tmp_path: Path) -> None:
+    assert cli("provider", "register", "n1", *projector, "--wait")[0] == 0
+    toml = tmp_path / "n1.toml"
+    toml.write_text(TOPOLOGY_TOML)
+    code, out, _ = cli("provider", "describe", "n1", "--topology", str(toml), *projector, "--wait")
+    assert code == 0 and _decision(out)["kind"] == "applied"
+    # devices alone, from JSON, on a cell n1 does not have: the writer refuses
+    moved = tmp_path / "devices.json"
+    moved.write_text(
+        json.dumps(
+            {
+                "pci_devices": [
+                    {"address": "0000:3b:00.0", "vendor_id": "10de", "product_id": "1db4",
+                     "numa_node": 2}
+                ]
+            }
+        )
+    )  # fmt: skip
+    code, out, _ = cli("provider", "describe", "n1", "--topology", str(moved), *projector, "--wait")
+    assert code == 1 and _decision(out)["reasons"] == [
+        {
+            "code": "NUMA_CELL_NOT_DESCRIBED",
+            "provider_id": "n1",
+            "detail": "device 0000:3b:00.0 is on NUMA cell 2, which is not described",
+        }
+    ]
+    code, out, _ = cli("history", "n1", *projector, "--no-records")
+    assert code == 0
+    assert (
+        "    NUMA cell 0: cpus 0-3, dedicated 2-3, shared 0-1, siblings 0-1 2-3, 8192 MiB, "
+        "1024 pages of 2048 KiB" in out
+    )
+    assert "    NUMA cell 1: cpus 4-7, dedicated 4-7, 8192 MiB" in out
+    assert (
+        "    PCI 0000:81:00.1 type-VF: 8086:154c, of 0000:81:00.0, cell 1, network physnet1" in out
+    )
+    assert "PCI 0000:3b:00.0" not in out
+    assert "(device 0000:3b:00.0 is on NUMA cell 2, which is not described)" in out
+    code, out, _ = cli("provider", "describe", "n1", "--unset", "pci_devices", *projector, "--wait")
+    assert code == 0 and _decision(out)["kind"] == "applied"
+    code, out, _ = cli("history", "n1", *projector, "--no-records")
+    assert "NUMA cell 1" in out and "PCI" not in out
+
+
+def test_a_topology_file_the_edge_refuses(tmp_path: Path, cli: Cli) -> None:
+    data = ["--data-dir", str(tmp_path / "data")]
+    bad = tmp_path / "bad.toml"
+    bad.write_text(TOPOLOGY_TOML.replace("cpus = [4, 5, 6, 7]", "cpus = [3, 4, 5, 6, 7]"))
+    code, out, err = cli("provider", "describe", "n1", "--topology", str(bad), *data)
+    assert (code, out) == (2, "") and "CPU 3 is in cell 0 and in cell 1" in err
+    other = tmp_path / "other.json"
+    other.write_text('{"numa_cells": [], "host": "h1"}')
+    code, _, err = cli("provider", "describe", "n1", "--topology", str(other), *data)
+    assert code == 2 and "gives numa_cells or pci_devices, not host" in err
+    code, _, err = cli("provider", "describe", "n1", "--topology", str(tmp_path / "no"), *data)
+    assert code == 2 and "No such file or directory" in err
+    broken = tmp_path / "broken.toml"
+    broken.write_text("[[numa_cells]\n")
+    code, _, err = cli("provider", "describe", "n1", "--topology", str(broken), *data)
+    assert code == 2 and f"--topology {broken}:" in err
+    with App(Settings(data_dir=tmp_path / "data")) as app:
+        assert app.log.end_offset(app.settings.topics.events, 0) == 0

@@ -6,7 +6,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tomllib
 import uuid
+from pathlib import Path
 from typing import get_args
 
 from berth.app import App
@@ -57,7 +59,8 @@ def add_commands(commands: Commands) -> None:
     )
     describe = provider_command(
         "describe",
-        "set the provider's zone, host, address, capabilities or metadata (only those given)",
+        "set the provider's zone, host, address, capabilities, metadata, NUMA cells or PCI "
+        "devices (only those given)",
     )
     describe.add_argument("--availability-zone", default=None)
     describe.add_argument("--host", default=None, help="its host name (default: its name)")
@@ -76,6 +79,16 @@ def add_commands(commands: Commands) -> None:
         default=None,
         metavar="KEY=VALUE",
         help="free-form metadata, replacing what is held (repeat for each key)",
+    )
+    describe.add_argument(
+        "--topology",
+        default=None,
+        metavar="FILE",
+        help="its NUMA cells and/or PCI devices, each replacing what is held: a JSON or TOML "
+        "(.toml) file with numa_cells = [{cell_id, cpus, siblings, dedicated, shared, "
+        "memory_mb, huge_pages = [{size_kb, total}]}] and pci_devices = [{address, vendor_id, "
+        "product_id, device_type, parent_address, numa_node, physical_network, tags}] "
+        "(docs/scheduling.md, NUMA cells and PCI devices)",
     )
     describe.add_argument(
         "--unset",
@@ -194,7 +207,29 @@ def _description(args: argparse.Namespace) -> dict[str, object]:
             raise ValueError(f"--capabilities is not JSON: {error}") from None
     if args.metadata is not None:
         fields["metadata"] = dict(_pair(item, "--metadata KEY=VALUE") for item in args.metadata)
+    if args.topology is not None:
+        fields.update(read_topology(Path(args.topology)))
     return fields
+
+
+TOPOLOGY_KEYS = ("numa_cells", "pci_devices")
+
+
+def read_topology(path: Path) -> dict[str, object]:
+    """A topology file's ``numa_cells`` and ``pci_devices`` (ValueError
+    naming the file when it cannot be read or says anything else)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+        data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
+    except (OSError, ValueError) as error:  # JSON's and TOML's errors are ValueErrors
+        raise ValueError(f"--topology {path}: {error}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"--topology {path}: a table of {' and '.join(TOPOLOGY_KEYS)}")
+    other = sorted(set(data) - set(TOPOLOGY_KEYS))
+    if other or not data:
+        said = f"not {', '.join(other)}" if other else "neither is given"
+        raise ValueError(f"--topology {path}: gives numa_cells or pci_devices, {said}")
+    return dict(data)
 
 
 def _metrics(args: argparse.Namespace) -> dict[str, object]:
