@@ -6,12 +6,14 @@ the restarted writer, replayed exactly."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from sqlalchemy import select
 
+from berth.api import Api
 from berth.app import App, Settings
 from berth.client import Publisher, PublishError
 from berth.history import read_history, render
@@ -27,6 +29,8 @@ from schemas.codec import EventDecodeError, decode_event, encode_event, validate
 from schemas.events import Event, ProviderDescribed
 from tests.builders import briefs, fresh_state, provider, run
 from tests.builders import topology as described
+from tests.conftest import Cli
+from tests.http_calls import call, deciding, serving
 
 PF = "0000:81:00.0"
 VF1 = "0000:81:00.1"
@@ -418,3 +422,51 @@ def test_history_shows_them(tmp_path: Path) -> None:
     assert f"    PCI {VF2} type-VF: 8086:154c, of {PF}, cell 1, network physnet1, " in text
     assert 'tags {"trusted": "true"}' in text
     assert f"    PCI {GPU} type-PCI: 10de:1db4, cell 1" in text
+
+
+def test_the_api_takes_a_topology_and_shows_it(tmp_path: Path, cli: Cli) -> None:
+    settings = Settings(data_dir=tmp_path / "data", partitions=2)
+    with App(settings) as app, serving(Api(app)) as url, deciding(app):
+        now = int(time.time() * 1000)
+        events = [*provider("n1", ts=now, VCPU=8), topology("n1", ts=now, numa_cells=[cell(0, 0)])]
+        status, reply = call(url, "/v1/events?wait=30", _json(*events))
+        assert status == 200
+        assert {o["kind"] for d in reply["decisions"].values() for o in d} == {"applied"}
+        # refused at the edge, with the reason, and nothing appended: a rule
+        # beyond the document's types is the API's 409
+        ends = [app.log.end_offset(settings.topics.events, p) for p in range(2)]
+        bad = fields_of("n1", ts=now, numa_cells=[cell(0, 0), cell(1, 3)])
+        status, reply = call(url, "/v1/events", [bad])
+        assert status == 409, reply
+        assert [e["detail"] for e in reply["errors"]] == [
+            "/0/numa_cells: Value error, CPU 3 is in cell 0 and in cell 1"
+        ]
+        # and an unknown device type, the document's own: 422
+        gpu = {**nic()[3], "device_type": "type-GPU"}
+        status, reply = call(url, "/v1/events", [fields_of("n1", ts=now, pci_devices=[gpu])])
+        assert status == 422 and "type-PCI" in reply["errors"][0]["detail"]
+        assert [app.log.end_offset(settings.topics.events, p) for p in range(2)] == ends
+        # through the CLI's --api: the writer refuses devices on a cell n1 lacks
+        devices = tmp_path / "devices.json"
+        devices.write_text(json.dumps({"pci_devices": nic(numa_node=1)}))
+        code, out, _ = cli(
+            "provider", "describe", "n1", "--topology", str(devices), "--api", url, "--wait"
+        )
+        decided = json.loads(out.splitlines()[1])
+        assert code == 1 and decided["reasons"][0]["code"] == "NUMA_CELL_NOT_DESCRIBED"
+        devices.write_text(json.dumps({"pci_devices": nic(numa_node=0)}))
+        code, out, _ = cli(
+            "provider", "describe", "n1", "--topology", str(devices), "--api", url, "--wait"
+        )
+        assert code == 0
+        status, reply = call(url, "/v1/history/n1?records=0")
+    assert status == 200
+    shown = reply["provider"]
+    given = topology("n1", numa_cells=[cell(0, 0)]).model_dump(mode="json")
+    assert shown["numa_cells"] == given["numa_cells"]
+    assert [d["address"] for d in shown["pci_devices"]] == [GPU, PF, VF1, VF2]
+    assert shown["pci_devices"][3]["tags"] == {"trusted": "true"}
+
+
+def _json(*events: Event) -> list[Any]:
+    return [json.loads(encode_event(e)) for e in events]
