@@ -26,14 +26,17 @@ from projections.view.tables import (
     inventories,
     outcomes,
     partition_offsets,
+    provider_columns,
     providers,
     reservations,
     server_group_members,
 )
 from scheduling.balancers.base import Instance
 from scheduling.model import RESOURCE_ARRAYS, Aggregate, Provider, Snapshot
-from scheduling.topology import cells_of, devices_of
+from scheduling.topology import cells_in, devices_in
 
+_PROVIDER_COLUMNS = provider_columns()
+"""A provider's row, its topology as text (parsed once per distinct text)."""
 _INCREMENTAL_LIMIT = 20_000
 """Reservations decided on since the last call above which a live snapshot
 reads everything again instead."""
@@ -122,8 +125,8 @@ def _provider(
         build_failures=row.build_failures,
         host_ip=row.host_ip,
         metadata=row.metadata,
-        numa_cells=cells_of(row.numa_cells) if row.numa_cells else (),
-        pci_devices=devices_of(row.pci_devices) if row.pci_devices else (),
+        numa_cells=cells_in(row.numa_cells),
+        pci_devices=devices_in(row.pci_devices),
         instances=frozenset(instances.get(row.provider_id, ())),
         groups=dict(groups.get(row.provider_id, {})),
         tags=dict(tags.get(row.provider_id, {})),
@@ -240,7 +243,7 @@ def _record(row: Any, placements: _Placements | None) -> Provider:
 def _read(conn: Connection, placements: bool, active: Sequence[Row[Any]] | None = None) -> Snapshot:
     """The snapshot; with ``placements``, what is placed where, from
     ``active`` (see :func:`_active`) if the caller read it already."""
-    provider_rows = conn.execute(select(providers).order_by(providers.c.provider_id)).all()
+    provider_rows = conn.execute(select(*_PROVIDER_COLUMNS).order_by(providers.c.provider_id)).all()
     usage = _usage(conn)
     if active is None:
         active = _active(conn) if placements else ()
@@ -354,7 +357,7 @@ class LiveSnapshot:
                 return self.snapshot
             changed = list(
                 conn.execute(
-                    select(providers).where(
+                    select(*_PROVIDER_COLUMNS).where(
                         or_(
                             *(
                                 (providers.c.partition == p)
@@ -375,7 +378,9 @@ class LiveSnapshot:
                 touched -= {row.provider_id for row in changed}
                 if touched:
                     changed += conn.execute(
-                        select(providers).where(providers.c.provider_id.in_(sorted(touched)))
+                        select(*_PROVIDER_COLUMNS).where(
+                            providers.c.provider_id.in_(sorted(touched))
+                        )
                     ).all()
             reported = self._reported_since(conn, moved, {row.provider_id for row in changed})
             if not changed:
@@ -520,7 +525,7 @@ class LiveSnapshot:
     def _full(self, conn: Connection, offsets: dict[int, int]) -> Snapshot:
         if self.keeps_placements:
             self.placements = _placements(_active(conn, reservations.c.reservation_id))
-        rows = conn.execute(select(providers).order_by(providers.c.provider_id)).all()
+        rows = conn.execute(select(*_PROVIDER_COLUMNS).order_by(providers.c.provider_id)).all()
         records = [_record(row, self.placements) for row in rows]
         self.snapshot = Snapshot.build(records, _usage(conn), _aggregates(conn))
         self.seen = offsets

@@ -75,6 +75,7 @@ def described(state: PartitionState, event: ProviderDescribed, out: Emitter) -> 
     unset = event.unset
     cells = _field(event.numa_cells, held.numa_cells, "numa_cells" in unset) or ()
     devices = _field(event.pci_devices, held.pci_devices, "pci_devices" in unset) or ()
+    texts: tuple[str, str] | None = (held.numa_cells_json, held.pci_devices_json)
     if cells is not held.numa_cells or devices is not held.pci_devices:
         reasons = topology_reasons(
             pid, provider.topology_use, (held.numa_cells, held.pci_devices), (cells, devices)
@@ -82,6 +83,7 @@ def described(state: PartitionState, event: ProviderDescribed, out: Emitter) -> 
         if reasons:
             out.emit(Kind.REJECTED, pid, tuple(reasons))
             return
+        texts = None  # made anew from the cells and devices
     provider.description = Description(
         _field(event.availability_zone, held.availability_zone, "availability_zone" in unset),
         _field(event.host, held.host, "host" in unset),
@@ -90,6 +92,7 @@ def described(state: PartitionState, event: ProviderDescribed, out: Emitter) -> 
         _field(event.metadata, held.metadata, "metadata" in unset),
         cells,
         devices,
+        texts,
     )
     state.reshaped.add(pid)
     out.emit(Kind.APPLIED, pid)

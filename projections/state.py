@@ -13,7 +13,7 @@ from typing import Any
 from projections.placement.model import PlacementState
 from projections.pools import PoolState
 from schemas.events import MAX_AMOUNT, Inventory
-from schemas.topology import NumaCell, PciDevice
+from schemas.topology import NumaCell, PciDevice, view_json
 
 HELD = 0
 CONSUMED = 1
@@ -78,7 +78,9 @@ class Description:
         "host_ip",
         "metadata",
         "numa_cells",
+        "numa_cells_json",
         "pci_devices",
+        "pci_devices_json",
     )
 
     def __init__(
@@ -90,6 +92,7 @@ class Description:
         metadata: dict[str, str] | None = None,
         numa_cells: tuple[NumaCell, ...] | None = None,
         pci_devices: tuple[PciDevice, ...] | None = None,
+        texts: tuple[str, str] | None = None,
     ) -> None:
         self.availability_zone = availability_zone
         self.host = host
@@ -99,6 +102,11 @@ class Description:
         # sorted by cell id and by address (the event's validation sorts them)
         self.numa_cells: tuple[NumaCell, ...] = numa_cells or ()
         self.pci_devices: tuple[PciDevice, ...] = pci_devices or ()
+        # their text in the view, made once: every rewrite of the provider's
+        # row writes it, and the loader hands back the text it read
+        if texts is None:
+            texts = (view_json(self.numa_cells), view_json(self.pci_devices))
+        self.numa_cells_json, self.pci_devices_json = texts
 
 
 class TopologyUse:

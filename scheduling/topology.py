@@ -3,11 +3,16 @@
 Slim frozen records made from the view's JSON columns (written by the
 partition's writer from events ``schemas/topology.py`` validated), so a
 snapshot of thousands of providers builds them without validating again.
-CPU sets are frozensets, for the fitting the NUMA filter does.
+Providers of one hardware model have the same text in those columns: each
+distinct text is parsed once and its records shared (``cells_in``,
+``devices_in``). CPU sets are frozensets, for the fitting the NUMA filter
+does.
 """
 
 from __future__ import annotations
 
+import functools
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -73,3 +78,20 @@ def devices_of(rows: Sequence[Mapping[str, Any]]) -> tuple[HostDevice, ...]:
         )
         for row in rows
     )
+
+
+_DISTINCT = 4096
+"""Distinct topologies kept parsed: far more than a cloud's hardware models."""
+
+
+@functools.lru_cache(maxsize=_DISTINCT)
+def cells_in(text: str) -> tuple[HostCell, ...]:
+    """The records of a ``numa_cells`` column's text, shared by every
+    provider with the same text."""
+    return cells_of(json.loads(text)) if text != "[]" else ()
+
+
+@functools.lru_cache(maxsize=_DISTINCT)
+def devices_in(text: str) -> tuple[HostDevice, ...]:
+    """The records of a ``pci_devices`` column's text, shared likewise."""
+    return devices_of(json.loads(text)) if text != "[]" else ()

@@ -16,6 +16,7 @@ written to the view, the same way.
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import Sequence
 from typing import Annotated, Literal, Self
 
@@ -240,3 +241,12 @@ def cells_missing(cells: Sequence[NumaCell], devices: Sequence[PciDevice]) -> li
         for d in devices
         if d.numa_node is not None and d.numa_node not in known
     ]
+
+
+def view_json(items: Sequence[NumaCell] | Sequence[PciDevice]) -> str:
+    """Cells or devices as the view's JSON column holds them: each in its
+    event's form, defaults included, so a reader needs no defaults of its
+    own (``json.dumps``' default form, as SQLAlchemy's JSON type writes)."""
+    if not items:
+        return "[]"
+    return json.dumps([item.model_dump(mode="json") for item in items])

@@ -9,6 +9,7 @@ live reservations rather than trusted.
 from __future__ import annotations
 
 import heapq
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +38,7 @@ from projections.view.tables import (
     inventories,
     partition_offsets,
     pools,
+    provider_columns,
     providers,
     reservation_identifiers,
     reservations,
@@ -88,7 +90,9 @@ def _load_providers(conn: Connection, state: PartitionState) -> None:
             step_size=inv.step_size,
             allocation_ratio=inv.allocation_ratio,
         )
-    for p in conn.execute(select(providers).where(providers.c.partition == state.partition)):
+    query = select(*provider_columns()).where(providers.c.partition == state.partition)
+    parsed: dict[str, Any] = {}  # one hardware model's topology, validated once
+    for p in conn.execute(query):
         own = state.layout_for(by_provider.get(p.provider_id, {}))
         size = len(own.classes)
         provider = ProviderState(
@@ -100,7 +104,7 @@ def _load_providers(conn: Connection, state: PartitionState) -> None:
             consumed=[0] * size,
             traits=frozenset(p.traits),
             aggregates=frozenset(p.aggregates),
-            description=_description(p),
+            description=_description(p, parsed),
             metrics=_metrics(p),
             own=own,
         )
@@ -114,25 +118,39 @@ def _load_aggregates(conn: Connection, state: PartitionState) -> None:
         state.aggregates[row.aggregate_id] = dict(row.metadata)
 
 
-def _description(row: Any) -> Description:
+def _description(row: Any, parsed: dict[str, Any]) -> Description:
+    """A provider's description as its row holds it; ``parsed`` keeps the
+    cells and devices of each topology text met, for the next provider."""
+    cells_text, devices_text = row.numa_cells, row.pci_devices
+    topology = cells_text != "[]" or devices_text != "[]"
     if not (
         row.availability_zone
         or row.host
         or row.host_ip
         or row.capabilities
         or row.metadata
-        or row.numa_cells
-        or row.pci_devices
+        or topology
     ):
         return NO_DESCRIPTION
+    cells = parsed.get(cells_text)
+    if cells is None:
+        cells = parsed[cells_text] = tuple(
+            NumaCell.model_validate(cell, strict=False) for cell in json.loads(cells_text)
+        )
+    devices = parsed.get(devices_text)
+    if devices is None:
+        devices = parsed[devices_text] = tuple(
+            PciDevice.model_validate(device, strict=False) for device in json.loads(devices_text)
+        )
     return Description(
         row.availability_zone,
         row.host,
         row.host_ip,
         row.capabilities,
         row.metadata,
-        tuple(NumaCell.model_validate(cell, strict=False) for cell in row.numa_cells),
-        tuple(PciDevice.model_validate(device, strict=False) for device in row.pci_devices),
+        cells,
+        devices,
+        (cells_text, devices_text),
     )
 
 

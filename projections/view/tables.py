@@ -17,6 +17,7 @@ from sqlalchemy import (
     Table,
     Text,
     TypeDecorator,
+    cast,
     text,
 )
 from sqlalchemy.engine import Dialect
@@ -91,6 +92,17 @@ providers = Table(
     # these columns of a provider that only reported
     Column("metrics_offset", BigInteger, nullable=False, server_default="0"),
 )
+
+
+def provider_columns() -> list[Any]:
+    """The providers table's columns, its NUMA cells and PCI devices as the
+    JSON text the writer wrote rather than parsed: a reader that meets the
+    same text on many providers (one hardware model) parses it once."""
+    topology = ("numa_cells", "pci_devices")
+    return [c for c in providers.c if c.name not in topology] + [
+        cast(providers.c[name], Text).label(name) for name in topology
+    ]
+
 
 aggregates = Table(
     "aggregates",

@@ -16,7 +16,6 @@ from projections.view.plan import Plan, chunks
 from projections.view.tables import aggregates, inventories, pools, providers
 from schemas.events import PoolDefined
 from schemas.outcomes import Kind
-from schemas.topology import NumaCell, PciDevice
 
 _UPDATE_USAGE = (
     "UPDATE inventories SET held = ?, consumed = ?, free = ? "
@@ -105,14 +104,6 @@ _INSERT_INVENTORY = (
 _json_column = json.dumps
 
 
-def topology_json(items: tuple[NumaCell, ...] | tuple[PciDevice, ...]) -> str:
-    """Cells or devices as the view's JSON column holds them: each in its
-    event's form, defaults included, so a reader needs no defaults of its own."""
-    if not items:
-        return "[]"
-    return _json_column([item.model_dump(mode="json") for item in items])
-
-
 def _rewrite_providers(plan: Plan, state: PartitionState, reshaped: list[str], offset: int) -> None:
     for chunk in chunks(reshaped, 500):
         plan.execute(delete(inventories).where(inventories.c.provider_id.in_(chunk)))
@@ -143,8 +134,8 @@ def _provider_row(provider: ProviderState, partition: int, offset: int) -> tuple
         described.host_ip,
         _json_column(described.capabilities),
         _json_column(described.metadata),
-        topology_json(described.numa_cells),
-        topology_json(described.pci_devices),
+        described.numa_cells_json,
+        described.pci_devices_json,
         _json_column(metrics.values),
         metrics.at_ms,
         metrics.num_io_ops,
