@@ -55,6 +55,7 @@ from schemas.events import (
 )
 from schemas.outcomes import Kind, Outcome
 from schemas.requests import BatchRequest, PlacementRequest
+from schemas.topology import HugePages, NumaCell, PciDevice
 
 CLASSES = ("VCPU", "MEMORY_MB", "DISK_GB")
 NODE_SIZES = (  # (weight, vcpus, memory_mb, disk_gb)
@@ -210,9 +211,14 @@ def _build_cluster(cfg: DemoConfig, rng: random.Random, clock: SimClock) -> list
 
 
 def _description(pid: str, n: int, ts_ms: int) -> ProviderDescribed:
-    """One in eight providers runs aarch64; hypervisors of three versions."""
+    """One in eight providers runs aarch64; hypervisors of three versions;
+    one in four has two NUMA cells and an SR-IOV NIC (no request pins CPUs
+    or asks for a device yet: issue 31's parts 2 to 4)."""
     arch = "aarch64" if n % 8 == 7 else "x86_64"
+    cells, devices = _topology() if n % 4 == 1 else (None, None)
     return ProviderDescribed(
+        numa_cells=cells,
+        pci_devices=devices,
         event_id=f"desc-{pid}",
         ts_ms=ts_ms,
         partition_key=pid,
@@ -227,6 +233,39 @@ def _description(pid: str, n: int, ts_ms: int) -> ProviderDescribed:
         },
         metadata={"rack": f"r{n // 20}"},
     )
+
+
+def _topology() -> tuple[tuple[NumaCell, ...], tuple[PciDevice, ...]]:
+    """Two cells of 16 hardware threads (the first pair of each shared, the
+    rest dedicated, a few 1 GiB pages), and a PF on cell 0 with four VFs."""
+    cells = []
+    for cell_id in (0, 1):
+        cpus = tuple(range(16 * cell_id, 16 * cell_id + 16))
+        cells.append(
+            NumaCell(
+                cell_id=cell_id,
+                cpus=cpus,
+                siblings=tuple(cpus[i : i + 2] for i in range(0, 16, 2)),
+                shared=cpus[:2],
+                dedicated=cpus[2:],
+                memory_mb=131_072,
+                huge_pages=(HugePages(size_kb=1_048_576, total=32),),
+            )
+        )
+    pf = "0000:81:00.0"
+    devices = [
+        PciDevice(
+            address=pf if n < 0 else f"0000:81:02.{n}",
+            vendor_id="8086",
+            product_id="1572" if n < 0 else "154c",
+            device_type="type-PF" if n < 0 else "type-VF",
+            parent_address=None if n < 0 else pf,
+            numa_node=0,
+            physical_network="physnet1",
+        )
+        for n in range(-1, 4)
+    ]
+    return tuple(cells), tuple(devices)
 
 
 class _StaleOnce:

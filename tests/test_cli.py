@@ -13,6 +13,7 @@ import pytest
 from berth.app import App, Settings
 from berth.cli import main
 from berth.client import Publisher
+from consumers.snapshot_source import snapshot_from_view
 from ledger.log import Append
 from ledger.partitioner import partition_for
 from schemas.outcomes import Kind, Outcome
@@ -73,6 +74,12 @@ def test_demo_places_expires_and_never_overcommits(
     assert isinstance(summary["group_members_checked"], int)
     assert summary["group_members_checked"] > 0
     assert summary["group_rule_violations"] == 0
+    # one provider in four has two NUMA cells and a PF with four VFs
+    with App(Settings(data_dir=tmp_path / "demo"), migrate=False) as app:
+        snapshot = snapshot_from_view(app.engine, placements=False)
+    described = [p for p in snapshot.providers if p.numa_cells]
+    assert len(described) == 8
+    assert {(len(p.numa_cells), len(p.pci_devices)) for p in described} == {(2, 5)}
 
 
 def test_demo_in_batches_never_splits_a_batch_nor_an_identifier(
