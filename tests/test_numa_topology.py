@@ -5,12 +5,15 @@ the restarted writer, replayed exactly."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from sqlalchemy import select
 
 from berth.api import Api
@@ -470,3 +473,76 @@ def test_the_api_takes_a_topology_and_shows_it(tmp_path: Path, cli: Cli) -> None
 
 def _json(*events: Event) -> list[Any]:
     return [json.loads(encode_event(e)) for e in events]
+
+
+# --- the edge's checks against a naive reference ---------------------------
+
+CPUS = st.sets(st.integers(0, 15), min_size=1, max_size=6)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(CPUS, st.sets(st.integers(0, 15), max_size=4)), min_size=1, max_size=3))
+def test_the_edge_refuses_exactly_cells_that_share_a_cpu(
+    spec: list[tuple[set[int], set[int]]],
+) -> None:
+    cells = [
+        {
+            "cell_id": n,
+            "cpus": sorted(cpus, reverse=True),
+            "dedicated": sorted(pinned & cpus),
+            "shared": sorted(cpus - pinned),
+            "memory_mb": 1024,
+        }
+        for n, (cpus, pinned) in enumerate(spec)
+    ]
+    shared = any(a[0] & b[0] for a, b in itertools.combinations(spec, 2))
+    try:
+        event = topology("n1", numa_cells=cells)
+    except EventDecodeError as error:
+        assert shared and "is in cell" in error.reason
+        return
+    assert not shared
+    assert event.numa_cells is not None
+    assert [set(c.cpus) for c in event.numa_cells] == [cpus for cpus, _ in spec]
+    assert decode_event(encode_event(event)) == event
+
+
+DEVICE = st.tuples(
+    st.integers(0, 5),  # its address's function
+    st.sampled_from(["type-PCI", "type-PF", "type-VF"]),
+    st.integers(0, 5),  # a VF's parent's function
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(DEVICE, min_size=1, max_size=6))
+def test_the_edge_refuses_exactly_twice_described_devices_and_orphan_vfs(
+    spec: list[tuple[int, str, int]],
+) -> None:
+    def address(function: int) -> str:
+        return f"0000:81:00.{function}"
+
+    devices = [
+        {
+            "address": address(function),
+            "vendor_id": "8086",
+            "product_id": "154c",
+            "device_type": kind,
+            **({"parent_address": address(parent)} if kind == "type-VF" else {}),
+        }
+        for function, kind, parent in spec
+    ]
+    functions = [function for function, _, _ in spec]
+    twice = len(set(functions)) < len(functions)
+    pfs = {function for function, kind, _ in spec if kind == "type-PF"}
+    orphan = any(kind == "type-VF" and parent not in pfs for _, kind, parent in spec)
+    try:
+        event = topology("n1", pci_devices=devices)
+    except EventDecodeError as error:
+        assert twice or orphan
+        # an address twice is found first, then a VF whose parent is no PF
+        assert ("described twice" if twice else "not a PF of this provider") in error.reason
+        return
+    assert not (twice or orphan)
+    assert event.pci_devices is not None
+    assert [d.address for d in event.pci_devices] == sorted(address(f) for f in functions)
