@@ -1,46 +1,27 @@
-"""``GET /allocation_candidates`` (from 1.10), the basic form: one group of
-``resources`` served by a single provider, with ``required`` traits,
-``member_of`` aggregates and ``limit``. Which providers can take the
-resources is Berth's scheduling engine's answer on the live snapshot of
-the view (its filters on capacity, unit rules, state and traits: one
-capacity view with Berth's own reservations); Placement's any-of traits
-and aggregates are applied to what it passes. Trees, sharing providers and
-granular groups are not supported yet: they are refused, not ignored."""
+"""``GET /allocation_candidates`` (from 1.10): every parameter of 1.39
+(request groups, ``group_policy``, ``in_tree``, ``root_required``,
+``same_subtree``, ``limit``; ``mappings`` from 1.34), read by
+``candidate_query`` and answered by ``candidate_search`` on the view's
+providers with their usage: one capacity view with Berth's own
+reservations. In the common case (one group, no trees, no sharing
+providers) the candidates are first Berth's scheduling engine's feasible
+providers on the live snapshot (its filters on capacity, unit rules, state
+and traits), then Placement's own rules."""
 
 from __future__ import annotations
 
 import threading
 from typing import Any
 
-from berth.placement_api.errors import bad_request, not_found
-from berth.placement_api.filters import (
-    Wanted,
-    check_names,
-    has_room,
-    has_traits,
-    in_aggregates,
-    parse_member_of,
-    parse_required,
-    parse_resources,
-)
+from berth.placement_api.candidate_query import Query, parse
+from berth.placement_api.candidate_search import SHARING, AllocationRequest, search
+from berth.placement_api.errors import not_found
+from berth.placement_api.filters import Wanted, check_names
 from berth.placement_api.http import Req, Resp, check_accept
 from berth.placement_api.reads import Provider, providers
 from consumers.snapshot_source import LiveSnapshot
 from scheduling.config import SchedulerConfig
 from scheduling.model import Request
-
-_SUPPORTED = {"resources", "required", "member_of", "limit"}
-_PARAMS = (
-    (10, "resources", {"type": "string"}),
-    (16, "limit", {"type": "string", "pattern": "^[1-9][0-9]*$"}),
-    (17, "required", {"type": "string"}),
-    (21, "member_of", {"type": "string"}),
-    (25, "group_policy", {"type": "string"}),
-    (31, "in_tree", {"type": "string"}),
-    (35, "root_required", {"type": "string"}),
-    (36, "same_subtree", {"type": "string"}),
-)
-"""The unnumbered parameters Placement takes, from the version that added each."""
 
 
 class CandidateEngine:
@@ -69,66 +50,56 @@ def list_candidates(req: Req, engine: CandidateEngine) -> Resp:
     if not req.at_least(10):
         raise not_found("The resource could not be found.")
     check_accept(req)
-    properties = {name: schema for minor, name, schema in _PARAMS if req.at_least(minor)}
-    req.params(
-        {
-            "type": "object",
-            "properties": properties,
-            "required": ["resources"],
-            # numbered request groups (1.25) are refused below as not supported
-            "patternProperties": {"^(resources|required|member_of|in_tree)[0-9a-zA-Z_-]+$": {}}
-            if req.at_least(25)
-            else {},
-            "additionalProperties": False,
-        }
-    )
-    unsupported = sorted(set(req.query) - _SUPPORTED)
-    if unsupported:
-        raise bad_request(
-            f"Invalid query string parameters: Berth does not support {', '.join(unsupported)} yet"
-        )
-    wanted = Wanted(resources=parse_resources(req.one("resources") or ""))
-    if "required" in req.query:
-        parse_required(req, req.query["required"], wanted)
-    if "member_of" in req.query:
-        parse_member_of(req, req.query["member_of"], wanted)
-    limit = _limit(req)
-    check_names(req, wanted)
-    by_uuid = {p.uuid: p for p in providers(req.service.engine)}
-    chosen = [
-        by_uuid[uuid] for uuid in engine.feasible(wanted.resources, wanted) if uuid in by_uuid
-    ]
-    chosen = [
-        p
-        for p in chosen
-        if has_room(p, wanted.resources) and has_traits(p, wanted) and in_aggregates(p, wanted)
-    ]
-    if limit is not None:
-        chosen = chosen[:limit]
+    query = parse(req)
+    for group in query.groups.values():
+        check_names(req, group.wanted)
+    check_names(req, Wanted(required=[{t} for t in query.root_required | query.root_forbidden]))
+    found = providers(req.service.engine)
+    fast = _fast_path(query, found)
+    if fast is not None:
+        # one group, no trees, no sharing providers: the engine's feasible
+        # providers are the candidates (its filters, then Placement's own)
+        allowed = set(engine.feasible(fast.resources, fast))
+        found = [p for p in found if p.uuid in allowed]
+    requests, summarised = search(found, query, nested_aware=req.at_least(29))
+    requested = set().union(*(g.wanted.resources for g in query.groups.values()))
     body = {
-        "allocation_requests": [_request(req, p, wanted.resources) for p in chosen],
-        "provider_summaries": {p.uuid: _summary(req, p, wanted.resources) for p in chosen},
+        "allocation_requests": [_request(req, r) for r in requests],
+        "provider_summaries": {p.uuid: _summary(req, p, requested) for p in summarised},
     }
     return Resp(body=body).modified(req, None)
 
 
-def _limit(req: Req) -> int | None:
-    values = req.query.get("limit")
-    # the first of several, as Placement takes it (the schema checked the form)
-    return None if not values else int(values[0])
+def _fast_path(query: Query, found: list[Provider]) -> Wanted | None:
+    group = query.groups.get("")
+    if len(query.groups) != 1 or group is None or group.in_tree is not None:
+        return None
+    if any(p.parent is not None or SHARING in p.traits for p in found):
+        return None
+    return group.wanted
 
 
-def _request(req: Req, p: Provider, resources: dict[str, int]) -> dict[str, Any]:
+def _request(req: Req, request: AllocationRequest) -> dict[str, Any]:
+    by_provider: dict[str, dict[str, int]] = {}
+    for uuid, rc, amount in request.amounts:
+        by_provider.setdefault(uuid, {})[rc] = amount
     if not req.at_least(12):
-        return {"allocations": [{"resource_provider": {"uuid": p.uuid}, "resources": resources}]}
-    request: dict[str, Any] = {"allocations": {p.uuid: {"resources": dict(resources)}}}
+        return {
+            "allocations": [
+                {"resource_provider": {"uuid": uuid}, "resources": resources}
+                for uuid, resources in by_provider.items()
+            ]
+        }
+    body: dict[str, Any] = {
+        "allocations": {uuid: {"resources": r} for uuid, r in by_provider.items()}
+    }
     if req.at_least(34):
-        request["mappings"] = {"": [p.uuid]}
-    return request
+        body["mappings"] = {suffix: sorted(uuids) for suffix, uuids in request.mappings}
+    return body
 
 
-def _summary(req: Req, p: Provider, resources: dict[str, int]) -> dict[str, Any]:
-    classes = sorted(p.inventories) if req.at_least(27) else sorted(resources)
+def _summary(req: Req, p: Provider, requested: set[str]) -> dict[str, Any]:
+    classes = sorted(rc for rc in p.inventories if req.at_least(27) or rc in requested)
     summary: dict[str, Any] = {
         "resources": {
             rc: {

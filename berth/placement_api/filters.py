@@ -101,47 +101,40 @@ def parse_required(req: Req, values: list[str], wanted: Wanted) -> None:
         wanted.forbidden |= forbidden
 
 
-def parse_member_of(req: Req, values: list[str], wanted: Wanted) -> None:
+def parse_member_of(req: Req, values: list[str], wanted: Wanted, suffix: str = "") -> None:
+    """``member_of{suffix}`` as Placement reads it: repeated from 1.24, ``!``
+    (forbidden) from 1.32, several aggregates only after ``in:``."""
     if len(values) > 1 and not req.at_least(24):
-        raise bad_request("Multiple member_of parameters are not supported")
+        raise bad_request(f"Multiple member_of{suffix} parameters are not supported")
     for value in values:
-        if value.startswith("!"):
+        if "," in value and not value.startswith(("in:", "!in:")):
+            raise bad_request(
+                "Multiple values for 'member_of' must be prefixed with the 'in:' or '!in:' "
+                f"keyword using the valid microversion. Got: {value}"
+            )
+        forbidden = value.startswith("!")
+        body = value[1:] if forbidden else value
+        aggregates = _aggregates(body[3:] if body.startswith("in:") else body)
+        if forbidden:
             if not req.at_least(32):
                 raise bad_request(
-                    "Forbidden member_of parameters are not supported in the specified microversion"
+                    f"Forbidden member_of{suffix} parameters are not supported in the "
+                    "specified microversion"
                 )
-            body = value[1:]
-            if body.startswith("in:"):
-                wanted.not_member_of |= _aggregates(body[3:], value)
-            else:
-                aggregates = _aggregates(body, value)
-                if len(aggregates) > 1:
-                    raise bad_request(
-                        "Invalid query string parameters: Expected member_of parameter "
-                        "to be a single UUID or 'in:' followed by a list of UUIDs with "
-                        f"forbidden prefix '!'. Got: {value}"
-                    )
-                wanted.not_member_of |= aggregates
-            continue
-        body = value[3:] if value.startswith("in:") else value
-        aggregates = _aggregates(body, value)
-        if not value.startswith("in:") and len(aggregates) > 1:
-            raise bad_request(
-                "Invalid query string parameters: Expected 'member_of' parameter to contain "
-                f"valid UUID(s). Got: {value}"
-            )
-        wanted.member_of.append(aggregates)
+            wanted.not_member_of |= aggregates
+        else:
+            wanted.member_of.append(aggregates)
 
 
-def _aggregates(text: str, whole: str) -> set[str]:
+def _aggregates(text: str) -> set[str]:
     found = set()
     for part in text.split(","):
         try:
-            found.add(str(uuidlib.UUID(part.strip())))
+            found.add(str(uuidlib.UUID(part)))
         except ValueError:
             raise bad_request(
                 "Invalid query string parameters: Expected 'member_of' parameter to contain "
-                f"valid UUID(s). Got: {whole}"
+                f"valid UUID(s). Got: {part}"
             ) from None
     return found
 
