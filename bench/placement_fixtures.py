@@ -6,10 +6,11 @@ environment variables its YAML files read (``$ENVIRON['RP_UUID']`` and the
 like); here the server is already running, so the fixture only sets those
 variables, each a fresh UUID per file as upstream's are. The fixtures that
 write into Placement's database before the tests (allocations, shared
-storage, NUMA trees) are rebuilt through the API, with the same data, the
-same environment variables and the same resulting generations, as far as
-they are here (``AllocationFixture``); the runner skips the files that
-need the others and says so."""
+and non-shared storage, NUMA aggregates, NUMA and network trees and their
+deeper variant, granular, Neutron's multi-segment QoS) are rebuilt through
+the API, with the same data, the same environment variables and the same
+resulting generations. The runner skips the files that need a server
+option (policy, CORS) Berth's runner does not set, and says so."""
 
 from __future__ import annotations
 
@@ -209,3 +210,258 @@ class SharedStorageFixture(APIFixture):
                 set_traits(api, made[shared], "MISC_SHARES_VIA_AGGREGATE")
             for pf in ("pf1_1", "pf1_2", "pf2_1", "pf2_2"):
                 add_inventory(api, made[pf], "SRIOV_NET_VF", 8, allocation_ratio=1.0)
+
+
+def _provider(api: httpx.Client, name: str, *aggregates: str, parent: str | None = None) -> str:
+    """As upstream's ``create_provider``: a fresh uuid, then its aggregates
+    set without moving its generation."""
+    uuid_ = create_provider(api, name, str(uuid.uuid4()), parent)
+    if aggregates:
+        set_aggregates(api, uuid_, *aggregates)
+    return uuid_
+
+
+class NUMAAggregateFixture(APIFixture):
+    """Upstream's two compute nodes with no inventory of their own, each with
+    two NUMA children of VCPU, and two sharing storage providers: ss1 in
+    aggregate A with both compute nodes, ss2 in aggregate C with cn1's
+    first NUMA node; cn2 also in aggregate B."""
+
+    def start_fixture(self) -> None:
+        super().start_fixture()
+        agg_a, agg_b, agg_c = (str(uuid.uuid4()) for _ in range(3))
+        with _api() as api:
+            made = {
+                "cn1": _provider(api, "cn1", agg_a),
+                "cn2": _provider(api, "cn2", agg_a, agg_b),
+                "ss1": _provider(api, "ss1", agg_a),
+                "ss2": _provider(api, "ss2", agg_c),
+            }
+            made["numa1_1"] = _provider(api, "numa1_1", agg_c, parent=made["cn1"])
+            made["numa1_2"] = _provider(api, "numa1_2", parent=made["cn1"])
+            made["numa2_1"] = _provider(api, "numa2_1", parent=made["cn2"])
+            made["numa2_2"] = _provider(api, "numa2_2", parent=made["cn2"])
+            os.environ.update(AGGA_UUID=agg_a, AGGB_UUID=agg_b, AGGC_UUID=agg_c)
+            for name, uuid_ in made.items():
+                os.environ[f"{name.upper()}_UUID"] = uuid_
+            for numa in ("numa1_1", "numa1_2", "numa2_1", "numa2_2"):
+                add_inventory(api, made[numa], "VCPU", 24, allocation_ratio=16.0)
+            for ss in ("ss1", "ss2"):
+                add_inventory(api, made[ss], "DISK_GB", 2000, reserved=100, allocation_ratio=1.0)
+                set_traits(api, made[ss], "MISC_SHARES_VIA_AGGREGATE")
+
+
+class NUMANetworkFixture(APIFixture):
+    """Upstream's NUMA and network trees: cn1 (no inventory, sharing disk
+    from ss1 through aggregate A) with two NUMA nodes and their devices and
+    two network agents with their bridges; cn2 (VCPU, memory, disk) with
+    three NICs and their PFs of VFs on two physnets. Two allocations of a
+    consumer of project ``numafx-project``, user ``numafx-user``."""
+
+    def start_fixture(self) -> None:
+        super().start_fixture()
+        with _api() as api:
+            self.make_entities(api, None, None)
+
+    def make_entities(self, api: httpx.Client, cn1: str | None, cn2: str | None) -> None:
+        agg_a = os.environ["AGGA_UUID"] = str(uuid.uuid4())
+        ss1 = os.environ["SS1_UUID"] = _provider(api, "ss1", agg_a)
+        set_traits(api, ss1, "MISC_SHARES_VIA_AGGREGATE")
+        add_inventory(api, ss1, "DISK_GB", 2000)
+        cn1 = cn1 or _provider(api, "cn1", agg_a)
+        set_aggregates(api, cn1, agg_a)
+        set_traits(api, cn1, "COMPUTE_VOLUME_MULTI_ATTACH")
+        os.environ["CN1_UUID"] = cn1
+        self._cn1_tree(api, cn1)
+        cn2 = cn2 or _provider(api, "cn2")
+        set_aggregates(api, cn2, agg_a)
+        add_inventory(api, cn2, "VCPU", 8)
+        set_allocation(api, cn2, str(uuid.uuid4()), *_NUMAFX, {"VCPU": 3})
+        add_inventory(api, cn2, "MEMORY_MB", 2048, min_unit=1024, step_size=128)
+        add_inventory(api, cn2, "DISK_GB", 1000)
+        set_traits(api, cn2, "CUSTOM_FOO")
+        os.environ["CN2_UUID"] = cn2
+        self._cn2_tree(api, cn2)
+
+    def _cn1_tree(self, api: httpx.Client, cn1: str) -> None:
+        numas = []
+        for i in (0, 1):
+            numa = os.environ[f"NUMA{i}_UUID"] = _provider(api, f"numa{i}", parent=cn1)
+            set_traits(api, numa, "HW_NUMA_ROOT", *(["CUSTOM_FOO"] if i == 1 else []))
+            add_inventory(api, numa, "VCPU", 4)
+            numas.append(numa)
+        add_inventory(api, numas[0], "MEMORY_MB", 2048, min_unit=512, step_size=256)
+        add_inventory(api, numas[1], "MEMORY_MB", 2048, min_unit=256, max_unit=1024)
+        set_allocation(api, numas[0], str(uuid.uuid4()), *_NUMAFX, {"VCPU": 2})
+        fpga = os.environ["FPGA0_UUID"] = _provider(api, "fpga0", parent=numas[0])
+        add_inventory(api, fpga, "FPGA", 1)
+        pgpu = os.environ["PGPU0_UUID"] = _provider(api, "pgpu0", parent=numas[0])
+        add_inventory(api, pgpu, "VGPU", 8)
+        for i in (0, 1):
+            fpga = os.environ[f"FPGA1_{i}_UUID"] = _provider(api, f"fpga1_{i}", parent=numas[1])
+            add_inventory(api, fpga, "FPGA", 1)
+        agent = os.environ["SRIOV_AGENT_UUID"] = _provider(api, "sriov_agent", parent=cn1)
+        set_traits(api, agent, "CUSTOM_VNIC_TYPE_DIRECT")
+        for i in (1, 2):
+            dev = os.environ[f"ESN{i}_UUID"] = _provider(api, f"esn{i}", parent=agent)
+            set_traits(api, dev, f"CUSTOM_PHYSNET{i}")
+            add_inventory(api, dev, "NET_BW_EGR_KILOBIT_PER_SEC", 10000 * i)
+        agent = os.environ["OVS_AGENT_UUID"] = _provider(api, "ovs_agent", parent=cn1)
+        set_traits(api, agent, "CUSTOM_VNIC_TYPE_NORMAL")
+        dev = os.environ["BR_INT_UUID"] = _provider(api, "br_int", parent=agent)
+        set_traits(api, dev, "CUSTOM_PHYSNET0")
+        add_inventory(api, dev, "NET_BW_EGR_KILOBIT_PER_SEC", 1000)
+
+    def _cn2_tree(self, api: httpx.Client, cn2: str) -> None:
+        nics = []
+        for i in (1, 2, 3):
+            nic = os.environ[f"NIC{i}_UUID"] = _provider(api, f"nic{i}", parent=cn2)
+            set_traits(api, nic, "CUSTOM_HW_NIC_ROOT")
+            nics.append(nic)
+        # (suffix, nic, physnet, VFs): two PFs on NIC1, four on NIC2, one on NIC3
+        pfs = [(f"1_{i}", nics[0], i, 4) for i in (1, 2)]
+        pfs += [(f"2_{i + 1}", nics[1], i % 2 + 1, 2) for i in range(4)]
+        pfs += [("3_1", nics[2], 1, 8)]
+        for suffix, nic, physnet, vfs in pfs:
+            pf = os.environ[f"PF{suffix}_UUID"] = _provider(api, f"pf{suffix}", parent=nic)
+            set_traits(api, pf, f"CUSTOM_PHYSNET{physnet}")
+            add_inventory(api, pf, "CUSTOM_VF", vfs)
+
+
+_NUMAFX = ("numafx-project", "numafx-user")
+
+
+class DeepNUMANetworkFixture(NUMANetworkFixture):
+    """The NUMA and network trees with cn1 and cn2 a level lower: under p1
+    and p2, both under gp1."""
+
+    def start_fixture(self) -> None:
+        APIFixture.start_fixture(self)
+        with _api() as api:
+            gp1 = _provider(api, "gp1")
+            p1 = _provider(api, "p1", parent=gp1)
+            p2 = _provider(api, "p2", parent=gp1)
+            cn1 = _provider(api, "cn1", parent=p1)
+            cn2 = _provider(api, "cn2", parent=p2)
+            self.make_entities(api, cn1, cn2)
+
+
+class GranularFixture(APIFixture):
+    """Upstream's three compute nodes for granular requests (cn_left,
+    cn_middle, cn_right) and three sharing providers (two of disk, one of
+    network), in aggregates A, B and C."""
+
+    def start_fixture(self) -> None:
+        super().start_fixture()
+        agg = {name: str(uuid.uuid4()) for name in ("A", "B", "C")}
+        os.environ.update(AGGA=agg["A"], AGGB=agg["B"], AGGC=agg["C"])
+        with _api() as api:
+            _ok(api.put("/resource_classes/CUSTOM_NET_MBPS"))
+            for name, aggregates, inventory, traits in _GRANULAR:
+                rp = os.environ[name.upper()] = _provider(api, name, *(agg[a] for a in aggregates))
+                for rc, total, *max_unit in inventory:
+                    add_inventory(
+                        api, rp, rc, total, **({"max_unit": max_unit[0]} if max_unit else {})
+                    )
+                set_traits(api, rp, *traits)
+
+
+_GRANULAR: list[tuple[str, str, list[tuple[Any, ...]], list[str]]] = [
+    (
+        "cn_left",
+        "A",
+        [
+            ("VCPU", 8),
+            ("MEMORY_MB", 4096),
+            ("DISK_GB", 500),
+            ("VGPU", 8),
+            ("SRIOV_NET_VF", 8),
+            ("CUSTOM_NET_MBPS", 4000),
+        ],
+        ["HW_CPU_X86_AVX", "HW_CPU_X86_AVX2", "HW_GPU_API_DXVA", "HW_NIC_DCB_PFC", "CUSTOM_FOO"],
+    ),
+    (
+        "cn_middle",
+        "AB",
+        [("VCPU", 8), ("MEMORY_MB", 4096), ("SRIOV_NET_VF", 8), ("CUSTOM_NET_MBPS", 4000)],
+        ["HW_CPU_X86_AVX", "HW_CPU_X86_AVX2", "HW_CPU_X86_SSE", "HW_NIC_ACCEL_TLS"],
+    ),
+    (
+        "cn_right",
+        "BC",
+        [("VCPU", 8), ("MEMORY_MB", 4096), ("DISK_GB", 500), ("VGPU", 8, 2)],
+        ["HW_CPU_X86_MMX", "HW_GPU_API_DXVA", "CUSTOM_DISK_SSD"],
+    ),
+    ("shr_disk_1", "A", [("DISK_GB", 1000)], ["MISC_SHARES_VIA_AGGREGATE", "CUSTOM_DISK_SSD"]),
+    ("shr_disk_2", "AB", [("DISK_GB", 1000)], ["MISC_SHARES_VIA_AGGREGATE"]),
+    (
+        "shr_net",
+        "C",
+        [("SRIOV_NET_VF", 16), ("CUSTOM_NET_MBPS", 40000)],
+        ["MISC_SHARES_VIA_AGGREGATE"],
+    ),
+]
+"""(name, aggregates, inventories (class, total[, max_unit]), traits)."""
+
+
+_VNIC_DIRECT = (
+    "CUSTOM_VNIC_TYPE_DIRECT",
+    "CUSTOM_VNIC_TYPE_DIRECT_PHYSICAL",
+    "CUSTOM_VNIC_TYPE_MACVTAP",
+)
+
+
+class NeutronQoSMultiSegmentFixture(APIFixture):
+    """Upstream's four compute trees as Neutron's QoS on a multi-segment
+    network makes them: a compute node, an Open vSwitch agent (packet rate)
+    with its bridges (bandwidth, a physnet each) and a NIC switch agent with
+    its PFs (bandwidth, a physnet each). compute0 is on another physnet,
+    compute1 on segment 1, compute2 on segment 2, compute3 on both with
+    little bandwidth. The environment variables are upstream's, down to
+    ``compute3:sriov_agent`` naming compute2's agent."""
+
+    def start_fixture(self) -> None:
+        super().start_fixture()
+        with _api() as api:
+            for n, bridges, pfs, bandwidth in (
+                (0, ["OTHER"], ["OTHER"], 5000),
+                (1, ["MSN_S1"], ["MSN_S1"], 5000),
+                (2, ["MSN_S2"], ["MSN_S2"], 5000),
+                (3, ["MSN_S1", "MSN_S2"], ["MSN_S1", "MSN_S2"], 1000),
+            ):
+                self._compute(api, n, bridges, pfs, bandwidth)
+
+    def _compute(
+        self, api: httpx.Client, n: int, bridges: list[str], pfs: list[str], bandwidth: int
+    ) -> None:
+        name = f"compute{n}"
+        compute = os.environ[name] = _provider(api, name)
+        for rc, total in (("VCPU", 8), ("MEMORY_MB", 4096), ("DISK_GB", 500)):
+            add_inventory(api, compute, rc, total)
+        ovs_name = f"{name}:Open vSwitch agent"
+        ovs = os.environ[f"{name}:ovs_agent"] = _provider(api, ovs_name, parent=compute)
+        add_inventory(api, ovs, "NET_PACKET_RATE_KILOPACKET_PER_SEC", 1000)
+        set_traits(api, ovs, "CUSTOM_VNIC_TYPE_NORMAL")
+        for i, physnet in enumerate(bridges):
+            suffix = "" if i == 0 else str(i + 1)
+            bridge = os.environ[f"{name}:br_ex{suffix}"] = _provider(
+                api, f"{ovs_name}:br-ex{suffix}", parent=ovs
+            )
+            for rc in ("NET_BW_EGR_KILOBIT_PER_SEC", "NET_BW_IGR_KILOBIT_PER_SEC"):
+                add_inventory(api, bridge, rc, bandwidth)
+            set_traits(api, bridge, "CUSTOM_VNIC_TYPE_NORMAL", f"CUSTOM_PHYSNET_{physnet}")
+        sriov_name = f"{name}:NIC Switch agent"
+        sriov = _provider(api, sriov_name, parent=compute)
+        # upstream names compute2's agent for compute3's: kept, as its YAML sees it
+        agents = {n: sriov, 3: os.environ.get(f"compute{2}:sriov_agent", sriov)}
+        os.environ[f"{name}:sriov_agent"] = agents[n]
+        set_traits(api, sriov, *_VNIC_DIRECT)
+        pf_bandwidth = 10000 if bandwidth == 5000 else bandwidth
+        for i, physnet in enumerate(pfs):
+            pf = os.environ[f"{name}:pf{i}"] = _provider(
+                api, f"{sriov_name}:enp129s0f{i}", parent=sriov
+            )
+            for rc in ("NET_BW_EGR_KILOBIT_PER_SEC", "NET_BW_IGR_KILOBIT_PER_SEC"):
+                add_inventory(api, pf, rc, pf_bandwidth)
+            set_traits(api, pf, *_VNIC_DIRECT, f"CUSTOM_PHYSNET_{physnet}")
+

@@ -47,7 +47,17 @@ SERVER_OPTION_FIXTURES = {
 """Fixtures that configure upstream's server: options Berth's does not have yet."""
 
 SUPPORTED_FIXTURES = frozenset(
-    {"APIFixture", "AllocationFixture", "NonSharedStorageFixture", "SharedStorageFixture"}
+    {
+        "APIFixture",
+        "AllocationFixture",
+        "NonSharedStorageFixture",
+        "SharedStorageFixture",
+        "NUMAAggregateFixture",
+        "NUMANetworkFixture",
+        "DeepNUMANetworkFixture",
+        "GranularFixture",
+        "NeutronQoSMultiSegmentFixture",
+    }
 )
 
 START_TIMEOUT_S = 60.0

@@ -9,7 +9,7 @@ import pytest
 
 from bench.placement_gabbits import JOBS, run, totals
 
-FLOOR = 723
+FLOOR = 856
 """Tests that passed when the floor was last raised (of 1,316; the files
 that need a policy or CORS option, or one of upstream's database fixtures,
 are skipped whole and counted as skipped, never as passed)."""

@@ -113,7 +113,8 @@ def _summary(req: Req, p: Provider, requested: set[str]) -> dict[str, Any]:
         }
     }
     if req.at_least(17):
-        summary["traits"] = sorted(p.traits)
+        # standard traits first, as Placement lists them (its ids: synced before any custom)
+        summary["traits"] = sorted(p.traits, key=lambda t: (t.startswith("CUSTOM_"), t))
     if req.at_least(29):
         summary["parent_provider_uuid"] = p.parent
         summary["root_provider_uuid"] = p.root

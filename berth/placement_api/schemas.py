@@ -147,6 +147,7 @@ def _consumer_body(version: Version) -> dict[str, Any]:
     if version.at_least(34):
         properties["mappings"] = {
             "type": "object",
+            "minProperties": 1,
             "additionalProperties": {"type": "array", "items": UUID, "minItems": 1},
         }
     if version.at_least(38):
