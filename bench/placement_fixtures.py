@@ -465,3 +465,22 @@ class NeutronQoSMultiSegmentFixture(APIFixture):
                 add_inventory(api, pf, rc, pf_bandwidth)
             set_traits(api, pf, *_VNIC_DIRECT, f"CUSTOM_PHYSNET_{physnet}")
 
+
+class LegacyRBACPolicyFixture(APIFixture):
+    """Placement's legacy policy: the runner starts the server with Berth's
+    default, which is that."""
+
+
+class SecureRBACPolicyFixture(APIFixture):
+    """Placement's secure-RBAC defaults: the runner starts the server with
+    ``--placement-policy secure``."""
+
+
+class OpenPolicyFixture(APIFixture):
+    """Every rule open to any caller: the runner starts the server with a
+    policy file that says so."""
+
+
+class CORSFixture(APIFixture):
+    """CORS for one origin: the runner starts the server with
+    ``--placement-cors-origin`` and the header upstream's fixture allows."""

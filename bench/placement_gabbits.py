@@ -6,10 +6,11 @@ The gabbi YAML files that ship in ``openstack-placement``
 ``berth serve --placement-api`` started empty for each file, in a data
 directory of its own. Prints a table, one row per file, and the last line
 ``N passed, N failed, N skipped`` (with ``--json``, the JSON figures before
-it). A file is skipped whole, with its reason, when it needs what this
-runner does not provide yet: a policy or CORS server option, or one of
-upstream's fixtures that write straight into Placement's database (to be
-rebuilt through the API)."""
+it). Upstream's fixtures that write straight into Placement's database are
+rebuilt through the API (``bench.placement_fixtures``); those that
+configure its server become ``berth serve`` options (secure-RBAC or open
+policy, CORS). A file that needs a fixture the runner does not know is
+skipped whole, with its reason."""
 
 from __future__ import annotations
 
@@ -37,18 +38,40 @@ import yaml
 from gabbi import handlers, suitemaker
 
 from bench import placement_fixtures
+from berth.placement_api.policy import rule_defaults
 
-SERVER_OPTION_FIXTURES = {
-    "LegacyRBACPolicyFixture": "the legacy-RBAC policy option",
-    "SecureRBACPolicyFixture": "the secure-RBAC policy option",
-    "OpenPolicyFixture": "the open-policy option",
-    "CORSFixture": "the CORS option",
-}
-"""Fixtures that configure upstream's server: options Berth's does not have yet."""
+SERVER_OPTION_FIXTURES: dict[str, str] = {}
+"""Fixtures that configure upstream's server in ways Berth's runner does not yet."""
+
+
+def server_options(fixtures: list[str], policy_file: Path) -> list[str]:
+    """``berth serve`` options for the server configuration a file's fixtures
+    give upstream's: secure-RBAC defaults, or every rule open (a policy file
+    of ``@`` for each rule but ``admin_api``, as upstream's open-policy
+    fixture sets them); legacy defaults are Berth's own."""
+    if "CORSFixture" in fixtures:
+        return [
+            "--placement-cors-origin",
+            "http://valid.example.com",
+            "--placement-cors-allow-header",
+            "openstack-api-version",
+        ]
+    if "SecureRBACPolicyFixture" in fixtures:
+        return ["--placement-policy", "secure"]
+    if "OpenPolicyFixture" in fixtures:
+        rules = {rule.name: "@" for rule in rule_defaults() if rule.name != "admin_api"}
+        policy_file.write_text(yaml.safe_dump(rules))
+        return ["--placement-policy-file", str(policy_file)]
+    return []
+
 
 SUPPORTED_FIXTURES = frozenset(
     {
         "APIFixture",
+        "LegacyRBACPolicyFixture",
+        "SecureRBACPolicyFixture",
+        "OpenPolicyFixture",
+        "CORSFixture",
         "AllocationFixture",
         "NonSharedStorageFixture",
         "SharedStorageFixture",
@@ -149,7 +172,9 @@ def run_file(path: Path, work: Path) -> FileResult:
         result.skipped, result.why_skipped = tests, reason
         return result
     data_dir = work / path.stem
-    with berth_server(data_dir) as (host, port):
+    fixtures = list(suite_dict.get("fixtures") or [])
+    options = server_options(fixtures, work / f"{path.stem}.policy.yaml")
+    with berth_server(data_dir, *options) as (host, port):
         placement_fixtures.SERVER[:] = [f"http://{host}:{port}"]
         suite = suitemaker.test_suite_from_dict(
             unittest.defaultTestLoader,

@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from berth.app import App, tune_gc
@@ -54,6 +55,34 @@ def add_commands(commands: Commands) -> None:
         default=None,
         metavar="HOST:PORT",
         help="also serve OpenStack Placement's API (docs/placement.md) from this process",
+    )
+    serve.add_argument(
+        "--placement-policy",
+        choices=("legacy", "secure"),
+        default="legacy",
+        help="the Placement API's default policy: Placement's legacy defaults, or its "
+        "secure-RBAC defaults (oslo.policy's enforce_new_defaults)",
+    )
+    serve.add_argument(
+        "--placement-policy-file",
+        default=None,
+        metavar="FILE",
+        help="Placement policy overrides in oslo.policy's format (YAML or JSON)",
+    )
+    serve.add_argument(
+        "--placement-cors-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="an origin (scheme://host[:port]) whose browsers may call the Placement API "
+        "(CORS; repeat for several)",
+    )
+    serve.add_argument(
+        "--placement-cors-allow-header",
+        action="append",
+        default=[],
+        metavar="HEADER",
+        help="a header those origins may send beyond CORS's simple ones (repeat for several)",
     )
     serve.add_argument(
         "--api-token-file", default=None, help="the API's admin bearer token, read from this file"
@@ -182,7 +211,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             is None
         ):
             return 2
-        if args.placement_api is not None and _start_placement_api(app, args.placement_api) is None:
+        if args.placement_api is not None and _start_placement_api(app, args) is None:
             return 2
         tune_gc()
         logging.info("serving %d partitions", len(writers))
@@ -359,17 +388,27 @@ def _start_api(
     return bound_host, bound_port
 
 
-def _start_placement_api(app: App, listen: str) -> tuple[str, int] | None:
+def _start_placement_api(app: App, args: argparse.Namespace) -> tuple[str, int] | None:
     """Serve the Placement API on ``app`` from a thread; where it listens, or
     None (said on stderr)."""
+    from berth.placement_api.cors import Cors
+    from berth.placement_api.policy import Policy
     from berth.placement_api.server import PlacementServer
     from berth.placement_api.service import PlacementService
 
+    listen = args.placement_api
     address = parse_address(listen, "the Placement API listens on")
     if address is None:
         return None
+    policy_file = args.placement_policy_file
+    if policy_file is not None and not Path(policy_file).is_file():
+        print(f"berth: no policy file {policy_file}", file=sys.stderr)
+        return None
+    policy = Policy(args.placement_policy == "secure", policy_file and Path(policy_file))
+    origins = args.placement_cors_origin
+    cors = Cors(origins, args.placement_cors_allow_header) if origins else None
     try:
-        bound = PlacementServer(PlacementService(app), *address).start()
+        bound = PlacementServer(PlacementService(app), *address, policy, cors).start()
     except RuntimeError as error:
         print(f"berth: {error} on {listen}", file=sys.stderr)
         return None

@@ -20,8 +20,10 @@ from starlette.concurrency import run_in_threadpool
 
 from berth.placement_api import allocations, providers, registry
 from berth.placement_api.candidates import CandidateEngine, list_candidates
+from berth.placement_api.cors import Cors
 from berth.placement_api.errors import PlacementError
 from berth.placement_api.http import Caller, Req, Resp, accepts_json
+from berth.placement_api.policy import RULES, Policy
 from berth.placement_api.service import PlacementService
 from berth.placement_api.versions import (
     HEADER,
@@ -49,7 +51,9 @@ def _home(req: Req) -> Resp:
     return Resp(body={"versions": versions}).modified(req, None)
 
 
-def _routes(candidates: CandidateEngine) -> list[tuple[re.Pattern[str], dict[str, Handler]]]:
+def _routes(
+    candidates: CandidateEngine,
+) -> list[tuple[re.Pattern[str], str, dict[str, Handler]]]:
     p, r, a = providers, registry, allocations
     table: list[tuple[str, dict[str, Handler]]] = [
         ("", {"GET": _home}),
@@ -116,7 +120,7 @@ def _routes(candidates: CandidateEngine) -> list[tuple[re.Pattern[str], dict[str
     compiled = []
     for path, methods in table:
         pattern = re.sub(r"\{(\w+)\}", lambda m: _NAME.format(m.group(1)), path)
-        compiled.append((re.compile(f"^{pattern}$"), methods))
+        compiled.append((re.compile(f"^{pattern}$"), path, methods))
     return compiled
 
 
@@ -132,25 +136,55 @@ def _from(minor: int, handler: Handler) -> Handler:
 
 
 def _caller(headers: Mapping[str, str]) -> Caller | None:
-    """noauth2: the token is ``admin`` or ``user:project``; roles from X-Roles."""
+    """noauth2, as Placement's: the token is ``USER[:PROJECT]`` (the project
+    the user's own name when not given, an X-Project-Id header before
+    both); the roles are X-Roles when sent, else ``admin`` for the user
+    ``admin``."""
     token = headers.get("x-auth-token")
     if not token:
         return None
-    user, _, project = token.partition(":")
-    roles = {r.strip() for r in headers.get("x-roles", "").split(",") if r.strip()}
-    if user == "admin":
-        roles.add("admin")
-    return Caller(user, project or None, frozenset(roles))
+    user, _, named = token.partition(":")
+    if "x-roles" in headers:
+        roles = {r.strip() for r in headers["x-roles"].split(",") if r.strip()}
+    else:
+        roles = {"admin"} if user == "admin" else set()
+    system = headers.get("openstack-system-scope") or None
+    # as oslo.context reads the headers noauth2 leaves: X-Project-Id first
+    project = headers.get("x-project-id") or (None if system else named or user)
+    return Caller(user, project, frozenset(roles), system)
+
+
+def _target(caller: Caller, template: str, query: str) -> dict[str, str | None]:
+    """What a rule is checked against: the caller's own project and user,
+    or for ``GET /usages`` the project asked about."""
+    if template == "/usages":
+        asked = parse_qs(query).get("project_id")
+        return {"project_id": asked[0] if asked else None}
+    return {"project_id": caller.project, "user_id": caller.user}
 
 
 class PlacementApp:
     """Dispatches one request; everything but the HTTP server itself."""
 
-    def __init__(self, service: PlacementService) -> None:
+    def __init__(
+        self, service: PlacementService, policy: Policy | None = None, cors: Cors | None = None
+    ) -> None:
         self.service = service
+        self.policy = policy or Policy()
+        self.cors = cors
         self.routes = _routes(CandidateEngine(service.engine))
 
     def respond(
+        self, method: str, path: str, query: str, headers: Mapping[str, str], body: bytes
+    ) -> tuple[int, dict[str, str], bytes]:
+        """The answer to one request, CORS's headers on it when configured
+        (outermost, as in Placement's pipeline)."""
+        answer = self._respond(method, path, query, headers, body)
+        if self.cors is None:
+            return answer
+        return self.cors.apply(method, path, query, headers, answer)
+
+    def _respond(
         self, method: str, path: str, query: str, headers: Mapping[str, str], body: bytes
     ) -> tuple[int, dict[str, str], bytes]:
         request_id = f"req-{uuid.uuid4()}"
@@ -185,7 +219,7 @@ class PlacementApp:
         length = headers.get("content-length")
         if length and length != "0" and not headers.get("content-type"):
             raise PlacementError(400, "content-type header required when content-length > 0")
-        for pattern, methods in self.routes:
+        for pattern, template, methods in self.routes:
             found = pattern.match(path)
             if found is None:
                 continue
@@ -196,9 +230,9 @@ class PlacementApp:
                     "The method specified is not allowed for this resource.",
                     headers={"allow": ", ".join(methods)},
                 )
-            if path not in ("", "/") and not (caller is not None and caller.admin):
-                raise PlacementError(
-                    403, f"Policy does not allow placement:{path.strip('/')} to be performed."
+            if caller is not None and (method, template) in RULES:
+                self.policy.authorize(
+                    RULES[method, template], caller, _target(caller, template, query)
                 )
             req = Req(
                 method,
@@ -251,9 +285,11 @@ class PlacementApp:
         return error.status, out, f"{error.status} {title}\n\n{detail}".encode()
 
 
-def create_app(service: PlacementService) -> FastAPI:
+def create_app(
+    service: PlacementService, policy: Policy | None = None, cors: Cors | None = None
+) -> FastAPI:
     """The Placement API on ``service``, at the root of its address."""
-    placement = PlacementApp(service)
+    placement = PlacementApp(service, policy, cors)
     app = FastAPI(
         title="Berth: OpenStack Placement API",
         version=f"1.0-{MAX_VERSION[0]}.{MAX_VERSION[1]}",

@@ -30,15 +30,13 @@ def _uuid_like(value: object) -> bool:
 
 @dataclass(frozen=True)
 class Caller:
-    """Who asks, by noauth2's token: ``admin``, or ``user:project``."""
+    """Who asks, by noauth2's token: ``admin``, or ``user:project``; a
+    system-scoped caller (``OpenStack-System-Scope``) has no project."""
 
     user: str
     project: str | None
     roles: frozenset[str]
-
-    @property
-    def admin(self) -> bool:
-        return "admin" in self.roles
+    system_scope: str | None = None
 
 
 @dataclass

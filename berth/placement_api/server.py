@@ -7,15 +7,24 @@ import uvicorn
 
 from berth.api.server import UvicornThread
 from berth.placement_api.app import create_app
+from berth.placement_api.cors import Cors
+from berth.placement_api.policy import Policy
 from berth.placement_api.service import PlacementService
 
 
 class PlacementServer:
     """uvicorn serving the Placement API on ``host:port`` (port 0: any free)."""
 
-    def __init__(self, service: PlacementService, host: str, port: int) -> None:
+    def __init__(
+        self,
+        service: PlacementService,
+        host: str,
+        port: int,
+        policy: Policy | None = None,
+        cors: Cors | None = None,
+    ) -> None:
         config = uvicorn.Config(
-            create_app(service),
+            create_app(service, policy, cors),
             host=host,
             port=port,
             log_level="warning",
