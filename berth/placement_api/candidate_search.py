@@ -95,10 +95,13 @@ def search(
         if not found:
             return [], []
         answers[suffix] = found
-    requests = _merge(tree, query, answers)
+    # in creation order the first ``limit`` merged are the answer, unless
+    # some are to be dropped after (nesting hidden before 1.29)
+    hides_nesting = not nested_aware and tree.has_trees
+    requests = _merge(tree, query, answers, None if hides_nesting else query.limit)
     roots = {tree.by_uuid[uuid].root for r in requests for uuid, _, _ in r.amounts}
     summarised = [p for p in providers if p.root in roots]
-    if not nested_aware and tree.has_trees:
+    if hides_nesting:
         requests, summarised = _without_nesting(tree, requests)
     if query.limit is not None and query.limit < len(requests):
         requests = requests[: query.limit]
@@ -128,15 +131,16 @@ def _in_aggregates(p: Provider, member_of: list[set[str]]) -> bool:
     return all(aggregates & any_of for any_of in member_of)
 
 
-def _with_room(tree: Tree, group: Group, rc: str, amount: int) -> list[Provider]:
+def _with_room(tree: Tree, group: Group, rc: str, amount: int) -> dict[str, Provider]:
+    """The providers (by uuid, in order) where ``amount`` of ``rc`` fits."""
     root: str | None = None
     if group.in_tree is not None:
         root = tree.by_uuid[group.in_tree].root
-    return [
-        p
+    return {
+        p.uuid: p
         for p in tree.by_uuid.values()
         if has_room(p, {rc: amount}) and (root is None or p.root == root)
-    ]
+    }
 
 
 def _group(tree: Tree, group: Group, anchors: set[str] | None) -> list[AllocationRequest]:
@@ -156,7 +160,7 @@ def _group(tree: Tree, group: Group, anchors: set[str] | None) -> list[Allocatio
 
 
 def _one_provider(
-    tree: Tree, group: Group, anchors: set[str] | None, with_room: dict[str, list[Provider]]
+    tree: Tree, group: Group, anchors: set[str] | None, with_room: dict[str, dict[str, Provider]]
 ) -> list[AllocationRequest]:
     """Each provider that meets the whole group alone, once per anchor."""
     wanted = group.wanted
@@ -168,7 +172,7 @@ def _one_provider(
         and _in_aggregates(p, wanted.member_of)
         and not set(p.aggregates) & wanted.not_member_of
         and not set(p.traits) & wanted.forbidden
-        and all(p in found for found in with_room.values())
+        and all(p.uuid in found for found in with_room.values())
     ]
     if not wanted.resources and not filtered:
         # as Placement: a group of no resources and no filter names nobody
@@ -185,7 +189,7 @@ def _one_provider(
 
 
 def _several_providers(
-    tree: Tree, group: Group, anchors: set[str] | None, with_room: dict[str, list[Provider]]
+    tree: Tree, group: Group, anchors: set[str] | None, with_room: dict[str, dict[str, Provider]]
 ) -> list[AllocationRequest]:
     """Per anchor, one provider per class: of the anchor's tree, or sharing."""
     wanted = group.wanted
@@ -198,11 +202,11 @@ def _several_providers(
     by_anchor: dict[str, dict[str, list[str]]] = {}
     common: set[str] | None = None
     for rc, providers in with_room.items():
-        pairs = {(p.uuid, p.root) for p in providers}
+        pairs = {(p.uuid, p.root) for p in providers.values()}
         for sharing in tree.sharing:
             if (
                 group.in_tree is None
-                and sharing in providers
+                and sharing.uuid in providers
                 and (not wanted.member_of or sharing.uuid in in_aggregates)
             ):
                 pairs |= {(sharing.uuid, anchor) for anchor in tree.anchors(sharing)}
@@ -245,10 +249,11 @@ def _traits_met(tree: Tree, chosen: set[str], group: Group) -> bool:
 
 
 def _merge(
-    tree: Tree, query: Query, answers: dict[str, list[AllocationRequest]]
+    tree: Tree, query: Query, answers: dict[str, list[AllocationRequest]], enough: int | None
 ) -> list[AllocationRequest]:
     """Every combination of one answer per group on one anchor that keeps
-    the group policy, the same subtrees and the providers' capacity."""
+    the group policy, the same subtrees and the providers' capacity (the
+    first ``enough`` of them, when given)."""
     by_anchor: dict[str, dict[str, list[AllocationRequest]]] = {}
     for suffix, found in answers.items():
         for request in found:
@@ -268,6 +273,8 @@ def _merge(
             if _exceeds(tree, request):
                 continue
             merged.setdefault(request.key(), request)
+            if enough is not None and len(merged) >= enough:
+                return list(merged.values())
     return list(merged.values())
 
 
