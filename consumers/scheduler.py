@@ -290,6 +290,8 @@ class Scheduler:
         zones = _zones(self.snapshot()) if self.policies and self.policies.aggregates else {}
         for p in pending:
             self._choose_policy(p, zones)
+            if p.result is None:
+                self._refuse(p)
         ready = deque(p for p in pending if p.result is None)
         flight: deque[tuple[list[_Pending], list[str]]] = deque()
         while ready or flight:
@@ -313,6 +315,15 @@ class Scheduler:
             p.policy = self.policies.for_request(r.project_id, r.policy, aggregates)
         except PolicyError as refused:
             self._fail(p, str(refused), ())
+
+    def _refuse(self, p: _Pending) -> None:
+        """Fail a request the engine's filters can give no meaning to (a PCI
+        alias its configuration does not define) before placing it."""
+        engine = self.engine if p.policy is None else p.policy.engine
+        if engine.refusers:
+            reason = engine.refuses(_engine_request(p))
+            if reason is not None:
+                self._fail(p, f"refused: {reason}", ())
 
     def _propose(self, wave: list[_Pending]) -> list[str]:
         """Rank ``wave`` on one snapshot and publish its claims; their ids."""

@@ -320,6 +320,8 @@ class Engine:
         self.bounded = bounded or Bounded()
         self.ranked = ranked
         self._resources = next((f for f in ordered if isinstance(f, ResourceFilter)), None)
+        self.refusers = [f for f in ordered if type(f).refuses is not HostFilter.refuses]
+        """The filters that may refuse a request outright (``refuses``)."""
         self._index: FeasibilityIndex | None = None
         self.index_builds = 0
         self._drew: FeasibilityIndex | None = None
@@ -359,6 +361,14 @@ class Engine:
             # the full story costs nothing on the success path
             placement = self._place(snapshot, request, True, everyone, 0)
         return placement
+
+    def refuses(self, request: Request) -> str | None:
+        """Why a filter's configuration gives ``request`` no meaning, or None."""
+        for f in self.refusers:
+            reason = f.refuses(request)
+            if reason is not None:
+                return f"{reason} ({f.name})"
+        return None
 
     def feasible(self, snapshot: Snapshot, request: Request) -> IntArray:
         """The rows every filter that applies to ``request`` lets through for

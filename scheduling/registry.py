@@ -33,6 +33,8 @@ from scheduling.filters.json_filter import JsonFilter
 from scheduling.filters.metrics import MetricsFilter
 from scheduling.filters.multi_tenancy import AggregateMultiTenancyIsolation
 from scheduling.filters.num_instances import NumInstancesFilter
+from scheduling.filters.numa_topology import NUMATopologyFilter
+from scheduling.filters.pci_passthrough import PciPassthroughFilter
 from scheduling.filters.project_restriction import ProjectRestrictionFilter
 from scheduling.filters.resources import ResourceFilter
 from scheduling.filters.retry import RetryFilter
@@ -79,6 +81,8 @@ FILTERS: dict[str, type[HostFilter]] = {
         JsonFilter,
         MetricsFilter,
         NumInstancesFilter,
+        NUMATopologyFilter,
+        PciPassthroughFilter,
         ProjectRestrictionFilter,
         ResourceFilter,
         RetryFilter,

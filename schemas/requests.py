@@ -19,6 +19,7 @@ from schemas.events import (
     ResourceClass,
     Tag,
 )
+from schemas.guest_topology import guest_topology, pci_asks
 
 PlacementReason = Literal["new", "evacuation", "relocation"]
 Names = frozenset[Annotated[str, Field(min_length=1, max_length=255)]]
@@ -99,6 +100,16 @@ class PlacementRequest(Model):
                 raise ValueError(f"cidr /{prefix} is longer than an address ({most} bits)")
         if self.group_policy is not None and self.group_id is None:
             raise ValueError("group_policy without group_id names no group")
+        return self
+
+    @model_validator(mode="after")
+    def _numa_and_pci_mean_something(self) -> Self:
+        """Nova's NUMA, pinning, page-size and PCI asks, parsed once here
+        so a request that cannot mean anything is refused at the edge."""
+        vcpus = self.resources.get("VCPU", 0) + self.resources.get("PCPU", 0)
+        memory = self.resources.get("MEMORY_MB", 0)
+        guest_topology(self.extra_specs, self.image_properties, vcpus, memory)
+        pci_asks(self.extra_specs)
         return self
 
 

@@ -25,7 +25,7 @@ from scheduling.config import SchedulerConfig
 from scheduling.registry import FILTERS, WEIGHERS
 from schemas.events import AggregateMemberAdded, Event, ServerGroupCreated
 from schemas.requests import PlacementRequest
-from tests.builders import describe, inventory, register, report, set_state, traits
+from tests.builders import describe, inventory, register, report, set_state, topology, traits
 from tests.placements import placement_answers
 
 NOW_MS = 10**12
@@ -69,6 +69,20 @@ class Case:
     """Server groups created first: id -> (policy, max_server_per_host)."""
 
 
+def pinnable(cell_id: int, dedicated: int) -> dict[str, Any]:
+    """A host NUMA cell of 8 CPUs, the first ``dedicated`` of them for pinning."""
+    cpus = list(range(cell_id * 8, cell_id * 8 + 8))
+    return {
+        "cell_id": cell_id,
+        "cpus": cpus,
+        "dedicated": cpus[:dedicated],
+        "shared": cpus[dedicated:],
+        "memory_mb": 8192,
+    }
+
+
+GPU = {"address": "0000:81:00.0", "vendor_id": "10de", "product_id": "1db4"}
+
 QEMU = {
     "hypervisor_type": "QEMU",
     "hypervisor_version": 8002000,
@@ -99,6 +113,24 @@ FILTER_CASES = [
         ("n1", "project 'other' is not a tenant of isolated aggregate mine"),
         events=[join("n1", "mine")],
         aggregates={"mine": {"filter_tenant_id": "p"}},
+    ),
+    Case(
+        "NUMATopologyFilter",  # 4 pinned vCPUs: only n2 has a cell with 4 dedicated CPUs
+        {"resources": {"VCPU": 4, "MEMORY_MB": 512}, "extra_specs": {"hw:cpu_policy": "dedicated"}},
+        "n2",
+        ("n1", "guest cell 0 fits no host cell: host cell 0 has 2 dedicated CPUs, wanted 4"),
+        events=[
+            topology("n1", numa_cells=[pinnable(0, 2)]),
+            topology("n2", numa_cells=[pinnable(0, 4)]),
+        ],
+    ),
+    Case(
+        "PciPassthroughFilter",
+        {"extra_specs": {"pci_passthrough:alias": "gpu:1"}},
+        "n2",
+        ("n1", "PCI alias gpu wanted 1 of 10de:1db4, provider has 0"),
+        events=[topology("n2", pci_devices=[GPU])],
+        options={"alias": [{"name": "gpu", "vendor_id": "10de", "product_id": "1db4"}]},
     ),
     Case(
         "AggregateTypeAffinityFilter",

@@ -208,6 +208,12 @@ class HostFilter(ABC):
         leaves the request to a full scan, as for ``reads_others``."""
         return False
 
+    def refuses(self, request: Request) -> str | None:
+        """Why this filter's configuration can give ``request`` no meaning at
+        all (a PCI alias it does not define), or None: the scheduler then
+        fails the request with this reason before looking at any provider."""
+        return None
+
     @abstractmethod
     def reject(self, ctx: Context, row: int) -> str | None:
         """Why ``row`` cannot take the request, or None if it can."""

@@ -1,0 +1,189 @@
+"""Nova's NUMATopologyFilter: the guest's NUMA cells fitted exactly onto the
+provider's host cells.
+
+Each guest cell takes a host cell of its own (Nova tries the permutations
+of host cells; since one guest cell's fit on a host cell does not depend on
+the others, a bipartite matching finds the same answer without trying them
+all). A guest cell fits a host cell when:
+
+- pinned (``hw:cpu_policy=dedicated``): it has no more vCPUs than the cell
+  has dedicated CPUs, never over-subscribed;
+- floating: no more vCPUs than the cell has shared CPUs, nor than those
+  times the provider's VCPU allocation ratio;
+- with a page size: the pages of that size cover its memory (``large``: some
+  huge page size does, ``any``: huge or small), never over-subscribed;
+  without: its memory is within the cell's, and within the cell's times the
+  MEMORY_MB allocation ratio.
+
+Judged against the snapshot's description of the cells: what earlier claims
+pin per cell is not tracked until the claim carries the fit (issue 31 part
+4), so a cell counts as empty and the provider-wide usage stays the
+ResourceFilter's to judge.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from scheduling.filters.base import Context, HostFilter
+from scheduling.model import BoolArray, IntArray, Request
+from scheduling.topology import HostCell
+from schemas.guest_topology import (
+    SMALL_PAGE_KB,
+    GuestCell,
+    GuestTopology,
+    PageSize,
+    asks_numa,
+    guest_topology,
+)
+
+
+def _ratio(ctx: Context, row: int, name: str) -> float:
+    classes = ctx.snapshot.classes
+    return (
+        float(ctx.snapshot.allocation_ratio[row, classes.index(name)]) if name in classes else 1.0
+    )
+
+
+def _pages_lack(host: HostCell, guest: GuestCell, size: PageSize) -> str | None:
+    """Why the cell's pages of ``size`` cannot back the guest cell's memory."""
+    huge = {kb: pages for kb, pages in host.huge_pages.items() if kb > SMALL_PAGE_KB}
+    small_mb = host.memory_mb - sum(kb * pages for kb, pages in huge.items()) // 1024
+    sizes: list[int]
+    if size == "small":
+        sizes = [SMALL_PAGE_KB]
+    elif size == "large":
+        sizes = sorted(huge, reverse=True)
+    elif size == "any":
+        sizes = [*sorted(huge, reverse=True), SMALL_PAGE_KB]
+    else:
+        assert isinstance(size, int)
+        sizes = [size]
+    for kb in sizes:
+        have = small_mb if kb == SMALL_PAGE_KB else huge.get(kb, 0) * kb // 1024
+        if guest.memory_mb * 1024 % kb == 0 and guest.memory_mb <= have:
+            return None
+    if not sizes:
+        return "no huge pages"
+    shown = ", ".join(f"{kb} KiB" for kb in sizes)
+    return f"not {guest.memory_mb} MB in pages of {shown}"
+
+
+def cell_lack(
+    host: HostCell, guest: GuestCell, topology: GuestTopology, cpu_ratio: float, ram_ratio: float
+) -> str | None:
+    """Why ``guest`` cannot take ``host`` (None: it fits)."""
+    wanted = len(guest.cpus)
+    if topology.dedicated:
+        if wanted > len(host.dedicated):
+            return f"{len(host.dedicated)} dedicated CPUs, wanted {wanted}"
+    else:
+        limit = min(len(host.shared), int(len(host.shared) * cpu_ratio))
+        if wanted > limit:
+            return f"{limit} shared vCPUs, wanted {wanted}"
+    if topology.page_size is not None:
+        return _pages_lack(host, guest, topology.page_size)
+    limit = min(host.memory_mb, int(host.memory_mb * ram_ratio))
+    if guest.memory_mb > limit:
+        return f"{limit} MB, wanted {guest.memory_mb}"
+    return None
+
+
+def matching(fits: Sequence[Sequence[int]], hosts: int) -> list[int] | None:
+    """A host cell for each guest cell, each host cell used once, where
+    ``fits[g]`` are the host cells (indexes) guest cell g fits; None if
+    there is none (Kuhn's augmenting paths: a handful of cells)."""
+    owner: list[int | None] = [None] * hosts
+
+    def place(g: int, seen: set[int]) -> bool:
+        for h in fits[g]:
+            if h not in seen:
+                seen.add(h)
+                holder = owner[h]
+                if holder is None or place(holder, seen):
+                    owner[h] = g
+                    return True
+        return False
+
+    if not all(place(g, set()) for g in range(len(fits))):
+        return None
+    chosen = [0] * len(fits)
+    for h, g in enumerate(owner):
+        if g is not None:
+            chosen[g] = h
+    return chosen
+
+
+class NUMATopologyFilter(HostFilter):
+    """Providers whose NUMA cells can each take one of the guest's cells
+    (``hw:numa_nodes``, ``hw:numa_cpus.N``, ``hw:numa_mem.N``,
+    ``hw:cpu_policy``, ``hw:mem_page_size`` and their image properties):
+    pinned CPUs and huge pages never over-subscribed, shared CPUs and memory
+    per cell by the allocation ratios. A request with no NUMA topology
+    passes everywhere."""
+
+    name = "NUMATopologyFilter"
+    cost = 20
+
+    def __init__(self) -> None:
+        self._memo: tuple[Request, GuestTopology | None] | None = None
+
+    def applies(self, request: Request) -> bool:
+        return asks_numa(request.extra_specs, request.image_properties)
+
+    def topology(self, request: Request) -> GuestTopology | None:
+        """The request's guest topology (the edge checked it parses)."""
+        memo = self._memo
+        if memo is not None and memo[0] is request:
+            return memo[1]
+        res = request.resources
+        vcpus = res.get("VCPU", 0) + res.get("PCPU", 0)
+        found = guest_topology(
+            request.extra_specs, request.image_properties, vcpus, res.get("MEMORY_MB", 0)
+        )
+        self._memo = (request, found)
+        return found
+
+    def reject(self, ctx: Context, row: int) -> str | None:
+        topology = self.topology(ctx.request)
+        if topology is None:
+            return None
+        hosts = ctx.snapshot.providers[row].numa_cells
+        if len(topology.cells) > len(hosts):
+            return f"{len(topology.cells)} guest NUMA cells, provider has {len(hosts)}"
+        ratios = _ratio(ctx, row, "VCPU"), _ratio(ctx, row, "MEMORY_MB")
+        return self._fit(hosts, topology, *ratios)
+
+    def _fit(
+        self, hosts: Sequence[HostCell], topology: GuestTopology, cpu: float, ram: float
+    ) -> str | None:
+        fits: list[list[int]] = []
+        for guest in topology.cells:
+            lacks = [cell_lack(host, guest, topology, cpu, ram) for host in hosts]
+            if all(lacks):
+                said = "; ".join(
+                    f"host cell {h.cell_id} has {why}" for h, why in zip(hosts, lacks, strict=True)
+                )
+                return f"guest cell {guest.cell_id} fits no host cell: {said}"
+            fits.append([i for i, why in enumerate(lacks) if why is None])
+        if matching(fits, len(hosts)) is None:
+            return "the guest cells fit, but not each on a host cell of its own"
+        return None
+
+    def mask(self, ctx: Context, rows: IntArray) -> BoolArray:
+        # providers of one hardware model share their cells' records, so
+        # each distinct (cells, ratios) is fitted once per request
+        seen: dict[tuple[int, float, float], bool] = {}
+        providers = ctx.snapshot.providers
+        out = np.ones(len(rows), dtype=np.bool_)
+        if self.topology(ctx.request) is None:
+            return out
+        for i, row in enumerate(rows.tolist()):
+            cpu, ram = _ratio(ctx, row, "VCPU"), _ratio(ctx, row, "MEMORY_MB")
+            key = (id(providers[row].numa_cells), cpu, ram)
+            if key not in seen:
+                seen[key] = self.reject(ctx, row) is None
+            out[i] = seen[key]
+        return out

@@ -1,0 +1,213 @@
+"""What a request asks of NUMA cells, CPU pinning, huge pages and PCI
+devices, in Nova's extra-spec and image-property names.
+
+Nova's CPU topologies and PCI passthrough guides define them:
+``hw:numa_nodes``, ``hw:numa_cpus.N``, ``hw:numa_mem.N``,
+``hw:cpu_policy`` (shared / dedicated), ``hw:mem_page_size`` (small / large
+/ any / a size) and ``pci_passthrough:alias`` (``name:count,...``); images
+say the same with ``hw_`` names. Parsed here, below the engine, so that the
+edge refuses a request that cannot mean anything (cells that do not cover
+the vCPUs, a page size that is not one) before it reaches a scheduler.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+SMALL_PAGE_KB = 4
+PageSize = int | str
+"""A page size in KiB, or ``"small"``, ``"large"``, ``"any"``."""
+
+FLAVOR_KEYS = ("hw:numa_nodes", "hw:cpu_policy", "hw:mem_page_size")
+IMAGE_KEYS = ("hw_numa_nodes", "hw_cpu_policy", "hw_mem_page_size")
+PCI_ALIAS = "pci_passthrough:alias"
+
+
+@dataclass(frozen=True, slots=True)
+class GuestCell:
+    """One guest NUMA cell: its vCPU ids and its memory."""
+
+    cell_id: int
+    cpus: frozenset[int]
+    memory_mb: int
+
+
+@dataclass(frozen=True, slots=True)
+class GuestTopology:
+    """The guest's cells, whether its CPUs are pinned (``dedicated``), and
+    the page size its memory is backed by (None: not asked)."""
+
+    cells: tuple[GuestCell, ...]
+    dedicated: bool = False
+    page_size: PageSize | None = None
+
+
+def asks_numa(extra_specs: Mapping[str, str], image: Mapping[str, str]) -> bool:
+    """Whether the flavor or image says anything that gives the guest a
+    NUMA topology (cheap: no parsing)."""
+    return any(k.startswith(("hw:numa_", *FLAVOR_KEYS)) for k in extra_specs) or any(
+        k.startswith(("hw_numa_", *IMAGE_KEYS)) for k in image
+    )
+
+
+def _both(flavor: Mapping[str, str], image: Mapping[str, str], name: str) -> str | None:
+    """Nova's rule for a value both may set: they must agree."""
+    mine, theirs = flavor.get(f"hw:{name}"), image.get(f"hw_{name}")
+    if mine is not None and theirs is not None and mine != theirs:
+        raise ValueError(f"flavor hw:{name}={mine} conflicts with image hw_{name}={theirs}")
+    return mine if mine is not None else theirs
+
+
+def cpu_policy(flavor: Mapping[str, str], image: Mapping[str, str]) -> str:
+    """Nova's rule: a flavor's ``dedicated`` wins; a flavor's ``shared``
+    forbids the image to pin; with neither, the image decides."""
+    mine, theirs = flavor.get("hw:cpu_policy"), image.get("hw_cpu_policy")
+    for where, value in (("flavor hw:cpu_policy", mine), ("image hw_cpu_policy", theirs)):
+        if value is not None and value not in ("shared", "dedicated"):
+            raise ValueError(f"{where} is {value!r}, not shared or dedicated")
+    if mine == "shared" and theirs == "dedicated":
+        raise ValueError("image hw_cpu_policy=dedicated, but the flavor's policy is shared")
+    return mine or theirs or "shared"
+
+
+_UNITS = {"": 1, "k": 1, "kb": 1, "kib": 1, "m": 1024, "mb": 1024, "mib": 1024}
+_UNITS |= {"g": 1024**2, "gb": 1024**2, "gib": 1024**2}
+
+
+def page_size(text: str) -> PageSize:
+    """``small``, ``large``, ``any``, or a size: KiB without a unit, as
+    Nova reads it (``2048``, ``2MB``, ``1GB``)."""
+    if text in ("small", "large", "any"):
+        return text
+    found = re.fullmatch(r"\s*([0-9]+)\s*([a-zA-Z]*)\s*", text)
+    unit = _UNITS.get(found.group(2).lower()) if found else None
+    if found is None or unit is None:
+        raise ValueError(f"{text!r} is not a page size (small, large, any, or e.g. 2MB, 1GB)")
+    size = int(found.group(1)) * unit
+    if size < SMALL_PAGE_KB or size & (size - 1):
+        raise ValueError(f"{text!r} is not a page size: a power of two KiB, at least 4")
+    return size
+
+
+def mem_page_size(flavor: Mapping[str, str], image: Mapping[str, str]) -> PageSize | None:
+    """Nova's rule: an image may choose the page size only when the
+    flavor allows it with ``large`` or ``any``."""
+    mine, theirs = flavor.get("hw:mem_page_size"), image.get("hw_mem_page_size")
+    if mine is None:
+        if theirs is not None:
+            raise ValueError("image hw_mem_page_size needs the flavor's hw:mem_page_size")
+        return None
+    size = page_size(mine)
+    if theirs is None:
+        return size
+    if size not in ("large", "any"):
+        raise ValueError(f"image hw_mem_page_size, but the flavor's page size is {mine}")
+    return page_size(theirs)
+
+
+def cpu_set(text: str) -> frozenset[int]:
+    """Nova's CPU spec: ids and ranges, ``^`` excluding (``0-3,^2,5``)."""
+    wanted: set[int] = set()
+    excluded: set[int] = set()
+    for part in (p.strip() for p in text.split(",")):
+        into = excluded if part.startswith("^") else wanted
+        found = re.fullmatch(r"([0-9]+)(?:-([0-9]+))?", part.lstrip("^"))
+        if found is None:
+            raise ValueError(f"{text!r} is not a CPU list such as 0-3,^2,5")
+        low, high = int(found.group(1)), int(found.group(2) or found.group(1))
+        if low > high or high > 4095:
+            raise ValueError(f"{part!r} in {text!r} is not a CPU range")
+        into.update(range(low, high + 1))
+    return frozenset(wanted - excluded)
+
+
+def _per_node(flavor: Mapping[str, str], image: Mapping[str, str], name: str) -> dict[int, str]:
+    """``hw:NAME.N`` of the flavor, else ``hw_NAME.N`` of the image: Nova
+    lets an image give them only when the flavor gives none."""
+    mine = {k: v for k, v in flavor.items() if k.startswith(f"hw:{name}.")}
+    theirs = {k: v for k, v in image.items() if k.startswith(f"hw_{name}.")}
+    if mine and theirs:
+        raise ValueError(f"image hw_{name}.N, but the flavor sets hw:{name}.N")
+    found: dict[int, str] = {}
+    for key, value in (mine or theirs).items():
+        node = key.rpartition(".")[2]
+        if not node.isdigit():
+            raise ValueError(f"{key}: the part after the dot is a cell number")
+        found[int(node)] = value
+    return found
+
+
+def _cells(
+    nodes: int, cpus: dict[int, str], memory: dict[int, str], vcpus: int, memory_mb: int
+) -> tuple[GuestCell, ...]:
+    """The guest's cells: even shares, unless every cell's CPUs and memory
+    are given, in which case they must cover the vCPUs and memory exactly."""
+    if not cpus and not memory:
+        if vcpus % nodes or memory_mb % nodes:
+            raise ValueError(
+                f"{vcpus} vCPUs and {memory_mb} MB do not split evenly into {nodes} cells;"
+                " give hw:numa_cpus.N and hw:numa_mem.N"
+            )
+        share, mem = vcpus // nodes, memory_mb // nodes
+        return tuple(
+            GuestCell(n, frozenset(range(n * share, (n + 1) * share)), mem) for n in range(nodes)
+        )
+    if set(cpus) != set(range(nodes)) or set(memory) != set(range(nodes)):
+        raise ValueError(
+            f"hw:numa_cpus.N and hw:numa_mem.N are needed for each cell 0..{nodes - 1}"
+        )
+    sets = {n: cpu_set(text) for n, text in cpus.items()}
+    owner: dict[int, int] = {}
+    for n in range(nodes):
+        for cpu in sets[n]:
+            if cpu in owner:
+                raise ValueError(f"vCPU {cpu} is in cells {owner[cpu]} and {n}")
+            owner[cpu] = n
+    if set(owner) != set(range(vcpus)):
+        raise ValueError(f"hw:numa_cpus.N cover vCPUs {sorted(owner)}, not 0..{vcpus - 1}")
+    if not all(text.isdigit() for text in memory.values()):
+        raise ValueError("hw:numa_mem.N are MB, whole numbers")
+    if sum(int(text) for text in memory.values()) != memory_mb:
+        raise ValueError(f"hw:numa_mem.N add up to other than the {memory_mb} MB asked")
+    return tuple(GuestCell(n, sets[n], int(memory[n])) for n in range(nodes))
+
+
+def guest_topology(
+    flavor: Mapping[str, str], image: Mapping[str, str], vcpus: int, memory_mb: int
+) -> GuestTopology | None:
+    """The guest's NUMA topology, or None when it asks for none. A pinned
+    guest or one with a page size and no ``hw:numa_nodes`` has one cell, as
+    in Nova. ValueError says what is wrong."""
+    if not asks_numa(flavor, image):
+        return None
+    policy = cpu_policy(flavor, image)
+    size = mem_page_size(flavor, image)
+    nodes_text = _both(flavor, image, "numa_nodes")
+    if nodes_text is not None and not (nodes_text.isdigit() and int(nodes_text) >= 1):
+        raise ValueError(f"hw:numa_nodes is {nodes_text!r}, not a count of cells")
+    nodes = int(nodes_text) if nodes_text else 1
+    cpus, memory = _per_node(flavor, image, "numa_cpus"), _per_node(flavor, image, "numa_mem")
+    if nodes_text is None and (cpus or memory):
+        raise ValueError("hw:numa_cpus.N and hw:numa_mem.N need hw:numa_nodes")
+    if nodes_text is None and policy == "shared" and size is None:
+        return None
+    if vcpus < nodes:
+        raise ValueError(f"{nodes} NUMA cells for {vcpus} vCPUs")
+    cells = _cells(nodes, cpus, memory, vcpus, memory_mb)
+    return GuestTopology(cells, dedicated=policy == "dedicated", page_size=size)
+
+
+def pci_asks(flavor: Mapping[str, str]) -> tuple[tuple[str, int], ...]:
+    """``pci_passthrough:alias`` as (alias, count) pairs: ``a1:2,a2:1``."""
+    text = flavor.get(PCI_ALIAS)
+    if text is None:
+        return ()
+    asks: dict[str, int] = {}
+    for part in (p.strip() for p in text.split(",")):
+        name, _, count = part.partition(":")
+        if not name or not count.isdigit() or int(count) < 1 or name in asks:
+            raise ValueError(f"{PCI_ALIAS} {text!r}: each entry is name:count, names once")
+        asks[name] = int(count)
+    return tuple(asks.items())
