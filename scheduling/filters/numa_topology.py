@@ -175,15 +175,31 @@ class NUMATopologyFilter(HostFilter):
     def mask(self, ctx: Context, rows: IntArray) -> BoolArray:
         # providers of one hardware model share their cells' records, so
         # each distinct (cells, ratios) is fitted once per request
-        seen: dict[tuple[int, float, float], bool] = {}
-        providers = ctx.snapshot.providers
         out = np.ones(len(rows), dtype=np.bool_)
-        if self.topology(ctx.request) is None:
+        topology = self.topology(ctx.request)
+        if topology is None:
             return out
+        snapshot = ctx.snapshot
+        providers = snapshot.providers
+        cpu, ram = (_ratios(ctx, rows, name) for name in ("VCPU", "MEMORY_MB"))
+        seen: dict[tuple[int, float, float], bool] = {}
+        want = len(topology.cells)
         for i, row in enumerate(rows.tolist()):
-            cpu, ram = _ratio(ctx, row, "VCPU"), _ratio(ctx, row, "MEMORY_MB")
-            key = (id(providers[row].numa_cells), cpu, ram)
-            if key not in seen:
-                seen[key] = self.reject(ctx, row) is None
-            out[i] = seen[key]
+            hosts = providers[row].numa_cells
+            if len(hosts) < want:
+                out[i] = False
+                continue
+            key = (id(hosts), cpu[i], ram[i])
+            fits = seen.get(key)
+            if fits is None:
+                fits = seen[key] = self._fit(hosts, topology, cpu[i], ram[i]) is None
+            out[i] = fits
         return out
+
+
+def _ratios(ctx: Context, rows: IntArray, name: str) -> list[float]:
+    classes = ctx.snapshot.classes
+    if name not in classes:
+        return [1.0] * len(rows)
+    ratios: list[float] = ctx.snapshot.allocation_ratio[rows, classes.index(name)].tolist()
+    return ratios

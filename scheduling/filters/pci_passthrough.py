@@ -21,8 +21,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from scheduling.filters.base import Context, HostFilter
-from scheduling.model import Request
+from scheduling.model import BoolArray, IntArray, Request
 from scheduling.topology import HostDevice
 from schemas.guest_topology import PCI_ALIAS, pci_asks
 
@@ -107,3 +109,17 @@ class PciPassthroughFilter(HostFilter):
             taken = {d.address for d in found[:count]}
             free = [d for d in free if d.address not in taken]
         return None
+
+    def mask(self, ctx: Context, rows: IntArray) -> BoolArray:
+        # providers of one hardware model share their devices' records, so
+        # each distinct list is judged once per request
+        providers = ctx.snapshot.providers
+        seen: dict[int, bool] = {}
+        out = np.empty(len(rows), dtype=np.bool_)
+        for i, row in enumerate(rows.tolist()):
+            key = id(providers[row].pci_devices)
+            fits = seen.get(key)
+            if fits is None:
+                fits = seen[key] = self.reject(ctx, row) is None
+            out[i] = fits
+        return out
