@@ -14,6 +14,7 @@ import pytest
 from pydantic import ValidationError
 
 from scheduling.filters.base import Context
+from scheduling.filters.compute_capabilities import ComputeCapabilitiesFilter
 from scheduling.filters.numa_topology import NUMATopologyFilter, matching
 from scheduling.filters.pci_passthrough import PciPassthroughFilter
 from scheduling.model import Provider, Request, Snapshot
@@ -344,3 +345,19 @@ def test_an_unknown_alias_fails_live_with_the_reason(tmp_path: Path) -> None:
     assert answer["reason"] == (
         "refused: PCI alias nic not configured (configured: gpu, vf) (PciPassthroughFilter)"
     )
+
+
+@pytest.mark.parametrize(
+    ("specs", "applies"),
+    [
+        ({"hw:cpu_policy": "dedicated", "pci_passthrough:alias": "vf:1"}, False),
+        ({"hw:cpu_policy": "dedicated", "capabilities:hypervisor_type": "QEMU"}, True),
+        ({"hw:numa_nodes": "2", "hypervisor_type": "QEMU"}, True),
+        ({"hw:maxphysaddr_bits": "46"}, True),
+    ],
+)
+def test_compute_capabilities_skips_requests_with_only_other_scopes(
+    specs: dict[str, str], applies: bool
+) -> None:
+    # NUMA and PCI asks are scoped hw: and pci_passthrough:, which it never reads
+    assert ComputeCapabilitiesFilter().applies(ask(extra_specs=specs)) is applies

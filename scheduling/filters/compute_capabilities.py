@@ -53,7 +53,9 @@ class ComputeCapabilitiesFilter(HostFilter):
         return frozen(provider.capabilities)
 
     def applies(self, request: Request) -> bool:
-        return bool(request.extra_specs)
+        # a key in another scope (hw:, pci_passthrough:, ...) is never read:
+        # a request with only those asks nothing of this filter
+        return any(_read(key) for key in request.extra_specs)
 
     def scans(self, request: Request) -> bool:
         return any(_first_segment(key) in HOST_STATE for key in request.extra_specs)
@@ -81,6 +83,13 @@ class ComputeCapabilitiesFilter(HostFilter):
             if not matches(text, requirement):
                 return f"{key} is {text!r}, wanted {requirement!r}"
         return None
+
+
+def _read(key: str) -> bool:
+    """Whether the filter reads extra spec ``key`` at all (``spec_applies``
+    can be true for it on some host)."""
+    scope, colon, _ = key.partition(":")
+    return not colon or scope == CAPABILITIES_SCOPE or key == MAXPHYSADDR
 
 
 def _first_segment(key: str) -> str:
