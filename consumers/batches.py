@@ -367,6 +367,10 @@ class BatchScheduler:
         does not fit (so a later batch never overtakes an earlier one); expire
         those past their deadline. The finished ones' results."""
         finished = []
+        if self.queue:
+            # the writers decide what is appended first: the gate below reads
+            # their decisions, and a release not yet decided would hold the head
+            self.pump()
         while self.queue:
             _, _, batch = self.queue[0]
             bid = batch.batch_id
