@@ -100,9 +100,28 @@ def put_consumer_allocations(req: Req, consumer_uuid: str) -> Resp:
         allocations = {a["resource_provider"]["uuid"]: a["resources"] for a in listed}
     else:
         allocations = {rp: a["resources"] for rp, a in listed.items()}
+    spec = _spec(req, uuid, data, allocations)
+    if set(allocations) - existing_uuids(req.service.engine, sorted(allocations)):
+        _check_consumer_generation(req, spec)
     _check_providers(req, allocations)
-    _write(req, [_spec(req, uuid, data, allocations)], uuid)
+    _write(req, [spec], uuid)
     return Resp(204)
+
+
+def _check_consumer_generation(req: Req, spec: dict[str, Any]) -> None:
+    """Placement checks the consumer's generation before the providers: when
+    both are wrong its answer is the 409. Judged on the view, as nothing is
+    written either way; the writer checks it again on every write."""
+    if not spec["check_generation"]:
+        return
+    held = consumer(req.service.engine, spec["consumer"])
+    expected = None if held is None else held.generation
+    if expected != spec["generation"]:
+        shown = "null" if expected is None else expected
+        raise conflict(
+            f"consumer generation conflict - expected {shown} but got {spec['generation']}",
+            errors.CONCURRENT_UPDATE,
+        )
 
 
 def post_allocations(req: Req) -> Resp:
@@ -177,7 +196,7 @@ def delete_consumer_allocations(req: Req, consumer_uuid: str) -> Resp:
 
 def get_provider_allocations(req: Req, uuid: str) -> Resp:
     check_accept(req)
-    p = existing(req, uuid)
+    p = existing(req, uuid, f"Resource provider '{uuid}' not found: {{}}")
     body = {
         "allocations": {
             c.uuid: {"resources": dict(c.allocations[uuid])}

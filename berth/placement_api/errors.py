@@ -52,7 +52,9 @@ class PlacementError(Exception):
 
     def body(self, with_code: bool, request_id: str | None) -> dict[str, Any]:
         explanation = _EXPLANATIONS.get(self.status, "") if self.explain else ""
-        detail = f"{explanation}\n\n {self.message}  " if explanation else self.message
+        # webob's plain-text body turns the message's own line breaks into spaces
+        flat = self.message.replace("\n", " ").replace("\r", "")
+        detail = f"{explanation}\n\n {flat}  " if explanation else self.message
         error: dict[str, Any] = {
             "status": self.status,
             "title": HTTPStatus(self.status).phrase,

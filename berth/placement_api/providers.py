@@ -51,14 +51,20 @@ def serialize(req: Req, p: Provider) -> dict[str, Any]:
     return data
 
 
-def existing(req: Req, uuid: str, message: str | None = None) -> Provider:
+def existing(req: Req, uuid: str, message: str = "{}") -> Provider:
+    """The provider, else Placement's 404: with no specific code (only the
+    reshaper names one), its object's message wrapped as the route wraps
+    it (``message`` with ``{}`` where that message goes)."""
     found = provider(req.service.engine, uuid)
     if found is None:
-        raise not_found(
-            message or f"No resource provider with uuid {uuid} found",
-            errors.RESOURCE_PROVIDER_NOT_FOUND if message is None else errors.DEFAULT,
-        )
+        inner = f"No resource provider with uuid {uuid} found"
+        raise not_found(message.replace("{}", inner, 1), errors.DEFAULT)
     return found
+
+
+def wrapped(uuid: str, separator: str = ": ") -> str:
+    """How Placement's read routes re-raise a missing provider."""
+    return f"No resource provider with uuid {uuid} found{separator}{{}}"
 
 
 def refusal(refused: Refused, **codes: str) -> PlacementError:
@@ -164,7 +170,7 @@ def update_provider(req: Req, uuid: str) -> Resp:
 
 
 def delete_provider(req: Req, uuid: str) -> Resp:
-    existing(req, uuid, f"No resource provider with uuid {uuid} found for delete")
+    existing(req, uuid, "{} for delete")
     try:
         req.service.write({"type": "placement_provider_deleted", "uuid": uuid})
     except Refused as refused:
@@ -219,6 +225,8 @@ def _check_capacity(
 def _set_inventories(
     req: Req, p: Provider, generation: int, inventories: dict[str, dict[str, Any]]
 ) -> None:
+    if generation < 0:  # never a provider's: Placement's conflict, nothing written
+        raise conflict("resource provider generation conflict", errors.CONCURRENT_UPDATE)
     try:
         req.service.write(
             {
@@ -240,7 +248,7 @@ def _set_inventories(
 
 def get_inventories(req: Req, uuid: str) -> Resp:
     check_accept(req)
-    p = existing(req, uuid)
+    p = existing(req, uuid, wrapped(uuid, " : "))
     body = {
         "resource_provider_generation": p.generation,
         "inventories": {rc: _inventory(inv) for rc, inv in p.inventories.items()},
@@ -312,7 +320,7 @@ def create_inventory(req: Req, uuid: str) -> Resp:
 
 def get_inventory(req: Req, uuid: str, rc: str) -> Resp:
     check_accept(req)
-    p = existing(req, uuid)
+    p = existing(req, uuid, wrapped(uuid, " : "))
     inv = p.inventories.get(rc)
     if inv is None:
         raise not_found(f"No inventory of class {rc} for {uuid}")
@@ -360,7 +368,7 @@ def delete_inventory(req: Req, uuid: str, rc: str) -> Resp:
 
 def get_provider_traits(req: Req, uuid: str) -> Resp:
     check_accept(req)
-    p = existing(req, uuid)
+    p = existing(req, uuid, wrapped(uuid))
     body = {"traits": sorted(p.traits), "resource_provider_generation": p.generation}
     return Resp(body=body).modified(req, p.updated_ms)
 
@@ -413,6 +421,14 @@ def get_provider_aggregates(req: Req, uuid: str) -> Resp:
     return Resp(body=body).modified(req, p.updated_ms)
 
 
+def _aggregates_conflict() -> PlacementError:
+    return conflict(
+        "Resource provider's generation already changed. Please update the "
+        "generation and try again.",
+        errors.CONCURRENT_UPDATE,
+    )
+
+
 def set_provider_aggregates(req: Req, uuid: str) -> Resp:
     req.require_content()
     p = existing(req, uuid)
@@ -423,6 +439,8 @@ def set_provider_aggregates(req: Req, uuid: str) -> Resp:
         aggregates, generation = req.json(schemas.SET_AGGREGATES), None
     if len(set(aggregates)) != len(aggregates):
         raise bad_request("JSON does not validate: has non-unique elements")
+    if generation is not None and generation < 0:  # never a provider's: nothing written
+        raise _aggregates_conflict()
     try:
         req.service.write(
             {
@@ -434,11 +452,7 @@ def set_provider_aggregates(req: Req, uuid: str) -> Resp:
         )
     except Refused as refused:
         if refused.code == Code.PLACEMENT_CONCURRENT_UPDATE:
-            raise conflict(
-                "Resource provider's generation already changed. Please update the "
-                "generation and try again.",
-                errors.CONCURRENT_UPDATE,
-            ) from None
+            raise _aggregates_conflict() from None
         raise refusal(refused) from None
     del p
     return get_provider_aggregates(req, uuid)
@@ -446,7 +460,7 @@ def set_provider_aggregates(req: Req, uuid: str) -> Resp:
 
 def get_provider_usages(req: Req, uuid: str) -> Resp:
     check_accept(req)
-    p = existing(req, uuid)
+    p = existing(req, uuid, wrapped(uuid))
     usages = {rc: p.usage.get(rc, 0) for rc in p.inventories}
     body = {"resource_provider_generation": p.generation, "usages": usages}
     return Resp(body=body).modified(req, None)

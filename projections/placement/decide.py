@@ -280,6 +280,10 @@ def traits_set(state: PartitionState, event: PlacementTraitsSet, out: Emitter) -
             out, provider.uuid, Code.PLACEMENT_INVALID, f"No such trait(s): {', '.join(unknown)}"
         )
         return
+    if set(event.traits) == set(provider.traits):
+        # Placement's no-op: the generation checked, nothing changed, none moved
+        out.emit(Kind.APPLIED, provider.uuid)
+        return
     provider.traits = event.traits
     state.providers[provider.uuid].traits = event.traits
     state.reshaped.add(provider.uuid)
