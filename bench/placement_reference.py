@@ -1,0 +1,87 @@
+"""A reference OpenStack Placement from the installed ``openstack-placement``,
+on SQLite, for comparing Berth with it: ``python -m
+bench.placement_reference DB_PATH`` serves Placement's own WSGI app (built
+by ``placement.deploy.loadapp`` as upstream's fixtures and WSGI entry point
+build it, with noauth2) on 127.0.0.1 at a free port, and prints
+``placement-reference: serving http://HOST:PORT/`` on stderr once it
+listens. ``reference_server`` runs it as a child process: Placement keeps
+its configuration and database engine in process globals, so a process of
+its own is the clean way to start one, as it is deployed."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, make_server
+
+import httpx
+
+START_TIMEOUT_S = 60.0
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        """One line per request on stderr would only be noise here."""
+
+
+def _app(db_path: str) -> Any:
+    from oslo_config import cfg
+    from oslo_policy import opts as policy_opts
+    from placement import conf as placement_conf
+    from placement import db_api, deploy
+
+    conf = cfg.ConfigOpts()
+    placement_conf.register_opts(conf)
+    policy_opts.set_defaults(conf)
+    conf.set_default("connection", f"sqlite:///{db_path}", group="placement_database")
+    conf([], default_config_files=[])
+    conf.set_override("auth_strategy", "noauth2", group="api")
+    conf.set_override("sync_on_startup", True, group="placement_database")
+    db_api.configure(conf)
+    return deploy.loadapp(conf)
+
+
+def main() -> None:
+    server = make_server("127.0.0.1", 0, _app(sys.argv[1]), handler_class=_QuietHandler)
+    print(f"placement-reference: serving http://127.0.0.1:{server.server_port}/", file=sys.stderr)
+    sys.stderr.flush()
+    server.serve_forever()
+
+
+@contextmanager
+def reference_server(db_path: Path) -> Iterator[tuple[str, int]]:
+    """A reference Placement on a new SQLite database; where it listens."""
+    stderr_path = db_path.with_suffix(".stderr")
+    command = [sys.executable, "-m", "bench.placement_reference", str(db_path)]
+    with open(stderr_path, "w+") as stderr:
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr)
+        try:
+            yield _wait_listening(process, stderr_path)
+        finally:
+            process.terminate()
+            process.wait(timeout=30)
+
+
+def _wait_listening(process: subprocess.Popen[bytes], stderr_path: Path) -> tuple[str, int]:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    pattern = re.compile(r"placement-reference: serving http://([\d.]+):(\d+)/")
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"placement exited: {stderr_path.read_text()[-2000:]}")
+        found = pattern.search(stderr_path.read_text())
+        if found:
+            host, port = found.group(1), int(found.group(2))
+            if httpx.get(f"http://{host}:{port}/", timeout=5).status_code == 200:
+                return host, port
+        time.sleep(0.05)
+    raise RuntimeError(f"placement did not listen: {stderr_path.read_text()[-2000:]}")
+
+
+if __name__ == "__main__":
+    main()
