@@ -132,10 +132,19 @@ def berth_server(data_dir: Path, *extra: str) -> Iterator[tuple[str, int]]:
         *extra,
     ]
     stderr_path = data_dir.parent / f"{data_dir.name}.stderr"
+    with child_server(command, stderr_path, "placement-api") as address:
+        yield address
+
+
+@contextmanager
+def child_server(command: list[str], stderr_path: Path, banner: str) -> Iterator[tuple[str, int]]:
+    """``command`` as a child process that prints ``BANNER: serving
+    http://HOST:PORT/`` on stderr once it listens; where it listens, once
+    it answers there. Stopped on the way out."""
     with open(stderr_path, "w+") as stderr:
         process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr)
         try:
-            yield _wait_listening(process, stderr_path)
+            yield _wait_listening(process, stderr_path, banner)
         finally:
             process.terminate()
             try:
@@ -145,12 +154,14 @@ def berth_server(data_dir: Path, *extra: str) -> Iterator[tuple[str, int]]:
                 process.wait()
 
 
-def _wait_listening(process: subprocess.Popen[bytes], stderr_path: Path) -> tuple[str, int]:
+def _wait_listening(
+    process: subprocess.Popen[bytes], stderr_path: Path, banner: str
+) -> tuple[str, int]:
     deadline = time.monotonic() + START_TIMEOUT_S
-    pattern = re.compile(r"placement-api: serving http://([\d.]+):(\d+)/")
+    pattern = re.compile(re.escape(banner) + r": serving http://([\d.]+):(\d+)/")
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"berth serve exited: {stderr_path.read_text()[-2000:]}")
+            raise RuntimeError(f"{banner} exited: {stderr_path.read_text()[-2000:]}")
         found = pattern.search(stderr_path.read_text())
         if found:
             host, port = found.group(1), int(found.group(2))
@@ -159,8 +170,8 @@ def _wait_listening(process: subprocess.Popen[bytes], stderr_path: Path) -> tupl
                     return host, port
             except httpx.HTTPError:
                 pass
-        time.sleep(0.1)
-    raise RuntimeError(f"berth serve did not answer in {START_TIMEOUT_S} s")
+        time.sleep(0.1)  # its stderr file has no event to wait on
+    raise RuntimeError(f"{banner} did not answer in {START_TIMEOUT_S} s")
 
 
 def run_file(path: Path, work: Path) -> FileResult:

@@ -10,19 +10,14 @@ its own is the clean way to start one, as it is deployed."""
 
 from __future__ import annotations
 
-import re
-import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
-import httpx
-
-START_TIMEOUT_S = 60.0
+from bench.placement_gabbits import child_server
 
 
 class _QuietHandler(WSGIRequestHandler):
@@ -57,30 +52,9 @@ def main() -> None:
 @contextmanager
 def reference_server(db_path: Path) -> Iterator[tuple[str, int]]:
     """A reference Placement on a new SQLite database; where it listens."""
-    stderr_path = db_path.with_suffix(".stderr")
     command = [sys.executable, "-m", "bench.placement_reference", str(db_path)]
-    with open(stderr_path, "w+") as stderr:
-        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr)
-        try:
-            yield _wait_listening(process, stderr_path)
-        finally:
-            process.terminate()
-            process.wait(timeout=30)
-
-
-def _wait_listening(process: subprocess.Popen[bytes], stderr_path: Path) -> tuple[str, int]:
-    deadline = time.monotonic() + START_TIMEOUT_S
-    pattern = re.compile(r"placement-reference: serving http://([\d.]+):(\d+)/")
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"placement exited: {stderr_path.read_text()[-2000:]}")
-        found = pattern.search(stderr_path.read_text())
-        if found:
-            host, port = found.group(1), int(found.group(2))
-            if httpx.get(f"http://{host}:{port}/", timeout=5).status_code == 200:
-                return host, port
-        time.sleep(0.05)
-    raise RuntimeError(f"placement did not listen: {stderr_path.read_text()[-2000:]}")
+    with child_server(command, db_path.with_suffix(".stderr"), "placement-reference") as address:
+        yield address
 
 
 if __name__ == "__main__":
