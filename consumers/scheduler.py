@@ -525,6 +525,7 @@ def engine_request(
         ),
         tried_providers=tried,
         reason=r.reason,
+        source_provider=r.source_provider,
         ts_ms=r.ts_ms,
     )
 

@@ -145,7 +145,8 @@ class Balancer:
         if not len(rows):
             return None
         reason: PlacementReason = "evacuation" if source.kind == "evacuating" else "relocation"
-        placement = self.engine.place(load.snapshot, request_for(instance, reason), among=rows)
+        request = request_for(instance, reason, load.provider_id(source.row))
+        placement = self.engine.place(load.snapshot, request, among=rows)
         if not placement.placed:
             return None
         return Move(
@@ -156,12 +157,14 @@ class Balancer:
         )
 
 
-def request_for(instance: Instance, reason: PlacementReason) -> Request:
-    """The engine's request for one more copy of ``instance``, elsewhere."""
+def request_for(instance: Instance, reason: PlacementReason, source: str | None = None) -> Request:
+    """The engine's request for one more copy of ``instance``, elsewhere
+    than ``source``, the provider it leaves."""
     group = instance.anti_affinity_group
     return Request(
         request_id=f"move-{instance.reservation_id}",
         reason=reason,
+        source_provider=source,
         resources=dict(instance.resources),
         project_id=instance.project_id,
         group_id=group,

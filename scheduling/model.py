@@ -479,3 +479,6 @@ class Request:
     """LXD's placement reasons: a new instance, or one moved off an
     evacuating provider, or moved to balance load (the placement scriptlet
     sees it)."""
+    source_provider: str | None = None
+    """On a move, the provider the instance leaves (CrossCellWeigher
+    prefers its cell)."""

@@ -53,11 +53,13 @@ from scheduling.weighers.affinity import (
 from scheduling.weighers.base import Weigher
 from scheduling.weighers.build_failure import BuildFailureWeigher
 from scheduling.weighers.cpu import CPUWeigher
+from scheduling.weighers.cross_cell import CrossCellWeigher
 from scheduling.weighers.disk import DiskWeigher
 from scheduling.weighers.hypervisor_version import HypervisorVersionWeigher
 from scheduling.weighers.io_ops import IoOpsWeigher
 from scheduling.weighers.metrics import MetricsWeigher
 from scheduling.weighers.num_instances import NumInstancesWeigher
+from scheduling.weighers.pci import PCIWeigher
 from scheduling.weighers.ram import RAMWeigher
 from scheduling.weighers.tag_affinity import TagAffinityWeigher
 
@@ -119,11 +121,13 @@ WEIGHERS: dict[str, type[Weigher]] = {
     for cls in (
         BuildFailureWeigher,
         CPUWeigher,
+        CrossCellWeigher,
         DiskWeigher,
         HypervisorVersionWeigher,
         IoOpsWeigher,
         MetricsWeigher,
         NumInstancesWeigher,
+        PCIWeigher,
         RAMWeigher,
         ServerGroupSoftAffinityWeigher,
         ServerGroupSoftAntiAffinityWeigher,

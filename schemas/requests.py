@@ -37,6 +37,9 @@ class PlacementRequest(Model):
     reason: PlacementReason = "new"
     """Why it is placed: a new instance, or one moved off an evacuating
     provider or to balance load (the placement scriptlet sees it)."""
+    source_provider: Identifier | None = None
+    """On a move (a reason other than ``new``), the provider the instance
+    leaves: CrossCellWeigher prefers destinations in its cell."""
     resources: dict[ResourceClass, Amount] = Field(min_length=1, max_length=64)
     num_instances: int = Field(default=1, ge=1, le=1000)
     lease_ms: int = Field(default=DEFAULT_LEASE_MS, ge=1, le=MAX_LEASE_MS)
@@ -98,6 +101,8 @@ class PlacementRequest(Model):
             most = ipaddress.ip_address(self.build_near_host_ip).max_prefixlen
             if prefix > most:
                 raise ValueError(f"cidr /{prefix} is longer than an address ({most} bits)")
+        if self.source_provider is not None and self.reason == "new":
+            raise ValueError("source_provider is for a move: reason evacuation or relocation")
         if self.group_policy is not None and self.group_id is None:
             raise ValueError("group_policy without group_id names no group")
         return self

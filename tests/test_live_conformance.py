@@ -67,6 +67,8 @@ class Case:
     multiplier: float = 1.0
     groups: dict[str, tuple[str, int | None]] = field(default_factory=dict)
     """Server groups created first: id -> (policy, max_server_per_host)."""
+    filters: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """For a weigher: filters enabled beside the base ones, with their options."""
 
 
 def pinnable(cell_id: int, dedicated: int) -> dict[str, Any]:
@@ -82,6 +84,29 @@ def pinnable(cell_id: int, dedicated: int) -> dict[str, Any]:
 
 
 GPU = {"address": "0000:81:00.0", "vendor_id": "10de", "product_id": "1db4"}
+
+
+def vfs(count: int) -> list[dict[str, Any]]:
+    """An SR-IOV PF with ``count`` VFs of it (8086:154c)."""
+    pf = {
+        "address": "0000:04:00.0",
+        "vendor_id": "8086",
+        "product_id": "1572",
+        "device_type": "type-PF",
+    }
+    return [pf] + [
+        {
+            "address": f"0000:04:00.{i}",
+            "vendor_id": "8086",
+            "product_id": "154c",
+            "device_type": "type-VF",
+            "parent_address": "0000:04:00.0",
+        }
+        for i in range(1, count + 1)
+    ]
+
+
+VF_ALIAS = {"alias": [{"name": "vf", "vendor_id": "8086", "product_id": "154c"}]}
 
 QEMU = {
     "hypervisor_type": "QEMU",
@@ -333,6 +358,37 @@ WEIGHER_CASES = [
         "n2",
         events=[report("n1", ts=1, build_failures=3)],
     ),
+    Case(
+        "CrossCellWeigher",  # moving off n1 (disabled) in cell c1: n3, not n2 in c2
+        {"reason": "relocation", "source_provider": "n1"},
+        "n3",
+        events=[
+            describe("n1", metadata={"cell": "c1"}),
+            describe("n2", metadata={"cell": "c2"}),
+            describe("n3", metadata={"cell": "c1"}),
+            set_state("n1", "disabled"),
+        ],
+        multiplier=1000000.0,
+    ),
+    Case(
+        "PCIWeigher",  # no device asked: the provider without any
+        {},
+        "n3",
+        events=[
+            topology("n1", pci_devices=vfs(4)),
+            topology("n2", pci_devices=vfs(1)),
+        ],
+    ),
+    Case(
+        "PCIWeigher",  # one VF asked: the provider with the fewest devices that has one
+        {"extra_specs": {"pci_passthrough:alias": "vf:1"}},
+        "n2",
+        events=[
+            topology("n1", pci_devices=vfs(4)),
+            topology("n2", pci_devices=vfs(1)),
+        ],
+        filters={"PciPassthroughFilter": VF_ALIAS},
+    ),
     Case("CPUWeigher", {}, "n3", events=[inventory("n3", VCPU=16, MEMORY_MB=8192, DISK_GB=100)]),
     Case("DiskWeigher", {}, "n2", events=[inventory("n2", VCPU=8, MEMORY_MB=8192, DISK_GB=500)]),
     Case(
@@ -411,9 +467,9 @@ def _config(case: Case) -> SchedulerConfig:
             section["filters"][case.name] = case.options
         return SchedulerConfig.from_mapping(section)
     weigher = {"multiplier": case.multiplier, **case.options}
-    return SchedulerConfig.from_mapping(
-        {"filters": {"enabled": BASE}, "weighers": {case.name: weigher}}
-    )
+    enabled: dict[str, Any] = {"enabled": [*BASE, *case.filters]}
+    enabled |= {name: options for name, options in case.filters.items() if options}
+    return SchedulerConfig.from_mapping({"filters": enabled, "weighers": {case.name: weigher}})
 
 
 def _request(fields: dict[str, Any], rid: str = "asked") -> PlacementRequest:
