@@ -3,11 +3,14 @@ devices, in Nova's extra-spec and image-property names.
 
 Nova's CPU topologies and PCI passthrough guides define them:
 ``hw:numa_nodes``, ``hw:numa_cpus.N``, ``hw:numa_mem.N``,
-``hw:cpu_policy`` (shared / dedicated), ``hw:mem_page_size`` (small / large
-/ any / a size) and ``pci_passthrough:alias`` (``name:count,...``); images
-say the same with ``hw_`` names. Parsed here, below the engine, so that the
-edge refuses a request that cannot mean anything (cells that do not cover
-the vCPUs, a page size that is not one) before it reaches a scheduler.
+``hw:cpu_policy`` (shared / dedicated / mixed, with ``hw:cpu_dedicated_mask``
+naming a mixed guest's pinned vCPUs), ``hw:cpu_thread_policy`` (prefer /
+isolate / require), ``hw:mem_page_size`` (small / large / any / a size) and
+``pci_passthrough:alias`` (``name:count,...``); images say the same with
+``hw_`` names (the dedicated mask is the flavor's only, as in Nova).
+Parsed here, below the engine, so that the edge refuses a request that
+cannot mean anything (cells that do not cover the vCPUs, a page size that
+is not one) before it reaches a scheduler.
 """
 
 from __future__ import annotations
@@ -20,8 +23,16 @@ SMALL_PAGE_KB = 4
 PageSize = int | str
 """A page size in KiB, or ``"small"``, ``"large"``, ``"any"``."""
 
-FLAVOR_KEYS = ("hw:numa_nodes", "hw:cpu_policy", "hw:mem_page_size")
-IMAGE_KEYS = ("hw_numa_nodes", "hw_cpu_policy", "hw_mem_page_size")
+FLAVOR_KEYS = (
+    "hw:numa_nodes",
+    "hw:cpu_policy",
+    "hw:mem_page_size",
+    "hw:cpu_thread_policy",
+    "hw:cpu_dedicated_mask",
+)
+IMAGE_KEYS = ("hw_numa_nodes", "hw_cpu_policy", "hw_mem_page_size", "hw_cpu_thread_policy")
+CPU_POLICIES = ("shared", "dedicated", "mixed")
+THREAD_POLICIES = ("prefer", "isolate", "require")
 PCI_ALIAS = "pci_passthrough:alias"
 
 
@@ -37,11 +48,22 @@ class GuestCell:
 @dataclass(frozen=True, slots=True)
 class GuestTopology:
     """The guest's cells, whether its CPUs are pinned (``dedicated``), and
-    the page size its memory is backed by (None: not asked)."""
+    the page size its memory is backed by (None: not asked). A ``mixed``
+    guest pins only the vCPUs of ``dedicated_mask`` and floats the rest;
+    ``thread_policy`` says what its pinned vCPUs ask of hardware threads
+    (None: not asked, which fits as ``prefer`` does)."""
 
     cells: tuple[GuestCell, ...]
     dedicated: bool = False
     page_size: PageSize | None = None
+    dedicated_mask: frozenset[int] = frozenset()
+    thread_policy: str | None = None
+
+    def pinned(self, cell: GuestCell) -> int:
+        """How many of ``cell``'s vCPUs are pinned."""
+        if self.dedicated:
+            return len(cell.cpus)
+        return len(cell.cpus & self.dedicated_mask)
 
 
 def asks_numa(extra_specs: Mapping[str, str], image: Mapping[str, str]) -> bool:
@@ -61,15 +83,59 @@ def _both(flavor: Mapping[str, str], image: Mapping[str, str], name: str) -> str
 
 
 def cpu_policy(flavor: Mapping[str, str], image: Mapping[str, str]) -> str:
-    """Nova's rule: a flavor's ``dedicated`` wins; a flavor's ``shared``
-    forbids the image to pin; with neither, the image decides."""
+    """Nova's rule: a flavor's ``dedicated`` wins; a flavor's ``mixed``
+    forbids the image ``dedicated``; a flavor's ``shared`` forbids the image
+    to pin at all; with none, the image decides."""
     mine, theirs = flavor.get("hw:cpu_policy"), image.get("hw_cpu_policy")
     for where, value in (("flavor hw:cpu_policy", mine), ("image hw_cpu_policy", theirs)):
-        if value is not None and value not in ("shared", "dedicated"):
-            raise ValueError(f"{where} is {value!r}, not shared or dedicated")
-    if mine == "shared" and theirs == "dedicated":
-        raise ValueError("image hw_cpu_policy=dedicated, but the flavor's policy is shared")
+        if value is not None and value not in CPU_POLICIES:
+            raise ValueError(f"{where} is {value!r}, not shared, dedicated or mixed")
+    if mine == "shared" and theirs in ("dedicated", "mixed"):
+        raise ValueError(f"image hw_cpu_policy={theirs}, but the flavor's policy is shared")
+    if mine == "mixed" and theirs == "dedicated":
+        raise ValueError("image hw_cpu_policy=dedicated, but the flavor's policy is mixed")
     return mine or theirs or "shared"
+
+
+def thread_policy(flavor: Mapping[str, str], image: Mapping[str, str], policy: str) -> str | None:
+    """``hw:cpu_thread_policy`` or the image's ``hw_cpu_thread_policy``:
+    both given, they must agree; only for pinned vCPUs (``dedicated`` or
+    ``mixed``), as Nova refuses it for a guest that pins nothing."""
+    found = _both(flavor, image, "cpu_thread_policy")
+    if found is None:
+        return None
+    if found not in THREAD_POLICIES:
+        raise ValueError(f"hw:cpu_thread_policy is {found!r}, not prefer, isolate or require")
+    if policy == "shared":
+        raise ValueError(
+            "hw:cpu_thread_policy applies to pinned vCPUs: hw:cpu_policy dedicated or mixed"
+        )
+    return found
+
+
+def dedicated_mask(flavor: Mapping[str, str], policy: str, vcpus: int) -> frozenset[int]:
+    """A ``mixed`` guest's pinned vCPUs, from ``hw:cpu_dedicated_mask``:
+    ids and ranges, or only exclusions (``^0-1``: every vCPU but 0 and 1).
+    At least one vCPU pinned and one floating, each one of the guest's."""
+    text = flavor.get("hw:cpu_dedicated_mask")
+    if policy != "mixed":
+        if text is not None:
+            raise ValueError("hw:cpu_dedicated_mask is for hw:cpu_policy=mixed")
+        return frozenset()
+    if text is None:
+        raise ValueError("hw:cpu_policy=mixed needs hw:cpu_dedicated_mask, the pinned vCPUs")
+    parts = [p.strip() for p in text.split(",")]
+    only_excluded = all(p.startswith("^") for p in parts)
+    pinned = cpu_set(f"0-{vcpus - 1},{text}" if only_excluded and vcpus else text)
+    outside = sorted(pinned - set(range(vcpus)))
+    if outside:
+        raise ValueError(f"hw:cpu_dedicated_mask names vCPUs {outside}, beyond 0..{vcpus - 1}")
+    if not pinned or len(pinned) == vcpus:
+        raise ValueError(
+            f"hw:cpu_dedicated_mask {text!r} pins {len(pinned)} of {vcpus} vCPUs:"
+            " a mixed guest pins some and floats some"
+        )
+    return pinned
 
 
 _UNITS = {"": 1, "k": 1, "kb": 1, "kib": 1, "m": 1024, "mb": 1024, "mib": 1024}
@@ -187,6 +253,8 @@ def guest_topology(
     nodes_text = _both(flavor, image, "numa_nodes")
     if nodes_text is not None and not (nodes_text.isdigit() and int(nodes_text) >= 1):
         raise ValueError(f"hw:numa_nodes is {nodes_text!r}, not a count of cells")
+    threads = thread_policy(flavor, image, policy)
+    mask = dedicated_mask(flavor, policy, vcpus)
     nodes = int(nodes_text) if nodes_text else 1
     cpus, memory = _per_node(flavor, image, "numa_cpus"), _per_node(flavor, image, "numa_mem")
     if nodes_text is None and (cpus or memory):
@@ -196,7 +264,13 @@ def guest_topology(
     if vcpus < nodes:
         raise ValueError(f"{nodes} NUMA cells for {vcpus} vCPUs")
     cells = _cells(nodes, cpus, memory, vcpus, memory_mb)
-    return GuestTopology(cells, dedicated=policy == "dedicated", page_size=size)
+    return GuestTopology(
+        cells,
+        dedicated=policy == "dedicated",
+        page_size=size,
+        dedicated_mask=mask,
+        thread_policy=threads,
+    )
 
 
 def pci_asks(flavor: Mapping[str, str]) -> tuple[tuple[str, int], ...]:

@@ -310,7 +310,7 @@ CELLS = {"hw:numa_nodes": "2", "hw:numa_mem.0": "512", "hw:numa_mem.1": "512"}
         (3, {"hw:numa_nodes": "2"}, {}, "do not split evenly"),
         (4, {"hw:mem_page_size": "3MB"}, {}, "not a page size"),
         (4, {"hw:mem_page_size": "huge"}, {}, "not a page size"),
-        (4, {"hw:cpu_policy": "pinned"}, {}, "not shared or dedicated"),
+        (4, {"hw:cpu_policy": "pinned"}, {}, "not shared, dedicated or mixed"),
         (4, {"hw:cpu_policy": "shared"}, {"hw_cpu_policy": "dedicated"}, "policy is shared"),
         (4, {"hw:numa_nodes": "2"}, {"hw_numa_nodes": "1"}, "conflicts with image"),
         (4, {"hw:mem_page_size": "2MB"}, {"hw_mem_page_size": "1GB"}, "page size is 2MB"),

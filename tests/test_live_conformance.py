@@ -83,6 +83,13 @@ def pinnable(cell_id: int, dedicated: int) -> dict[str, Any]:
     }
 
 
+def threaded(cell_id: int) -> dict[str, Any]:
+    """``pinnable(cell_id, 4)`` whose dedicated CPUs are two cores of two threads."""
+    cell = pinnable(cell_id, 4)
+    first = cell["cpus"][0]
+    return cell | {"siblings": [[first, first + 1], [first + 2, first + 3]]}
+
+
 GPU = {"address": "0000:81:00.0", "vendor_id": "10de", "product_id": "1db4"}
 
 
@@ -146,6 +153,32 @@ FILTER_CASES = [
         ("n1", "guest cell 0 fits no host cell: host cell 0 has 2 dedicated CPUs, wanted 4"),
         events=[
             topology("n1", numa_cells=[pinnable(0, 2)]),
+            topology("n2", numa_cells=[pinnable(0, 4)]),
+        ],
+    ),
+    Case(
+        "NUMATopologyFilter",  # hw:cpu_thread_policy=require: only n2's cell has threads
+        {
+            "resources": {"VCPU": 2, "MEMORY_MB": 512},
+            "extra_specs": {"hw:cpu_policy": "dedicated", "hw:cpu_thread_policy": "require"},
+        },
+        "n2",
+        ("n1", "host cell 0 has no hardware thread siblings (thread policy require)"),
+        events=[
+            topology("n1", numa_cells=[pinnable(0, 4)]),
+            topology("n2", numa_cells=[threaded(0)]),
+        ],
+    ),
+    Case(
+        "NUMATopologyFilter",  # mixed: 2 pinned on dedicated CPUs, 2 floating on shared
+        {
+            "resources": {"VCPU": 4, "MEMORY_MB": 512},
+            "extra_specs": {"hw:cpu_policy": "mixed", "hw:cpu_dedicated_mask": "0-1"},
+        },
+        "n2",
+        ("n1", "host cell 0 has 0 shared vCPUs, wanted 2 floating"),
+        events=[
+            topology("n1", numa_cells=[pinnable(0, 8)]),
             topology("n2", numa_cells=[pinnable(0, 4)]),
         ],
     ),

@@ -6,10 +6,15 @@ of host cells; since one guest cell's fit on a host cell does not depend on
 the others, a bipartite matching finds the same answer without trying them
 all). A guest cell fits a host cell when:
 
-- pinned (``hw:cpu_policy=dedicated``): it has no more vCPUs than the cell
-  has dedicated CPUs, never over-subscribed;
-- floating: no more vCPUs than the cell has shared CPUs, nor than those
-  times the provider's VCPU allocation ratio;
+- pinned (``hw:cpu_policy=dedicated``; for ``mixed``, the vCPUs of
+  ``hw:cpu_dedicated_mask``): no more than the cell has dedicated CPUs,
+  never over-subscribed; with ``hw:cpu_thread_policy=require`` the cell's
+  has hardware thread siblings, with ``isolate`` it has none (Nova's
+  documented meaning: hosts with hardware threads required, or forbidden;
+  ``prefer``, the default, takes either);
+- floating (``shared``, or ``mixed``'s other vCPUs): no more than the cell
+  has shared CPUs, nor than those times the provider's VCPU allocation
+  ratio;
 - with a page size: the pages of that size cover its memory (``large``: some
   huge page size does, ``any``: huge or small), never over-subscribed;
   without: its memory is within the cell's, and within the cell's times the
@@ -71,18 +76,41 @@ def _pages_lack(host: HostCell, guest: GuestCell, size: PageSize) -> str | None:
     return f"not {guest.memory_mb} MB in pages of {shown}"
 
 
+def threads_lack(host: HostCell, pinned: int, policy: str | None) -> str | None:
+    """Why the cell cannot take ``pinned`` vCPUs under the thread policy
+    (None: it can). Nova's documented meaning: ``require`` wants a host
+    with hardware threads (SMT: the cell has thread siblings), ``isolate``
+    forbids one, ``prefer`` (or none) takes either."""
+    if pinned == 0 or policy in (None, "prefer"):
+        return None
+    threaded = host.siblings
+    if policy == "require" and not threaded:
+        return "no hardware thread siblings (thread policy require)"
+    if policy == "isolate" and threaded:
+        more = ", ..." if len(threaded) > 3 else ""
+        shown = ", ".join("+".join(map(str, sorted(g))) for g in threaded[:3]) + more
+        return f"hardware thread siblings {shown} (thread policy isolate)"
+    return None
+
+
 def cell_lack(
     host: HostCell, guest: GuestCell, topology: GuestTopology, cpu_ratio: float, ram_ratio: float
 ) -> str | None:
     """Why ``guest`` cannot take ``host`` (None: it fits)."""
-    wanted = len(guest.cpus)
-    if topology.dedicated:
-        if wanted > len(host.dedicated):
-            return f"{len(host.dedicated)} dedicated CPUs, wanted {wanted}"
-    else:
+    pinned = topology.pinned(guest)
+    floating = len(guest.cpus) - pinned
+    if pinned:
+        if pinned > len(host.dedicated):
+            said = "" if topology.dedicated else " pinned"
+            return f"{len(host.dedicated)} dedicated CPUs, wanted {pinned}{said}"
+        threads = threads_lack(host, pinned, topology.thread_policy)
+        if threads is not None:
+            return threads
+    if floating:
         limit = min(len(host.shared), int(len(host.shared) * cpu_ratio))
-        if wanted > limit:
-            return f"{limit} shared vCPUs, wanted {wanted}"
+        if floating > limit:
+            said = "" if not pinned else " floating"
+            return f"{limit} shared vCPUs, wanted {floating}{said}"
     if topology.page_size is not None:
         return _pages_lack(host, guest, topology.page_size)
     limit = min(host.memory_mb, int(host.memory_mb * ram_ratio))

@@ -1,0 +1,234 @@
+"""Thread policies, the mixed CPU policy and their flavor/image rules in
+the NUMA fit (issue 31 parts 2-3), from Nova's CPU topologies guide:
+``require`` wants hardware threads, ``isolate`` forbids them, ``prefer``
+takes either; a ``mixed`` guest pins its ``hw:cpu_dedicated_mask`` vCPUs
+on dedicated CPUs and floats the rest on shared ones; the explain line
+names the host cell and what it lacked."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+
+import pytest
+from pydantic import ValidationError
+
+from scheduling.filters.numa_topology import NUMATopologyFilter
+from scheduling.model import Request
+from scheduling.topology import HostCell
+from schemas.guest_topology import guest_topology
+from schemas.requests import PlacementRequest
+from tests.test_filters_host import Case, check, host, ids
+
+NUMA = NUMATopologyFilter()
+
+
+def smt(cid: int, cores: int, shared: int = 0, threads: int = 2) -> HostCell:
+    """A host cell of ``cores`` dedicated cores of ``threads`` siblings
+    each (1: no hardware threads), then ``shared`` floating CPUs."""
+    first = cid * 100
+    groups = [
+        frozenset(range(first + c * threads, first + (c + 1) * threads)) for c in range(cores)
+    ]
+    pinned = frozenset().union(*groups)
+    floating = frozenset(range(first + 50, first + 50 + shared))
+    siblings = tuple(g for g in groups if len(g) > 1)
+    return HostCell(cid, pinned | floating, pinned, floating, siblings, memory_mb=8192)
+
+
+def guest(vcpus: int, image: Mapping[str, str] | None = None, /, **specs: str) -> Request:
+    return Request(
+        "r", {"VCPU": vcpus, "MEMORY_MB": 1024}, extra_specs=specs, image_properties=image or {}
+    )
+
+
+PIN = {"hw:cpu_policy": "dedicated"}
+THREADED = (smt(0, cores=2),)  # 4 dedicated CPUs: 0+1, 2+3
+PLAIN = (smt(0, cores=4, threads=1),)  # 4 dedicated CPUs, no siblings
+
+CASES = [
+    Case(
+        "prefer takes threads",
+        NUMA,
+        host(numa_cells=THREADED),
+        guest(4, **PIN, **{"hw:cpu_thread_policy": "prefer"}),
+    ),
+    Case(
+        "prefer takes no threads",
+        NUMA,
+        host(numa_cells=PLAIN),
+        guest(4, **PIN, **{"hw:cpu_thread_policy": "prefer"}),
+    ),
+    Case(
+        "require on threads",
+        NUMA,
+        host(numa_cells=THREADED),
+        guest(2, **PIN, **{"hw:cpu_thread_policy": "require"}),
+    ),
+    Case(
+        "require without threads",
+        NUMA,
+        host(numa_cells=PLAIN),
+        guest(2, **PIN, **{"hw:cpu_thread_policy": "require"}),
+        expected="guest cell 0 fits no host cell: host cell 0 has no hardware thread siblings"
+        " (thread policy require)",
+    ),
+    Case(
+        "isolate without threads",
+        NUMA,
+        host(numa_cells=PLAIN),
+        guest(4, **PIN, **{"hw:cpu_thread_policy": "isolate"}),
+    ),
+    Case(
+        "isolate on threads",
+        NUMA,
+        host(numa_cells=THREADED),
+        guest(1, **PIN, **{"hw:cpu_thread_policy": "isolate"}),
+        expected="guest cell 0 fits no host cell: host cell 0 has hardware thread siblings"
+        " 0+1, 2+3 (thread policy isolate)",
+    ),
+    Case(
+        "isolate: the cell without threads of two",
+        NUMA,
+        host(numa_cells=(*THREADED, smt(1, cores=2, threads=1))),
+        guest(2, **PIN, **{"hw:cpu_thread_policy": "isolate"}),
+    ),
+    Case(
+        "isolate: a sibling among the shared CPUs is still a hardware thread",
+        NUMA,
+        host(
+            numa_cells=(
+                HostCell(
+                    0,
+                    frozenset({0, 1}),
+                    frozenset({0}),
+                    frozenset({1}),
+                    (frozenset({0, 1}),),
+                    memory_mb=4096,
+                ),
+            )
+        ),
+        guest(1, **PIN, **{"hw:cpu_thread_policy": "isolate"}),
+        expected="guest cell 0 fits no host cell: host cell 0 has hardware thread siblings"
+        " 0+1 (thread policy isolate)",
+    ),
+    Case(
+        "the image's thread policy",
+        NUMA,
+        host(numa_cells=PLAIN),
+        guest(2, {"hw_cpu_thread_policy": "require"}, **PIN),
+        expected="guest cell 0 fits no host cell: host cell 0 has no hardware thread siblings"
+        " (thread policy require)",
+    ),
+    Case(
+        "mixed: pinned on dedicated, the rest on shared",
+        NUMA,
+        host(numa_cells=(smt(0, cores=2, shared=2, threads=1),)),
+        guest(4, **{"hw:cpu_policy": "mixed", "hw:cpu_dedicated_mask": "0-1"}),
+    ),
+    Case(
+        "mixed: too few dedicated CPUs for the pinned ones",
+        NUMA,
+        host(numa_cells=(smt(0, cores=2, shared=4, threads=1),)),
+        guest(4, **{"hw:cpu_policy": "mixed", "hw:cpu_dedicated_mask": "^0"}),
+        expected="guest cell 0 fits no host cell: host cell 0 has 2 dedicated CPUs,"
+        " wanted 3 pinned",
+    ),
+    Case(
+        "mixed: too few shared CPUs for the floating ones",
+        NUMA,
+        host(numa_cells=(smt(0, cores=4, shared=1, threads=1),)),
+        guest(4, **{"hw:cpu_policy": "mixed", "hw:cpu_dedicated_mask": "0-1"}),
+        expected="guest cell 0 fits no host cell: host cell 0 has 1 shared vCPUs,"
+        " wanted 2 floating",
+    ),
+    Case(
+        "mixed over two cells: each cell pins its own share of the mask",
+        NUMA,
+        host(
+            numa_cells=(smt(0, cores=3, shared=1, threads=1), smt(1, cores=1, shared=3, threads=1))
+        ),
+        guest(
+            8, **{"hw:cpu_policy": "mixed", "hw:cpu_dedicated_mask": "0-2,4", "hw:numa_nodes": "2"}
+        ),
+    ),
+    Case(
+        "mixed with require: threads for the pinned vCPUs",
+        NUMA,
+        host(numa_cells=(smt(0, cores=2, shared=2, threads=1),)),
+        guest(
+            3,
+            **{
+                "hw:cpu_policy": "mixed",
+                "hw:cpu_dedicated_mask": "0",
+                "hw:cpu_thread_policy": "require",
+            },
+        ),
+        expected="guest cell 0 fits no host cell: host cell 0 has no hardware thread siblings"
+        " (thread policy require)",
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=ids(CASES))
+def test_thread_and_mixed_policies(case: Case) -> None:
+    check(case)
+
+
+def test_mixed_topology_and_the_mask_forms() -> None:
+    found = guest_topology({"hw:cpu_policy": "mixed", "hw:cpu_dedicated_mask": "^0-1"}, {}, 4, 1024)
+    assert found is not None and not found.dedicated
+    assert found.dedicated_mask == {2, 3} and found.pinned(found.cells[0]) == 2
+    image = guest_topology({"hw:cpu_dedicated_mask": "1"}, {"hw_cpu_policy": "mixed"}, 2, 512)
+    assert image is not None and image.dedicated_mask == {1}
+    # the flavor's dedicated wins over the image's mixed
+    flavor = guest_topology({"hw:cpu_policy": "dedicated"}, {"hw_cpu_policy": "mixed"}, 2, 512)
+    assert flavor is not None and flavor.dedicated and flavor.dedicated_mask == frozenset()
+    agreed = guest_topology(
+        PIN | {"hw:cpu_thread_policy": "isolate"}, {"hw_cpu_thread_policy": "isolate"}, 2, 512
+    )
+    assert agreed is not None and agreed.thread_policy == "isolate"
+
+
+def _edge(specs: dict[str, str], image: dict[str, str] | None = None, vcpus: int = 4) -> str:
+    body = {
+        "request_id": "r",
+        "ts_ms": 1,
+        "project_id": "p",
+        "resources": {"VCPU": vcpus, "MEMORY_MB": 1024},
+        "extra_specs": specs,
+        "image_properties": image or {},
+    }
+    with pytest.raises(ValidationError) as raised:
+        PlacementRequest.model_validate_json(json.dumps(body))
+    return str(raised.value)
+
+
+MIXED = {"hw:cpu_policy": "mixed"}
+
+
+@pytest.mark.parametrize(
+    ("specs", "image", "words"),
+    [
+        ({"hw:cpu_thread_policy": "isolate"}, {}, "applies to pinned vCPUs"),
+        ({}, {"hw_cpu_thread_policy": "require"}, "applies to pinned vCPUs"),
+        (PIN | {"hw:cpu_thread_policy": "sometimes"}, {}, "not prefer, isolate or require"),
+        (
+            PIN | {"hw:cpu_thread_policy": "isolate"},
+            {"hw_cpu_thread_policy": "require"},
+            "conflicts with image",
+        ),
+        (MIXED, {}, "needs hw:cpu_dedicated_mask"),
+        (MIXED | {"hw:cpu_dedicated_mask": "0-3"}, {}, "pins 4 of 4"),
+        (MIXED | {"hw:cpu_dedicated_mask": "^0-3"}, {}, "pins 0 of 4"),
+        (MIXED | {"hw:cpu_dedicated_mask": "2-5"}, {}, "beyond 0..3"),
+        (MIXED | {"hw:cpu_dedicated_mask": "x"}, {}, "not a CPU list"),
+        (PIN | {"hw:cpu_dedicated_mask": "0"}, {}, "is for hw:cpu_policy=mixed"),
+        ({"hw:cpu_policy": "shared"}, {"hw_cpu_policy": "mixed"}, "policy is shared"),
+        (MIXED | {"hw:cpu_dedicated_mask": "0"}, {"hw_cpu_policy": "dedicated"}, "policy is mixed"),
+    ],
+)
+def test_bad_policies_are_refused_at_the_edge(
+    specs: dict[str, str], image: dict[str, str], words: str
+) -> None:
+    assert words in _edge(specs, image)
