@@ -25,6 +25,7 @@ from ledger.publisher import Publisher
 from scheduling.engine import Engine, Ranking, demand_row
 from scheduling.model import Hints, IntArray, Request, Snapshot, TagRules
 from schemas.events import Claim, ClaimItem, Release
+from schemas.guest_topology import SriovPort
 from schemas.outcomes import Kind, Outcome
 from schemas.requests import PlacementRequest
 
@@ -526,6 +527,10 @@ def engine_request(
         tried_providers=tried,
         reason=r.reason,
         source_provider=r.source_provider,
+        sriov_ports=tuple(
+            SriovPort(p.physical_network, p.vnic_type, p.numa_affinity_policy)
+            for p in r.sriov_ports
+        ),
         ts_ms=r.ts_ms,
     )
 

@@ -16,6 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from scheduling.topology import HostCell, HostDevice
+from schemas.guest_topology import SriovPort
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -482,3 +483,6 @@ class Request:
     source_provider: str | None = None
     """On a move, the provider the instance leaves (CrossCellWeigher
     prefers its cell)."""
+    sriov_ports: tuple[SriovPort, ...] = ()
+    """SR-IOV ports each instance has: a device on each one's physical
+    network (PciPassthroughFilter)."""

@@ -22,7 +22,8 @@ from typing import Any
 class HostCell:
     """One host NUMA cell: its CPUs, those for pinned guests (``dedicated``)
     and for floating ones (``shared``), its hardware-thread siblings, its
-    memory and its huge pages (page size in KiB -> pages)."""
+    memory, its huge pages (page size in KiB -> pages) and the CPU socket
+    it is on (None: not known)."""
 
     cell_id: int
     cpus: frozenset[int]
@@ -31,6 +32,7 @@ class HostCell:
     siblings: tuple[frozenset[int], ...] = ()
     memory_mb: int = 0
     huge_pages: Mapping[int, int] = field(default_factory=dict)
+    socket: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +60,7 @@ def cells_of(rows: Sequence[Mapping[str, Any]]) -> tuple[HostCell, ...]:
             siblings=tuple(frozenset(group) for group in row["siblings"]),
             memory_mb=row["memory_mb"],
             huge_pages={p["size_kb"]: p["total"] for p in row["huge_pages"]},
+            socket=row.get("socket"),
         )
         for row in rows
     )

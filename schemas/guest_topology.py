@@ -34,6 +34,9 @@ IMAGE_KEYS = ("hw_numa_nodes", "hw_cpu_policy", "hw_mem_page_size", "hw_cpu_thre
 CPU_POLICIES = ("shared", "dedicated", "mixed")
 THREAD_POLICIES = ("prefer", "isolate", "require")
 PCI_ALIAS = "pci_passthrough:alias"
+PCI_NUMA_POLICIES = ("required", "legacy", "preferred", "socket")
+VNIC_DEVICE_TYPES = {"direct": "type-VF", "macvtap": "type-VF", "direct-physical": "type-PF"}
+"""The device a Neutron SR-IOV port of each vnic_type takes."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -285,3 +288,32 @@ def pci_asks(flavor: Mapping[str, str]) -> tuple[tuple[str, int], ...]:
             raise ValueError(f"{PCI_ALIAS} {text!r}: each entry is name:count, names once")
         asks[name] = int(count)
     return tuple(asks.items())
+
+
+def pci_numa_policy(flavor: Mapping[str, str], image: Mapping[str, str]) -> str | None:
+    """``hw:pci_numa_affinity_policy`` or the image's
+    ``hw_pci_numa_affinity_policy`` (both set must agree): how near the
+    guest's NUMA cells its PCI devices and SR-IOV ports must be, over the
+    aliases' own ``numa_policy``. None: not asked."""
+    found = _both(flavor, image, "pci_numa_affinity_policy")
+    if found is not None and found not in PCI_NUMA_POLICIES:
+        raise ValueError(
+            f"hw:pci_numa_affinity_policy is {found!r}, not one of {', '.join(PCI_NUMA_POLICIES)}"
+        )
+    return found
+
+
+@dataclass(frozen=True, slots=True)
+class SriovPort:
+    """A Neutron SR-IOV port the instance is to have: a device on
+    ``physical_network`` (a VF for vnic_type ``direct`` and ``macvtap``,
+    a PF for ``direct-physical``), near the guest's NUMA cells as its own
+    ``numa_affinity_policy`` says, else as the request's does."""
+
+    physical_network: str
+    vnic_type: str = "direct"
+    numa_affinity_policy: str | None = None
+
+    @property
+    def device_type(self) -> str:
+        return VNIC_DEVICE_TYPES[self.vnic_type]

@@ -19,9 +19,23 @@ from schemas.events import (
     ResourceClass,
     Tag,
 )
-from schemas.guest_topology import guest_topology, pci_asks
+from schemas.guest_topology import guest_topology, pci_asks, pci_numa_policy
 
 PlacementReason = Literal["new", "evacuation", "relocation"]
+PciNumaPolicy = Literal["required", "legacy", "preferred", "socket"]
+
+
+class SriovPortSpec(Model):
+    """A Neutron SR-IOV port (Nova's PCI request by physical network): a VF
+    (``direct``, ``macvtap``) or a PF (``direct-physical``) on
+    ``physical_network``, with the port's own NUMA affinity policy if it
+    has one."""
+
+    physical_network: Annotated[str, Field(min_length=1, max_length=255)]
+    vnic_type: Literal["direct", "macvtap", "direct-physical"] = "direct"
+    numa_affinity_policy: PciNumaPolicy | None = None
+
+
 Names = frozenset[Annotated[str, Field(min_length=1, max_length=255)]]
 
 
@@ -63,6 +77,9 @@ class PlacementRequest(Model):
     require_without_tags: frozenset[Tag] = frozenset()
     prefer_with_tags: frozenset[Tag] = frozenset()
     prefer_without_tags: frozenset[Tag] = frozenset()
+    sriov_ports: tuple[SriovPortSpec, ...] = Field(default=(), max_length=16)
+    """SR-IOV ports each instance has: a device on each one's physical
+    network (PciPassthroughFilter)."""
     identifiers: tuple[IdentifierItem, ...] = Field(default=(), max_length=16)
     """Identifiers each instance also takes from pools (an address, a VNI):
     claimed together with its compute, all or nothing."""
@@ -115,6 +132,7 @@ class PlacementRequest(Model):
         memory = self.resources.get("MEMORY_MB", 0)
         guest_topology(self.extra_specs, self.image_properties, vcpus, memory)
         pci_asks(self.extra_specs)
+        pci_numa_policy(self.extra_specs, self.image_properties)
         return self
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import itertools
 import json
 from collections.abc import Sequence
-from typing import Annotated, Literal, Self
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -93,7 +93,8 @@ class NumaCell(_Frozen):
     pinned guests) and ``shared`` (for floating ones) are disjoint subsets of
     them, and a CPU in neither is the host's own. ``siblings`` are the
     hardware threads that share a core. ``huge_pages`` are within
-    ``memory_mb``."""
+    ``memory_mb``. ``socket``, when known, is the CPU socket the cell is on
+    (what the ``socket`` PCI NUMA affinity policy reads)."""
 
     cell_id: CellId
     cpus: tuple[CpuId, ...] = Field(max_length=MAX_CPUS_PER_CELL)
@@ -102,6 +103,7 @@ class NumaCell(_Frozen):
     shared: tuple[CpuId, ...] = Field(default=(), max_length=MAX_CPUS_PER_CELL)
     memory_mb: int = Field(ge=0, le=2**40)
     huge_pages: tuple[HugePages, ...] = Field(default=(), max_length=16)
+    socket: int | None = Field(default=None, ge=0, le=4095)
 
     @model_validator(mode="before")
     @classmethod
@@ -246,7 +248,16 @@ def cells_missing(cells: Sequence[NumaCell], devices: Sequence[PciDevice]) -> li
 def view_json(items: Sequence[NumaCell] | Sequence[PciDevice]) -> str:
     """Cells or devices as the view's JSON column holds them: each in its
     event's form, defaults included, so a reader needs no defaults of its
-    own (``json.dumps``' default form, as SQLAlchemy's JSON type writes)."""
+    own (``json.dumps``' default form, as SQLAlchemy's JSON type writes).
+    A cell's ``socket`` is left out when not known, so a description
+    without one keeps the text it had before cells could say it."""
     if not items:
         return "[]"
-    return json.dumps([item.model_dump(mode="json") for item in items])
+    return json.dumps([_view_form(item) for item in items])
+
+
+def _view_form(item: NumaCell | PciDevice) -> dict[str, Any]:
+    form = item.model_dump(mode="json")
+    if isinstance(item, NumaCell) and item.socket is None:
+        del form["socket"]
+    return form

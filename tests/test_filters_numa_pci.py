@@ -203,7 +203,7 @@ def vf(address: str, product: str = "154c", numa: int = 0) -> HostDevice:
 ALIASES = [
     {"name": "vf", "vendor_id": "8086", "product_id": "154c", "device_type": "type-VF"},
     {"name": "gpu", "vendor_id": "10DE", "product_id": "1db4", "numa_policy": "preferred"},
-    {"name": "gpu", "vendor_id": "10de", "product_id": "1eb8"},
+    {"name": "gpu", "vendor_id": "10de", "product_id": "1eb8", "numa_policy": "preferred"},
 ]
 PCI = PciPassthroughFilter(alias=ALIASES)
 GPU_A = HostDevice("0000:81:00.0", "10de", "1db4")

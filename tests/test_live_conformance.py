@@ -115,6 +115,12 @@ def vfs(count: int) -> list[dict[str, Any]]:
 
 VF_ALIAS = {"alias": [{"name": "vf", "vendor_id": "8086", "product_id": "154c"}]}
 
+
+def vf_on(node: int, network: str = "physnet1") -> list[dict[str, Any]]:
+    """``vfs(1)``, the PF and its VF on NUMA cell ``node`` and ``network``."""
+    return [d | {"numa_node": node, "physical_network": network} for d in vfs(1)]
+
+
 QEMU = {
     "hypervisor_type": "QEMU",
     "hypervisor_version": 8002000,
@@ -189,6 +195,38 @@ FILTER_CASES = [
         ("n1", "PCI alias gpu wanted 1 of 10de:1db4, provider has 0"),
         events=[topology("n2", pci_devices=[GPU])],
         options={"alias": [{"name": "gpu", "vendor_id": "10de", "product_id": "1db4"}]},
+    ),
+    Case(
+        "PciPassthroughFilter",  # required affinity: n1's VF is on the cell too small to pin 4
+        {
+            "resources": {"VCPU": 4, "MEMORY_MB": 512},
+            "extra_specs": {
+                "hw:cpu_policy": "dedicated",
+                "pci_passthrough:alias": "vf:1",
+                "hw:pci_numa_affinity_policy": "required",
+            },
+        },
+        "n2",
+        (
+            "n1",
+            "PCI alias vf wanted 1 of 8086:154c near the guest's host cell(s) 0"
+            " (NUMA policy required): host cell 0 has 0; host cell 1 has 1",
+        ),
+        events=[
+            topology("n1", numa_cells=[pinnable(0, 4), pinnable(1, 2)], pci_devices=vf_on(1)),
+            topology("n2", numa_cells=[pinnable(0, 4), pinnable(1, 2)], pci_devices=vf_on(0)),
+        ],
+        options=VF_ALIAS,
+    ),
+    Case(
+        "PciPassthroughFilter",  # an SR-IOV port: a VF on its physical network
+        {"sriov_ports": [{"physical_network": "physnet1"}]},
+        "n2",
+        ("n1", "SR-IOV ports wanted 1 of type-VF on physical network physnet1, provider has 0"),
+        events=[
+            topology("n1", numa_cells=[pinnable(0, 4)], pci_devices=vf_on(0, "physnet2")),
+            topology("n2", numa_cells=[pinnable(0, 4)], pci_devices=vf_on(0)),
+        ],
     ),
     Case(
         "AggregateTypeAffinityFilter",

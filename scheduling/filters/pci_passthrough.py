@@ -7,26 +7,50 @@ and optionally a device_type (type-PCI, type-PF, type-VF) and numa_policy
 (required, legacy, preferred, socket). Several entries may share a name:
 the alias then matches any of their devices.
 
+A request's SR-IOV ports (``sriov_ports``: Nova's PCI requests by
+physical network, from Neutron ports) each want a device on the port's
+physical network: a VF for vnic_type ``direct`` and ``macvtap``, a PF for
+``direct-physical``.
+
+For a guest with a NUMA topology, each device must be near the host cells
+its guest cells take, by the NUMA affinity policy (the request's
+``hw:pci_numa_affinity_policy`` or image ``hw_pci_numa_affinity_policy``
+over the alias's ``numa_policy``; a port's own policy over both; else
+``legacy``), as Nova's PCI passthrough guide defines them: ``required``,
+on one of those cells; ``legacy``, on one of them or on no known cell;
+``socket``, on a cell of the same CPU socket as one of them (cells say
+their ``socket``); ``preferred``, anywhere. The filter tries each set of
+host cells the guest's cells fit on (NUMATopologyFilter's fit, with the
+same allocation ratios) and passes the provider if one set has every
+device near it. Without a NUMA topology there are no cells to be near and
+any device will do.
+
 Judged against the snapshot's description of the devices: which devices
 earlier claims hold is not tracked until the claim carries the fit (issue
-31 part 4), so every described device counts as free. The NUMA policy is
-kept with the alias but not yet judged (it ties devices to the guest's
-cells, the NUMA filter's fit).
+31 part 4), so every described device counts as free.
 """
 
 from __future__ import annotations
 
+import itertools
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from scheduling.filters.base import Context, HostFilter
+from scheduling.filters.numa_topology import cell_lack, matching
 from scheduling.model import BoolArray, IntArray, Request
-from scheduling.topology import HostDevice
-from schemas.guest_topology import PCI_ALIAS, pci_asks
+from scheduling.topology import HostCell, HostDevice
+from schemas.guest_topology import (
+    PCI_ALIAS,
+    GuestTopology,
+    guest_topology,
+    pci_asks,
+    pci_numa_policy,
+)
 
 DEVICE_TYPES = ("type-PCI", "type-PF", "type-VF")
 NUMA_POLICIES = ("required", "legacy", "preferred", "socket")
@@ -69,6 +93,161 @@ def alias_of(entry: Mapping[str, Any]) -> Alias:
     return Alias(name, ids[0], ids[1], kind, policy)
 
 
+@dataclass(frozen=True, slots=True)
+class Want:
+    """``count`` devices one instance takes: of an alias (``entries``; None
+    when the alias is not configured) or for SR-IOV ports, with the NUMA
+    affinity policy they are taken under."""
+
+    label: str
+    count: int
+    wanted: str
+    matches: Callable[[HostDevice], bool]
+    policy: str
+    entries: Sequence[Alias] | None = ()
+
+
+def wants_of(request: Request, aliases: Mapping[str, Sequence[Alias]]) -> list[Want]:
+    """What each instance of ``request`` takes, aliases first, then ports
+    (of one physical network, vnic_type and policy, counted together)."""
+    overall = pci_numa_policy(request.extra_specs, request.image_properties)
+    found: list[Want] = []
+    for name, count in pci_asks(request.extra_specs):
+        entries = aliases.get(name)
+        if entries is None:
+            found.append(Want(f"PCI alias {name!r}", count, "", _nothing, "legacy", None))
+            continue
+        wanted = " or ".join(f"{e.vendor_id}:{e.product_id}" for e in entries)
+        policy = overall or entries[0].numa_policy
+        found.append(Want(f"PCI alias {name}", count, wanted, _any_of(entries), policy, entries))
+    ports: dict[tuple[str, str, str], int] = {}
+    for port in request.sriov_ports:
+        key = (
+            port.physical_network,
+            port.device_type,
+            port.numa_affinity_policy or overall or "legacy",
+        )
+        ports[key] = ports.get(key, 0) + 1
+    for (network, kind, policy), count in ports.items():
+        wanted = f"{kind} on physical network {network}"
+        found.append(Want("SR-IOV ports", count, wanted, _on_network(network, kind), policy))
+    return found
+
+
+def _nothing(device: HostDevice) -> bool:
+    return False
+
+
+def _any_of(entries: Sequence[Alias]) -> Callable[[HostDevice], bool]:
+    return lambda device: any(e.matches(device) for e in entries)
+
+
+def _on_network(network: str, kind: str) -> Callable[[HostDevice], bool]:
+    return lambda d: d.physical_network == network and d.device_type == kind
+
+
+Near = Callable[[Want, HostDevice], bool]
+
+
+def take(wants: Sequence[Want], devices: Sequence[HostDevice], near: Near | None) -> str | None:
+    """Why the devices cannot give every want its count, each device once
+    (None: they can); ``near`` says which a want may take (None: any)."""
+    free = list(devices)
+    for want in wants:
+        if want.entries is None:
+            return f"{want.label} is not configured"
+        found = [d for d in free if want.matches(d) and (near is None or near(want, d))]
+        if len(found) < want.count:
+            return f"{want.label} wanted {want.count} of {want.wanted}, provider has {len(found)}"
+        taken = {d.address for d in found[: want.count]}
+        free = [d for d in free if d.address not in taken]
+    return None
+
+
+def near_cells(cells: Sequence[HostCell], all_cells: Sequence[HostCell]) -> Near:
+    """Which devices a want may take when the guest's cells are on
+    ``cells``, by its policy (Nova's PCI NUMA affinity policies)."""
+    ids = {c.cell_id for c in cells}
+    sockets = {c.socket for c in cells if c.socket is not None}
+    socket_of = {c.cell_id: c.socket for c in all_cells}
+
+    def near(want: Want, device: HostDevice) -> bool:
+        node = device.numa_node
+        if want.policy == "preferred":
+            return True
+        if want.policy == "legacy":
+            return node is None or node in ids
+        if want.policy == "required":
+            return node in ids
+        return node is not None and socket_of.get(node) in sockets  # socket
+
+    return near
+
+
+def _ratio(ctx: Context, row: int, name: str) -> float:
+    classes = ctx.snapshot.classes
+    if name not in classes:
+        return 1.0
+    return float(ctx.snapshot.allocation_ratio[row, classes.index(name)])
+
+
+def affinity_lack(
+    wants: Sequence[Want],
+    devices: Sequence[HostDevice],
+    hosts: Sequence[HostCell],
+    topology: GuestTopology,
+    ratios: tuple[float, float],
+) -> str | None:
+    """Why no set of host cells the guest's cells fit on has every device
+    near it (None: one has). Host cells the guest cannot fit on at all are
+    NUMATopologyFilter's to report, not this filter's."""
+    guests = topology.cells
+    fits = [
+        [i for i, h in enumerate(hosts) if cell_lack(h, g, topology, *ratios) is None]
+        for g in guests
+    ]
+    first: tuple[str, list[HostCell]] | None = None
+    for chosen in itertools.combinations(range(len(hosts)), len(guests)):
+        within = [[h for h in fit if h in chosen] for fit in fits]
+        if matching(within, len(hosts)) is None:
+            continue
+        cells = [hosts[i] for i in chosen]
+        why = take(wants, devices, near_cells(cells, hosts))
+        if why is None:
+            return None
+        first = first or (why, cells)
+    if first is None:
+        return None
+    return _said(wants, devices, hosts, first[1])
+
+
+def _said(
+    wants: Sequence[Want],
+    devices: Sequence[HostDevice],
+    hosts: Sequence[HostCell],
+    cells: Sequence[HostCell],
+) -> str:
+    """Which want lacks devices near the guest's cells, and where the
+    provider's are, cell by cell."""
+    near = near_cells(cells, hosts)
+    want = next(w for w in wants if take([w], devices, near) is not None)
+    matching_devices = [d for d in devices if want.matches(d)]
+    by_cell = [
+        f"host cell {h.cell_id}"
+        + (f" (socket {h.socket})" if want.policy == "socket" else "")
+        + f" has {sum(d.numa_node == h.cell_id for d in matching_devices)}"
+        for h in hosts
+    ]
+    unknown = sum(d.numa_node is None for d in matching_devices)
+    if unknown:
+        by_cell.append(f"{unknown} on no known cell")
+    where = ", ".join(str(c.cell_id) for c in cells)
+    return (
+        f"{want.label} wanted {want.count} of {want.wanted} near the guest's host cell(s)"
+        f" {where} (NUMA policy {want.policy}): {'; '.join(by_cell)}"
+    )
+
+
 class PciPassthroughFilter(HostFilter):
     """Providers that have, for every ``name:count`` of the flavor's
     ``pci_passthrough:alias``, ``count`` devices the alias matches (by
@@ -81,10 +260,36 @@ class PciPassthroughFilter(HostFilter):
         entries = [alias_of(entry) for entry in alias]
         self.aliases: dict[str, list[Alias]] = {}
         for entry in entries:
-            self.aliases.setdefault(entry.name, []).append(entry)
+            same = self.aliases.setdefault(entry.name, [])
+            if same and same[0].numa_policy != entry.numa_policy:
+                raise ValueError(
+                    f"PCI alias {entry.name}: its entries give different numa_policy"
+                    f" ({same[0].numa_policy}, {entry.numa_policy}), as Nova refuses"
+                )
+            same.append(entry)
+        self._memo: tuple[Request, list[Want], GuestTopology | None] | None = None
 
     def applies(self, request: Request) -> bool:
-        return PCI_ALIAS in request.extra_specs
+        return PCI_ALIAS in request.extra_specs or bool(request.sriov_ports)
+
+    def _wants(self, request: Request) -> tuple[list[Want], GuestTopology | None]:
+        """The request's wants, and its guest topology when a want's policy
+        ties devices to the guest's cells (None otherwise)."""
+        memo = self._memo
+        if memo is not None and memo[0] is request:
+            return memo[1], memo[2]
+        wants = wants_of(request, self.aliases)
+        topology = None
+        if any(w.policy != "preferred" for w in wants):
+            res = request.resources
+            topology = guest_topology(
+                request.extra_specs,
+                request.image_properties,
+                res.get("VCPU", 0) + res.get("PCPU", 0),
+                res.get("MEMORY_MB", 0),
+            )
+        self._memo = (request, wants, topology)
+        return wants, topology
 
     def refuses(self, request: Request) -> str | None:
         if PCI_ALIAS not in request.extra_specs:
@@ -96,28 +301,30 @@ class PciPassthroughFilter(HostFilter):
         return f"PCI alias {', '.join(unknown)} not configured (configured: {known})"
 
     def reject(self, ctx: Context, row: int) -> str | None:
-        asks = pci_asks(ctx.request.extra_specs)
-        free = list(ctx.snapshot.providers[row].pci_devices)
-        for name, count in asks:
-            entries = self.aliases.get(name)
-            if entries is None:
-                return f"PCI alias {name!r} is not configured"
-            found = [d for d in free if any(e.matches(d) for e in entries)]
-            if len(found) < count:
-                wanted = " or ".join(f"{e.vendor_id}:{e.product_id}" for e in entries)
-                return f"PCI alias {name} wanted {count} of {wanted}, provider has {len(found)}"
-            taken = {d.address for d in found[:count]}
-            free = [d for d in free if d.address not in taken]
-        return None
+        wants, topology = self._wants(ctx.request)
+        provider = ctx.snapshot.providers[row]
+        why = take(wants, provider.pci_devices, None)
+        if why is not None or topology is None:
+            return why
+        hosts = provider.numa_cells
+        if len(topology.cells) > len(hosts):
+            return None  # NUMATopologyFilter's to say
+        ratios = _ratio(ctx, row, "VCPU"), _ratio(ctx, row, "MEMORY_MB")
+        return affinity_lack(wants, provider.pci_devices, hosts, topology, ratios)
 
     def mask(self, ctx: Context, rows: IntArray) -> BoolArray:
-        # providers of one hardware model share their devices' records, so
-        # each distinct list is judged once per request
+        # providers of one hardware model share their devices' (and cells')
+        # records, so each distinct list is judged once per request
         providers = ctx.snapshot.providers
-        seen: dict[int, bool] = {}
+        _, topology = self._wants(ctx.request)
+        seen: dict[Any, bool] = {}
         out = np.empty(len(rows), dtype=np.bool_)
+        ratios = ctx.snapshot.allocation_ratio
         for i, row in enumerate(rows.tolist()):
-            key = id(providers[row].pci_devices)
+            provider = providers[row]
+            key: Any = id(provider.pci_devices)
+            if topology is not None:
+                key = (key, id(provider.numa_cells), *ratios[row].tolist())
             fits = seen.get(key)
             if fits is None:
                 fits = seen[key] = self.reject(ctx, row) is None

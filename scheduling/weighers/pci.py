@@ -37,7 +37,7 @@ provider is short of devices."""
 
 
 def devices_asked(extra_specs: Mapping[str, str]) -> int:
-    """How many devices one instance of a request takes."""
+    """How many devices one instance of a request takes by its aliases."""
     if PCI_ALIAS not in extra_specs:
         return 0
     return sum(count for _, count in pci_asks(extra_specs))
@@ -74,7 +74,7 @@ class PCIWeigher(Weigher):
         counts, _ = self._devices(ctx)
         free = counts[rows]
         if ctx.picked:
-            taken = devices_asked(ctx.request.extra_specs)
+            taken = devices_asked(ctx.request.extra_specs) + len(ctx.request.sriov_ports)
             free = np.maximum(free - taken * picks_per_row(ctx.picked, rows, ctx.snapshot.size), 0)
         weights: FloatArray = (MAX_DEVICES - np.minimum(free, MAX_DEVICES - 1)).astype(np.float64)
         return weights

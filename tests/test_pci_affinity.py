@@ -1,0 +1,258 @@
+"""PCI NUMA affinity policies and SR-IOV ports in PciPassthroughFilter
+(issue 31 parts 2-3), from Nova's PCI passthrough guide: ``required``
+devices on one of the guest's host cells, ``legacy`` there or on no known
+cell, ``socket`` on a cell of the same socket, ``preferred`` anywhere; the
+request's ``hw:pci_numa_affinity_policy`` over an alias's ``numa_policy``,
+a port's own over both; a port wants a VF (or, ``direct-physical``, a PF)
+on its physical network."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from scheduling.filters.pci_passthrough import PciPassthroughFilter
+from scheduling.model import Request
+from scheduling.topology import HostCell, HostDevice
+from schemas.guest_topology import SriovPort
+from schemas.requests import PlacementRequest
+from tests.test_filters_host import Case, check, host, ids
+
+
+def cell(cid: int, dedicated: int = 4, socket: int | None = None) -> HostCell:
+    cpus = frozenset(range(cid * 10, cid * 10 + dedicated))
+    return HostCell(cid, cpus, cpus, frozenset(), memory_mb=8192, socket=socket)
+
+
+def vf(n: int, node: int | None, network: str | None = None) -> HostDevice:
+    return HostDevice(f"0000:04:00.{n}", "8086", "154c", "type-VF", "0000:04:00.0", node, network)
+
+
+def pf(node: int | None, network: str) -> HostDevice:
+    return HostDevice("0000:05:00.0", "8086", "1572", "type-PF", None, node, network)
+
+
+def alias(policy: str = "legacy") -> list[dict[str, str]]:
+    return [{"name": "vf", "vendor_id": "8086", "product_id": "154c", "numa_policy": policy}]
+
+
+def guest(
+    vcpus: int = 4,
+    ports: tuple[SriovPort, ...] = (),
+    image: dict[str, str] | None = None,
+    /,
+    **specs: str,
+) -> Request:
+    return Request(
+        "r",
+        {"VCPU": vcpus, "MEMORY_MB": 1024},
+        extra_specs={"hw:cpu_policy": "dedicated", **specs},
+        image_properties=image or {},
+        sriov_ports=ports,
+    )
+
+
+ONE_VF = {"pci_passthrough:alias": "vf:1"}
+REQUIRED = PciPassthroughFilter(alias("required"))
+LEGACY = PciPassthroughFilter(alias("legacy"))
+PREFERRED = PciPassthroughFilter(alias("preferred"))
+SOCKET = PciPassthroughFilter(alias("socket"))
+SMALL_1 = (cell(0), cell(1, dedicated=2))  # a 4-vCPU guest fits cell 0 only
+
+CASES = [
+    Case(
+        "required: the guest takes the device's cell",
+        REQUIRED,
+        host(numa_cells=(cell(0), cell(1)), pci_devices=(vf(1, 1),)),
+        guest(**ONE_VF),
+    ),
+    Case(
+        "required: the device's cell cannot take the guest",
+        REQUIRED,
+        host(numa_cells=SMALL_1, pci_devices=(vf(1, 1),)),
+        guest(**ONE_VF),
+        expected="PCI alias vf wanted 1 of 8086:154c near the guest's host cell(s) 0"
+        " (NUMA policy required): host cell 0 has 0; host cell 1 has 1",
+    ),
+    Case(
+        "required: a device on no known cell does not count",
+        REQUIRED,
+        host(numa_cells=SMALL_1, pci_devices=(vf(1, None),)),
+        guest(**ONE_VF),
+        expected="PCI alias vf wanted 1 of 8086:154c near the guest's host cell(s) 0"
+        " (NUMA policy required): host cell 0 has 0; host cell 1 has 0; 1 on no known cell",
+    ),
+    Case(
+        "legacy: a device on no known cell does",
+        LEGACY,
+        host(numa_cells=SMALL_1, pci_devices=(vf(1, None),)),
+        guest(**ONE_VF),
+    ),
+    Case(
+        "legacy: a device on another cell does not",
+        LEGACY,
+        host(numa_cells=SMALL_1, pci_devices=(vf(1, 1),)),
+        guest(**ONE_VF),
+        expected="PCI alias vf wanted 1 of 8086:154c near the guest's host cell(s) 0"
+        " (NUMA policy legacy): host cell 0 has 0; host cell 1 has 1",
+    ),
+    Case(
+        "preferred: anywhere",
+        PREFERRED,
+        host(numa_cells=SMALL_1, pci_devices=(vf(1, 1),)),
+        guest(**ONE_VF),
+    ),
+    Case(
+        "the request's policy over the alias's",
+        REQUIRED,
+        host(numa_cells=SMALL_1, pci_devices=(vf(1, 1),)),
+        guest(**ONE_VF, **{"hw:pci_numa_affinity_policy": "preferred"}),
+    ),
+    Case(
+        "the image's policy over the alias's",
+        PREFERRED,
+        host(numa_cells=SMALL_1, pci_devices=(vf(1, 1),)),
+        guest(4, (), {"hw_pci_numa_affinity_policy": "required"}, **ONE_VF),
+        expected="PCI alias vf wanted 1 of 8086:154c near the guest's host cell(s) 0"
+        " (NUMA policy required): host cell 0 has 0; host cell 1 has 1",
+    ),
+    Case(
+        "no guest NUMA topology: no cells to be near",
+        REQUIRED,
+        host(numa_cells=SMALL_1, pci_devices=(vf(1, 1),)),
+        Request("r", {"VCPU": 4}, extra_specs=ONE_VF),
+    ),
+    Case(
+        "two devices, two guest cells: each on the cell of one",
+        REQUIRED,
+        host(numa_cells=(cell(0), cell(1), cell(2)), pci_devices=(vf(1, 0), vf(2, 2))),
+        guest(8, **{"pci_passthrough:alias": "vf:2", "hw:numa_nodes": "2"}),
+    ),
+    Case(
+        "two devices on one cell the guest's cells cannot both use",
+        REQUIRED,
+        host(numa_cells=(cell(0), cell(1, dedicated=2)), pci_devices=(vf(1, 1), vf(2, 1))),
+        guest(4, **{"pci_passthrough:alias": "vf:2"}),
+        expected="PCI alias vf wanted 2 of 8086:154c near the guest's host cell(s) 0"
+        " (NUMA policy required): host cell 0 has 0; host cell 1 has 2",
+    ),
+]
+
+# Nova's example: nodes 0 and 1 on socket 0, 2 and 3 on socket 1, a device on node 0
+SOCKETS = tuple(cell(n, socket=n // 2) for n in range(4))
+
+
+def _sockets(free: tuple[int, ...]) -> tuple[HostCell, ...]:
+    """Nova's four nodes, only ``free`` able to take a guest cell of 4."""
+    return tuple(cell(n, 4 if n in free else 1, socket=n // 2) for n in range(4))
+
+
+SOCKET_CASES = [
+    Case(
+        f"socket: guest cells fit only nodes {free}",
+        SOCKET,
+        host(numa_cells=_sockets(free), pci_devices=(vf(1, 0),)),
+        guest(8, **ONE_VF, **{"hw:numa_nodes": "2"}),
+        expected=None
+        if ok
+        else "PCI alias vf wanted 1 of 8086:154c near the guest's host cell(s) 2, 3"
+        " (NUMA policy socket): host cell 0 (socket 0) has 1; host cell 1 (socket 0) has 0;"
+        " host cell 2 (socket 1) has 0; host cell 3 (socket 1) has 0",
+    )
+    for free, ok in [((0, 1), True), ((1, 2), True), ((1, 3), True), ((2, 3), False)]
+]
+
+PORT = SriovPort("physnet1")
+PORT_CASES = [
+    Case(
+        "a port: a VF on its physical network",
+        LEGACY,
+        host(pci_devices=(vf(1, None, "physnet2"), vf(2, None, "physnet1"))),
+        Request("r", {"VCPU": 1}, sriov_ports=(PORT,)),
+    ),
+    Case(
+        "a port: none on its physical network",
+        LEGACY,
+        host(pci_devices=(vf(1, None, "physnet2"),)),
+        Request("r", {"VCPU": 1}, sriov_ports=(PORT, PORT)),
+        expected="SR-IOV ports wanted 2 of type-VF on physical network physnet1, provider has 0",
+    ),
+    Case(
+        "a direct-physical port takes a PF",
+        LEGACY,
+        host(pci_devices=(vf(1, None, "physnet1"), pf(None, "physnet1"))),
+        Request("r", {"VCPU": 1}, sriov_ports=(SriovPort("physnet1", "direct-physical"),)),
+    ),
+    Case(
+        "an alias and a port take different devices",
+        LEGACY,
+        host(pci_devices=(vf(1, None, "physnet1"),)),
+        Request("r", {"VCPU": 1}, extra_specs=ONE_VF, sriov_ports=(PORT,)),
+        expected="SR-IOV ports wanted 1 of type-VF on physical network physnet1, provider has 0",
+    ),
+    Case(
+        "a port near the guest's cell (the request's policy)",
+        LEGACY,
+        host(numa_cells=SMALL_1, pci_devices=(vf(1, 1, "physnet1"),)),
+        guest(4, (PORT,), None, **{"hw:pci_numa_affinity_policy": "required"}),
+        expected="SR-IOV ports wanted 1 of type-VF on physical network physnet1 near the"
+        " guest's host cell(s) 0 (NUMA policy required): host cell 0 has 0; host cell 1 has 1",
+    ),
+    Case(
+        "a port's own policy over the request's",
+        LEGACY,
+        host(numa_cells=SMALL_1, pci_devices=(vf(1, 1, "physnet1"),)),
+        guest(
+            4,
+            (SriovPort("physnet1", numa_affinity_policy="preferred"),),
+            None,
+            **{"hw:pci_numa_affinity_policy": "required"},
+        ),
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    "case", CASES + SOCKET_CASES + PORT_CASES, ids=ids(CASES + SOCKET_CASES + PORT_CASES)
+)
+def test_pci_numa_affinity_and_ports(case: Case) -> None:
+    check(case)
+
+
+def test_an_alias_s_entries_share_one_numa_policy() -> None:
+    entries = [*alias("required"), {**alias("legacy")[0], "product_id": "154d"}]
+    with pytest.raises(ValueError, match="different numa_policy"):
+        PciPassthroughFilter(entries)
+
+
+def _edge(fields: dict[str, Any]) -> str:
+    body = {"request_id": "r", "ts_ms": 1, "project_id": "p", "resources": {"VCPU": 1}}
+    with pytest.raises(ValidationError) as raised:
+        PlacementRequest.model_validate_json(json.dumps(body | fields))
+    return str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("fields", "words"),
+    [
+        ({"extra_specs": {"hw:pci_numa_affinity_policy": "near"}}, "not one of required"),
+        (
+            {
+                "extra_specs": {"hw:pci_numa_affinity_policy": "required"},
+                "image_properties": {"hw_pci_numa_affinity_policy": "socket"},
+            },
+            "conflicts with image",
+        ),
+        ({"sriov_ports": [{"physical_network": ""}]}, "at least 1 character"),
+        ({"sriov_ports": [{"physical_network": "p", "vnic_type": "normal"}]}, "direct"),
+        (
+            {"sriov_ports": [{"physical_network": "p", "numa_affinity_policy": "x"}]},
+            "required",
+        ),
+    ],
+)
+def test_bad_policies_and_ports_are_refused_at_the_edge(fields: dict[str, Any], words: str) -> None:
+    assert words in _edge(fields)
