@@ -269,7 +269,7 @@ def _described(p: dict[str, Any]) -> list[str]:
 
 def _cells(cells: list[dict[str, Any]]) -> list[str]:
     """One line per NUMA cell: its CPUs as ranges, how they are set apart,
-    its memory and huge pages."""
+    its memory and huge pages, its socket when known."""
     lines = []
     for c in cells:
         parts = [f"cpus {_ranges(c['cpus']) or 'none'}"]
@@ -280,6 +280,8 @@ def _cells(cells: list[dict[str, Any]]) -> list[str]:
             parts.append("siblings " + " ".join(_ranges(g) for g in c["siblings"]))
         parts.append(f"{c['memory_mb']} MiB")
         parts.extend(f"{p['total']} pages of {p['size_kb']} KiB" for p in c["huge_pages"])
+        if c.get("socket") is not None:
+            parts.append(f"socket {c['socket']}")
         lines.append(f"    NUMA cell {c['cell_id']}: " + ", ".join(parts))
     return lines
 

@@ -193,6 +193,7 @@ cell_id = 1
 cpus = [4, 5, 6, 7]
 dedicated = [4, 5, 6, 7]
 memory_mb = 8192
+socket = 1
 
 [[pci_devices]]
 address = "0000:81:00.0"
@@ -244,7 +245,7 @@ def test_describe_a_topology_from_a_file(projector: list[str], cli: Cli, tmp_pat
         "    NUMA cell 0: cpus 0-3, dedicated 2-3, shared 0-1, siblings 0-1 2-3, 8192 MiB, "
         "1024 pages of 2048 KiB" in out
     )
-    assert "    NUMA cell 1: cpus 4-7, dedicated 4-7, 8192 MiB" in out
+    assert "    NUMA cell 1: cpus 4-7, dedicated 4-7, 8192 MiB, socket 1" in out
     assert (
         "    PCI 0000:81:00.1 type-VF: 8086:154c, of 0000:81:00.0, cell 1, network physnet1" in out
     )
