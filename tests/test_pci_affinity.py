@@ -8,16 +8,20 @@ on its physical network."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from scheduling.filters.base import Context
 from scheduling.filters.pci_passthrough import PciPassthroughFilter
-from scheduling.model import Request
+from scheduling.model import Provider, Request, Snapshot
 from scheduling.topology import HostCell, HostDevice
-from schemas.guest_topology import SriovPort
+from schemas.guest_topology import SriovPort, guest_topology
 from schemas.requests import PlacementRequest
 from tests.test_filters_host import Case, check, host, ids
 
@@ -256,3 +260,66 @@ def _edge(fields: dict[str, Any]) -> str:
 )
 def test_bad_policies_and_ports_are_refused_at_the_edge(fields: dict[str, Any], words: str) -> None:
     assert words in _edge(fields)
+
+
+@st.composite
+def _hosts_and_asks(draw: st.DrawFn) -> tuple[Provider, Request, str]:
+    cells = tuple(
+        cell(c, draw(st.integers(0, 4)), draw(st.one_of(st.none(), st.integers(0, 1))))
+        for c in range(draw(st.integers(1, 4)))
+    )
+    nodes = st.one_of(st.none(), st.integers(0, len(cells) - 1))
+    devices = tuple(vf(i + 1, draw(nodes)) for i in range(draw(st.integers(0, 5))))
+    guest_cells = draw(st.integers(1, 2))
+    per_cell = draw(st.integers(1, 3))
+    policy = draw(st.sampled_from(["required", "legacy", "preferred", "socket"]))
+    count = draw(st.integers(1, 3))
+    specs = {
+        "pci_passthrough:alias": f"vf:{count}",
+        "hw:pci_numa_affinity_policy": policy,
+        "hw:numa_nodes": str(guest_cells),
+    }
+    provider = Provider("p", numa_cells=cells, pci_devices=devices)
+    return provider, guest(guest_cells * per_cell, (), None, **specs), policy
+
+
+def _nova_like(provider: Provider, request: Request, policy: str) -> bool:
+    """The oracle: Nova's way, every permutation of host cells for the
+    guest's cells, then the devices near the chosen ones counted."""
+    topology = guest_topology(dict(request.extra_specs), {}, request.resources["VCPU"], 1024)
+    assert topology is not None
+    count = int(request.extra_specs["pci_passthrough:alias"].split(":")[1])
+    hosts, devices = provider.numa_cells, provider.pci_devices
+    fitting = [
+        chosen
+        for chosen in itertools.permutations(hosts, len(topology.cells))
+        if all(len(g.cpus) <= len(h.dedicated) for g, h in zip(topology.cells, chosen, strict=True))
+    ]
+    if not fitting:
+        return len(devices) >= count  # no fit: NUMATopologyFilter's to refuse
+    for chosen in fitting:
+        ids = {h.cell_id for h in chosen}
+        sockets = {h.socket for h in chosen if h.socket is not None}
+        socket_of = {h.cell_id: h.socket for h in hosts}
+        near = [
+            d
+            for d in devices
+            if policy == "preferred"
+            or (policy == "legacy" and (d.numa_node is None or d.numa_node in ids))
+            or (policy == "required" and d.numa_node in ids)
+            or (
+                policy == "socket" and d.numa_node is not None and socket_of[d.numa_node] in sockets
+            )
+        ]
+        if len(near) >= count:
+            return True
+    return False
+
+
+@settings(max_examples=300, deadline=None)
+@given(_hosts_and_asks())
+def test_the_filter_agrees_with_nova_s_permutations(case: tuple[Provider, Request, str]) -> None:
+    provider, request, policy = case
+    snap = Snapshot.build([provider], {"p": {"VCPU": {"total": 64}}})
+    passed = REQUIRED.reject(Context.start(snap, request), 0) is None
+    assert passed is _nova_like(provider, request, policy)
