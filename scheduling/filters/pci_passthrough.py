@@ -42,7 +42,7 @@ import numpy as np
 
 from scheduling.filters.base import Context, HostFilter
 from scheduling.filters.numa_topology import cell_lack, matching
-from scheduling.model import BoolArray, IntArray, Request
+from scheduling.model import BoolArray, FloatArray, IntArray, Request
 from scheduling.topology import HostCell, HostDevice
 from schemas.guest_topology import (
     PCI_ALIAS,
@@ -268,6 +268,8 @@ class PciPassthroughFilter(HostFilter):
                 )
             same.append(entry)
         self._memo: tuple[Request, list[Want], GuestTopology | None] | None = None
+        self._identities: tuple[Sequence[Any], FloatArray] | None = None
+        """(a snapshot's providers, each one's (devices, cells) record ids)."""
 
     def applies(self, request: Request) -> bool:
         return PCI_ALIAS in request.extra_specs or bool(request.sriov_ports)
@@ -317,16 +319,40 @@ class PciPassthroughFilter(HostFilter):
         # records, so each distinct list is judged once per request
         providers = ctx.snapshot.providers
         _, topology = self._wants(ctx.request)
-        seen: dict[Any, bool] = {}
+        if topology is not None:
+            return self._mask_near_cells(ctx, rows)
+        seen: dict[int, bool] = {}
         out = np.empty(len(rows), dtype=np.bool_)
-        ratios = ctx.snapshot.allocation_ratio
         for i, row in enumerate(rows.tolist()):
-            provider = providers[row]
-            key: Any = id(provider.pci_devices)
-            if topology is not None:
-                key = (key, id(provider.numa_cells), *ratios[row].tolist())
+            key = id(providers[row].pci_devices)
             fits = seen.get(key)
             if fits is None:
                 fits = seen[key] = self.reject(ctx, row) is None
             out[i] = fits
+        return out
+
+    def _mask_near_cells(self, ctx: Context, rows: IntArray) -> BoolArray:
+        """``mask`` when devices must be near the guest's cells: judged once
+        per distinct (devices, cells, VCPU and MEMORY_MB ratios), found by
+        NumPy rather than a dictionary lookup per row."""
+        if len(rows) == 0:
+            return np.ones(0, dtype=np.bool_)
+        snapshot = ctx.snapshot
+        memo = self._identities
+        if memo is None or memo[0] is not snapshot.providers:
+            # ids are addresses, below 2**53: exact as float64
+            ids = np.array(
+                [(id(p.pci_devices), id(p.numa_cells)) for p in snapshot.providers],
+                dtype=np.float64,
+            ).reshape(-1, 2)
+            memo = self._identities = (snapshot.providers, ids)
+        columns = [memo[1][rows]]
+        for name in ("VCPU", "MEMORY_MB"):
+            if name in snapshot.classes:
+                ratio = snapshot.allocation_ratio[rows, snapshot.classes.index(name)]
+                columns.append(ratio.reshape(-1, 1))
+        table = np.hstack(columns)
+        _, first, inverse = np.unique(table, axis=0, return_index=True, return_inverse=True)
+        fits = np.array([self.reject(ctx, int(rows[i])) is None for i in first], dtype=np.bool_)
+        out: BoolArray = fits[inverse.reshape(-1)]
         return out
