@@ -323,3 +323,18 @@ def test_the_filter_agrees_with_nova_s_permutations(case: tuple[Provider, Reques
     snap = Snapshot.build([provider], {"p": {"VCPU": {"total": 64}}})
     passed = REQUIRED.reject(Context.start(snap, request), 0) is None
     assert passed is _nova_like(provider, request, policy)
+
+
+def test_wants_sharing_devices_are_fitted_exactly() -> None:
+    # the alias takes any 8086:154c VF; the port needs the one on physnet1. Taken
+    # in turn the alias would take that one first and leave the port short.
+    devices = (vf(1, None, "physnet1"), vf(2, None))
+    provider = Provider("p", pci_devices=devices)
+    snap = Snapshot.build([provider], {"p": {"VCPU": {"total": 8}}})
+    request = Request("r", {"VCPU": 1}, extra_specs=ONE_VF, sriov_ports=(PORT,))
+    assert LEGACY.reject(Context.start(snap, request), 0) is None
+    both = Request("r", {"VCPU": 1}, extra_specs={"pci_passthrough:alias": "vf:2"},
+                   sriov_ports=(PORT,))  # fmt: skip
+    assert LEGACY.reject(Context.start(snap, both), 0) == (
+        "SR-IOV ports wanted 1 of type-VF on physical network physnet1, provider has 0"
+    )

@@ -151,17 +151,33 @@ Near = Callable[[Want, HostDevice], bool]
 
 def take(wants: Sequence[Want], devices: Sequence[HostDevice], near: Near | None) -> str | None:
     """Why the devices cannot give every want its count, each device once
-    (None: they can); ``near`` says which a want may take (None: any)."""
+    (None: they can); ``near`` says which a want may take (None: any).
+    Each want takes the first devices it may, in turn; when that leaves a
+    later want short, wants that share devices are fitted exactly (a
+    matching of wanted devices to devices) before saying no."""
     free = list(devices)
     for want in wants:
         if want.entries is None:
             return f"{want.label} is not configured"
         found = [d for d in free if want.matches(d) and (near is None or near(want, d))]
         if len(found) < want.count:
+            if want is not wants[0] and _all_fit(wants, devices, near):
+                return None
             return f"{want.label} wanted {want.count} of {want.wanted}, provider has {len(found)}"
         taken = {d.address for d in found[: want.count]}
         free = [d for d in free if d.address not in taken]
     return None
+
+
+def _all_fit(wants: Sequence[Want], devices: Sequence[HostDevice], near: Near | None) -> bool:
+    """Whether every want can have its count of devices, each device once:
+    a matching of each wanted device to a device it may take."""
+    slots = [
+        [i for i, d in enumerate(devices) if want.matches(d) and (near is None or near(want, d))]
+        for want in wants
+        for _ in range(want.count)
+    ]
+    return matching(slots, len(devices)) is not None
 
 
 def near_cells(cells: Sequence[HostCell], all_cells: Sequence[HostCell]) -> Near:
