@@ -7,14 +7,18 @@ names the host cell and what it lacked."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Mapping
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from scheduling.filters.base import Context
 from scheduling.filters.numa_topology import NUMATopologyFilter
-from scheduling.model import Request
+from scheduling.model import Provider, Request, Snapshot
 from scheduling.topology import HostCell
 from schemas.guest_topology import guest_topology
 from schemas.requests import PlacementRequest
@@ -232,3 +236,62 @@ def test_bad_policies_are_refused_at_the_edge(
     specs: dict[str, str], image: dict[str, str], words: str
 ) -> None:
     assert words in _edge(specs, image)
+
+
+@st.composite
+def _cells_and_guests(draw: st.DrawFn) -> tuple[tuple[HostCell, ...], Request]:
+    hosts = tuple(
+        smt(
+            c,
+            cores=draw(st.integers(0, 3)),
+            shared=draw(st.integers(0, 3)),
+            threads=draw(st.sampled_from([1, 2])),
+        )
+        for c in range(draw(st.integers(1, 3)))
+    )
+    nodes = draw(st.integers(1, 2))
+    vcpus = nodes * draw(st.integers(1, 3))
+    specs = {"hw:numa_nodes": str(nodes)}
+    if draw(st.booleans()) and vcpus > 1:
+        pinned = draw(st.sets(st.integers(0, vcpus - 1), min_size=1, max_size=vcpus - 1))
+        specs |= {"hw:cpu_policy": "mixed", "hw:cpu_dedicated_mask": ",".join(map(str, pinned))}
+    else:
+        specs["hw:cpu_policy"] = "dedicated"
+    threads = draw(st.sampled_from([None, "prefer", "isolate", "require"]))
+    if threads is not None:
+        specs["hw:cpu_thread_policy"] = threads
+    return hosts, guest(vcpus, None, **specs)
+
+
+def _nova_like(hosts: tuple[HostCell, ...], request: Request) -> bool:
+    """The oracle: every permutation of host cells, each guest cell judged
+    on its own as the guides say."""
+    specs = dict(request.extra_specs)
+    topology = guest_topology(specs, {}, request.resources["VCPU"], 1024)
+    assert topology is not None
+    policy = specs.get("hw:cpu_thread_policy")
+
+    def fits(h: HostCell, cpus: frozenset[int]) -> bool:
+        pinned = cpus if topology.dedicated else cpus & topology.dedicated_mask
+        floating = len(cpus) - len(pinned)
+        threads_ok = (
+            not pinned
+            or policy not in ("isolate", "require")
+            or (policy == "require") == bool(h.siblings)
+        )
+        return len(pinned) <= len(h.dedicated) and floating <= len(h.shared) and threads_ok
+
+    return any(
+        all(fits(h, g.cpus) for g, h in zip(topology.cells, chosen, strict=True))
+        for chosen in itertools.permutations(hosts, len(topology.cells))
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(_cells_and_guests())
+def test_the_fit_agrees_with_nova_s_permutations(
+    case: tuple[tuple[HostCell, ...], Request],
+) -> None:
+    hosts, request = case
+    snap = Snapshot.build([Provider("p", numa_cells=hosts)], {"p": {"VCPU": {"total": 64}}})
+    assert (NUMA.reject(Context.start(snap, request), 0) is None) is _nova_like(hosts, request)
