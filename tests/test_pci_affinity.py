@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from scheduling.filters.base import Context
-from scheduling.filters.pci_passthrough import PciPassthroughFilter
+from scheduling.filters.pci_passthrough import PciPassthroughFilter, choose, near_fit, wants_of
 from scheduling.model import Provider, Request, Snapshot
 from scheduling.topology import HostCell, HostDevice
 from schemas.guest_topology import SriovPort, guest_topology
@@ -337,4 +337,23 @@ def test_wants_sharing_devices_are_fitted_exactly() -> None:
                    sriov_ports=(PORT,))  # fmt: skip
     assert LEGACY.reject(Context.start(snap, both), 0) == (
         "SR-IOV ports wanted 1 of type-VF on physical network physnet1, provider has 0"
+    )
+
+
+def test_near_fit_names_the_host_cells_and_the_devices() -> None:
+    # what a claim would carry: the guest on cell 1, where its VF is
+    hosts = (cell(0), cell(1))
+    devices = (vf(1, 0, "physnet2"), vf(2, 1, "physnet1"))
+    request = guest(4, (PORT,), None, **{"hw:pci_numa_affinity_policy": "required"})
+    wants = wants_of(request, REQUIRED.aliases)
+    topology = guest_topology(dict(request.extra_specs), {}, 4, 1024)
+    assert topology is not None
+    assert near_fit(wants, devices, hosts, topology, (1.0, 1.0)) == ([1], ("0000:04:00.2",))
+    # the exact pass gives each want its own device
+    both = wants_of(
+        Request("r", {"VCPU": 1}, extra_specs=ONE_VF, sriov_ports=(PORT,)), LEGACY.aliases
+    )
+    assert choose(both, (vf(1, None, "physnet1"), vf(2, None)), None) == (
+        "0000:04:00.2",
+        "0000:04:00.1",
     )

@@ -149,35 +149,50 @@ def _on_network(network: str, kind: str) -> Callable[[HostDevice], bool]:
 Near = Callable[[Want, HostDevice], bool]
 
 
-def take(wants: Sequence[Want], devices: Sequence[HostDevice], near: Near | None) -> str | None:
-    """Why the devices cannot give every want its count, each device once
-    (None: they can); ``near`` says which a want may take (None: any).
-    Each want takes the first devices it may, in turn; when that leaves a
-    later want short, wants that share devices are fitted exactly (a
-    matching of wanted devices to devices) before saying no."""
+def choose(
+    wants: Sequence[Want], devices: Sequence[HostDevice], near: Near | None
+) -> tuple[str, ...] | str:
+    """The addresses of the devices each want takes, want by want, each
+    device once; or why the devices cannot give every want its count.
+    ``near`` says which a want may take (None: any). Each want takes the
+    first devices it may, in turn; when that leaves a later want short,
+    wants that share devices are fitted exactly (a matching of wanted
+    devices to devices) before saying no."""
     free = list(devices)
+    chosen: list[str] = []
     for want in wants:
         if want.entries is None:
             return f"{want.label} is not configured"
         found = [d for d in free if want.matches(d) and (near is None or near(want, d))]
         if len(found) < want.count:
-            if want is not wants[0] and _all_fit(wants, devices, near):
-                return None
+            exact = _exactly(wants, devices, near) if want is not wants[0] else None
+            if exact is not None:
+                return exact
             return f"{want.label} wanted {want.count} of {want.wanted}, provider has {len(found)}"
-        taken = {d.address for d in found[: want.count]}
+        taken = [d.address for d in found[: want.count]]
+        chosen.extend(taken)
         free = [d for d in free if d.address not in taken]
-    return None
+    return tuple(chosen)
 
 
-def _all_fit(wants: Sequence[Want], devices: Sequence[HostDevice], near: Near | None) -> bool:
-    """Whether every want can have its count of devices, each device once:
-    a matching of each wanted device to a device it may take."""
+def take(wants: Sequence[Want], devices: Sequence[HostDevice], near: Near | None) -> str | None:
+    """Why :func:`choose` finds no devices for the wants (None: it does)."""
+    found = choose(wants, devices, near)
+    return found if isinstance(found, str) else None
+
+
+def _exactly(
+    wants: Sequence[Want], devices: Sequence[HostDevice], near: Near | None
+) -> tuple[str, ...] | None:
+    """The addresses every want takes, each device once, from a matching
+    of each wanted device to a device it may take; None if there is none."""
     slots = [
         [i for i, d in enumerate(devices) if want.matches(d) and (near is None or near(want, d))]
         for want in wants
         for _ in range(want.count)
     ]
-    return matching(slots, len(devices)) is not None
+    found = matching(slots, len(devices))
+    return None if found is None else tuple(devices[i].address for i in found)
 
 
 def near_cells(cells: Sequence[HostCell], all_cells: Sequence[HostCell]) -> Near:
@@ -207,6 +222,40 @@ def _ratio(ctx: Context, row: int, name: str) -> float:
     return float(ctx.snapshot.allocation_ratio[row, classes.index(name)])
 
 
+def near_fit(
+    wants: Sequence[Want],
+    devices: Sequence[HostDevice],
+    hosts: Sequence[HostCell],
+    topology: GuestTopology,
+    ratios: tuple[float, float],
+) -> tuple[list[int], tuple[str, ...]] | str | None:
+    """A host cell (an index into ``hosts``) for each guest cell, each
+    used once, with every device near them, and the devices' addresses;
+    or why no set of host cells the guest's cells fit on has every device
+    near it; None when the guest fits no set at all (NUMATopologyFilter's
+    to report, not this filter's). The sets are tried in order of host
+    cells, as Nova tries its permutations."""
+    guests = topology.cells
+    fits = [
+        [i for i, h in enumerate(hosts) if cell_lack(h, g, topology, *ratios) is None]
+        for g in guests
+    ]
+    first: list[HostCell] | None = None
+    for chosen in itertools.combinations(range(len(hosts)), len(guests)):
+        within = [[h for h in fit if h in chosen] for fit in fits]
+        placed = matching(within, len(hosts))
+        if placed is None:
+            continue
+        cells = [hosts[i] for i in chosen]
+        found = choose(wants, devices, near_cells(cells, hosts))
+        if not isinstance(found, str):
+            return placed, found
+        first = first or cells
+    if first is None:
+        return None
+    return _said(wants, devices, hosts, first)
+
+
 def affinity_lack(
     wants: Sequence[Want],
     devices: Sequence[HostDevice],
@@ -214,27 +263,11 @@ def affinity_lack(
     topology: GuestTopology,
     ratios: tuple[float, float],
 ) -> str | None:
-    """Why no set of host cells the guest's cells fit on has every device
-    near it (None: one has). Host cells the guest cannot fit on at all are
-    NUMATopologyFilter's to report, not this filter's."""
-    guests = topology.cells
-    fits = [
-        [i for i, h in enumerate(hosts) if cell_lack(h, g, topology, *ratios) is None]
-        for g in guests
-    ]
-    first: tuple[str, list[HostCell]] | None = None
-    for chosen in itertools.combinations(range(len(hosts)), len(guests)):
-        within = [[h for h in fit if h in chosen] for fit in fits]
-        if matching(within, len(hosts)) is None:
-            continue
-        cells = [hosts[i] for i in chosen]
-        why = take(wants, devices, near_cells(cells, hosts))
-        if why is None:
-            return None
-        first = first or (why, cells)
-    if first is None:
-        return None
-    return _said(wants, devices, hosts, first[1])
+    """Why :func:`near_fit` finds no host cells with the devices near
+    them (None: it does, or the guest fits none, which is not this
+    filter's to say)."""
+    found = near_fit(wants, devices, hosts, topology, ratios)
+    return found if isinstance(found, str) else None
 
 
 def _said(
