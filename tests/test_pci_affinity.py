@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,12 +18,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from berth.cli import main
 from scheduling.filters.base import Context
 from scheduling.filters.pci_passthrough import PciPassthroughFilter, choose, near_fit, wants_of
 from scheduling.model import Provider, Request, Snapshot
 from scheduling.topology import HostCell, HostDevice
 from schemas.guest_topology import SriovPort, guest_topology
 from schemas.requests import PlacementRequest
+from tests.test_cli import run_demo
 from tests.test_filters_host import Case, check, host, ids
 
 
@@ -357,3 +360,32 @@ def test_near_fit_names_the_host_cells_and_the_devices() -> None:
         "0000:04:00.2",
         "0000:04:00.1",
     )
+
+
+def test_berth_explain_asks_for_ports_and_thread_policies(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the demo gives one provider in four two cells of hardware threads and
+    # four VFs on physnet1 (cell 0); the others describe neither
+    data = tmp_path / "demo"
+    run_demo(data, capsys)
+    config = tmp_path / "scheduler.toml"
+    config.write_text(
+        '[filters]\nenabled = ["ResourceFilter", "NUMATopologyFilter", "PciPassthroughFilter"]\n'
+    )
+    explain = ["explain", "--data-dir", str(data), "--config", str(config)]
+    asked = ["--resources", "VCPU=2,MEMORY_MB=1024", "--sriov-port", "physnet1"]
+    assert main([*explain, *asked]) == 0
+    out = capsys.readouterr().out
+    assert "SR-IOV ports wanted 1 of type-VF on physical network physnet1, provider has 0" in out
+    pinned = ["--extra-spec", "hw:cpu_policy=dedicated"]
+    assert main([*explain, *asked, *pinned, "--extra-spec", "hw:cpu_thread_policy=isolate"]) == 1
+    out = capsys.readouterr().out
+    assert (
+        "host cell 0 has hardware thread siblings 0+1, 2+3, 4+5, ... (thread policy isolate)" in out
+    )
+    moved = ["--move-from", "nowhere", "--sriov-port", "physnet1:direct-physical"]
+    assert main([*explain, *asked, *moved, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["placed"]
+    assert main([*explain, *asked, "--sriov-port", "physnet1:normal"]) == 2
+    assert "vnic_type" in capsys.readouterr().err

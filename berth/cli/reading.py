@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from scheduling.config import SchedulerConfig
     from scheduling.engine import Engine
     from scheduling.model import Request
-    from schemas.requests import PlacementRequest
+    from schemas.requests import PlacementRequest, SriovPortSpec
 
 
 def add_commands(commands: Commands) -> None:
@@ -158,6 +158,19 @@ def shape_options(p: argparse.ArgumentParser, shape_required: bool = True) -> No
     p.add_argument("--build-near-host-ip", default=None, metavar="IP")
     p.add_argument("--cidr", default=None, help="with --build-near-host-ip (default /24)")
     p.add_argument("--query", default=None, help="a JsonFilter query, as JSON")
+    p.add_argument(
+        "--sriov-port",
+        action="append",
+        default=[],
+        metavar="PHYSNET[:VNIC_TYPE]",
+        help="an SR-IOV port on that physical network (vnic_type direct by default); repeatable",
+    )
+    p.add_argument(
+        "--move-from",
+        default=None,
+        metavar="PROVIDER",
+        help="a move (reason relocation) off this provider (CrossCellWeigher)",
+    )
     p.add_argument(
         "--group", default=None, metavar="GROUP", help="a server group: its policy and members"
     )
@@ -311,6 +324,19 @@ def _placement_request(args: argparse.Namespace) -> PlacementRequest:
         build_near_host_ip=args.build_near_host_ip,
         cidr=args.cidr,
         query=args.query,
+        sriov_ports=tuple(_port(text) for text in args.sriov_port),
+        reason="relocation" if args.move_from else "new",
+        source_provider=args.move_from,
+    )
+
+
+def _port(text: str) -> SriovPortSpec:
+    """``--sriov-port PHYSNET[:VNIC_TYPE]``."""
+    from schemas.requests import SriovPortSpec
+
+    network, _, vnic = text.partition(":")
+    return SriovPortSpec.model_validate(
+        {"physical_network": network, "vnic_type": vnic or "direct"}
     )
 
 
