@@ -5,9 +5,11 @@ Nova's CPU topologies and PCI passthrough guides define them:
 ``hw:numa_nodes``, ``hw:numa_cpus.N``, ``hw:numa_mem.N``,
 ``hw:cpu_policy`` (shared / dedicated / mixed, with ``hw:cpu_dedicated_mask``
 naming a mixed guest's pinned vCPUs), ``hw:cpu_thread_policy`` (prefer /
-isolate / require), ``hw:mem_page_size`` (small / large / any / a size) and
-``pci_passthrough:alias`` (``name:count,...``); images say the same with
-``hw_`` names (the dedicated mask is the flavor's only, as in Nova).
+isolate / require), ``hw:mem_page_size`` (small / large / any / a size),
+``pci_passthrough:alias`` (``name:count,...``) and
+``hw:pci_numa_affinity_policy``; images say the same with ``hw_`` names
+(the dedicated mask is the flavor's only, as in Nova). A request's SR-IOV
+ports are ``SriovPort`` records.
 Parsed here, below the engine, so that the edge refuses a request that
 cannot mean anything (cells that do not cover the vCPUs, a page size that
 is not one) before it reaches a scheduler.

@@ -8,7 +8,7 @@ all). A guest cell fits a host cell when:
 
 - pinned (``hw:cpu_policy=dedicated``; for ``mixed``, the vCPUs of
   ``hw:cpu_dedicated_mask``): no more than the cell has dedicated CPUs,
-  never over-subscribed; with ``hw:cpu_thread_policy=require`` the cell's
+  never over-subscribed; with ``hw:cpu_thread_policy=require`` the cell
   has hardware thread siblings, with ``isolate`` it has none (Nova's
   documented meaning: hosts with hardware threads required, or forbidden;
   ``prefer``, the default, takes either);
