@@ -384,8 +384,31 @@ def test_berth_explain_asks_for_ports_and_thread_policies(
     assert (
         "host cell 0 has hardware thread siblings 0+1, 2+3, 4+5, ... (thread policy isolate)" in out
     )
+    shape = ["--resources", "VCPU=2,MEMORY_MB=1024"]
     moved = ["--move-from", "nowhere", "--sriov-port", "physnet1:direct-physical"]
-    assert main([*explain, *asked, *moved, "--json"]) == 0
+    assert main([*explain, *shape, *moved, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["placed"]
+    # the PF and a VF of it are never given together
+    assert main([*explain, *asked, *moved]) == 1
+    assert "SR-IOV ports wanted 1 of type-PF on physical network physnet1, provider has 0" in (
+        capsys.readouterr().out
+    )
     assert main([*explain, *asked, "--sriov-port", "physnet1:normal"]) == 2
     assert "vnic_type" in capsys.readouterr().err
+
+
+def test_never_a_pf_with_one_of_its_vfs() -> None:
+    # an alias matching the PF and its VFs alike gets two VFs, or a VF and a
+    # lone device, never the PF and a VF of it
+    pf_dev = HostDevice("0000:04:00.0", "8086", "154c", "type-PF")
+    one_vf = vf(1, None)
+    devices: tuple[HostDevice, ...] = (pf_dev, one_vf)
+    any_kind = PciPassthroughFilter([alias()[0]])
+    two = wants_of(
+        Request("r", {"VCPU": 1}, extra_specs={"pci_passthrough:alias": "vf:2"}), any_kind.aliases
+    )
+    assert choose(two, devices, None) == "PCI alias vf wanted 2 of 8086:154c, provider has 1"
+    assert choose(two, (*devices, vf(2, None)), None) == ("0000:04:00.1", "0000:04:00.2")
+    one = wants_of(Request("r", {"VCPU": 1}, extra_specs=ONE_VF), any_kind.aliases)
+    assert choose(one, devices, None) == ("0000:04:00.1",)  # the VF: the PF stays whole
+    assert choose(one, (pf_dev,), None) == ("0000:04:00.0",)

@@ -153,26 +153,44 @@ def choose(
     wants: Sequence[Want], devices: Sequence[HostDevice], near: Near | None
 ) -> tuple[str, ...] | str:
     """The addresses of the devices each want takes, want by want, each
-    device once; or why the devices cannot give every want its count.
-    ``near`` says which a want may take (None: any). Each want takes the
-    first devices it may, in turn; when that leaves a later want short,
-    wants that share devices are fitted exactly (a matching of wanted
-    devices to devices) before saying no."""
+    device once and never a PF with one of its VFs (as Nova's PCI tracker
+    has it); or why the devices cannot give every want its count. ``near``
+    says which a want may take (None: any). Each want takes the first
+    devices it may, in turn; when that leaves a later want short, wants
+    that share devices are fitted exactly (a matching of wanted devices to
+    devices) before saying no."""
     free = list(devices)
     chosen: list[str] = []
     for want in wants:
         if want.entries is None:
             return f"{want.label} is not configured"
         found = [d for d in free if want.matches(d) and (near is None or near(want, d))]
-        if len(found) < want.count:
+        taken = _apart(found, want.count)
+        if len(taken) < want.count:
             exact = _exactly(wants, devices, near) if want is not wants[0] else None
             if exact is not None:
                 return exact
-            return f"{want.label} wanted {want.count} of {want.wanted}, provider has {len(found)}"
-        taken = [d.address for d in found[: want.count]]
-        chosen.extend(taken)
-        free = [d for d in free if d.address not in taken]
+            return f"{want.label} wanted {want.count} of {want.wanted}, provider has {len(taken)}"
+        chosen.extend(d.address for d in taken)
+        free = [d for d in free if not any(_related(d, t) for t in taken)]
     return tuple(chosen)
+
+
+def _related(a: HostDevice, b: HostDevice) -> bool:
+    """One device, or a PF and one of its VFs: never both given."""
+    return a.address == b.address or a.parent_address == b.address or b.parent_address == a.address
+
+
+def _apart(found: Sequence[HostDevice], count: int) -> list[HostDevice]:
+    """Up to ``count`` of ``found``, none related to another: VFs and plain
+    devices first (a PF given takes its VFs with it), then in order."""
+    taken: list[HostDevice] = []
+    for device in sorted(found, key=lambda d: d.device_type == "type-PF"):
+        if len(taken) == count:
+            break
+        if not any(_related(device, t) for t in taken):
+            taken.append(device)
+    return taken
 
 
 def take(wants: Sequence[Want], devices: Sequence[HostDevice], near: Near | None) -> str | None:
@@ -192,7 +210,12 @@ def _exactly(
         for _ in range(want.count)
     ]
     found = matching(slots, len(devices))
-    return None if found is None else tuple(devices[i].address for i in found)
+    if found is None:
+        return None
+    given = [devices[i] for i in found]
+    if any(_related(a, b) for a, b in itertools.combinations(given, 2)):
+        return None  # a PF with its VF: no matching says that cannot be; say no
+    return tuple(d.address for d in given)
 
 
 def near_cells(cells: Sequence[HostCell], all_cells: Sequence[HostCell]) -> Near:
