@@ -11,13 +11,14 @@ last word on every claim.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from sqlalchemy import Connection, Engine, Row, func, or_, select
+from sqlalchemy import Connection, Engine, Row, Select, bindparam, func, or_, select
 
 from ledger.partitioner import partition_for
 from projections.view.loader import committed_offsets
@@ -45,6 +46,17 @@ _CHUNK = 500  # ids a statement, within every database's limit on parameters
 ACTIVE_STATUSES = ("held", "consumed", "pending")
 """Statuses of reservations that occupy capacity (a pending hold does, until
 its transaction is decided or its deadline passes)."""
+
+
+_PROVIDERS_BY_ID = select(*_PROVIDER_COLUMNS).order_by(providers.c.provider_id)
+_PROVIDER_COUNT = select(func.count()).select_from(providers)
+_INVENTORIES = select(inventories)
+_PARTITIONS = select(func.max(partition_offsets.c.partitions))
+_AGGREGATES = select(aggregates)
+# (the statements a live snapshot runs on every call are built once, here or
+# once per set of partitions that moved: SQLAlchemy then finds each one's
+# compiled form by the statement's memoized cache key instead of building
+# the statement, and its key, again)
 
 
 def snapshot_from_view(engine: Engine, placements: bool = True) -> Snapshot:
@@ -153,6 +165,67 @@ def _active(conn: Connection, *columns: Any) -> Sequence[Row[Any]]:
     return conn.execute(query.where(c.status.in_(ACTIVE_STATUSES))).all()
 
 
+_PLACED = (
+    select(
+        reservations.c.reservation_id,
+        reservations.c.status,
+        reservations.c.consumer_id,
+        reservations.c["items"],
+        reservations.c.anti_affinity_group,
+        reservations.c.tags,
+        *_MEMBER_COLUMNS,
+    )
+    .select_from(_WITH_MEMBERS)
+    .where(reservations.c.reservation_id.in_(bindparam("ids", expanding=True)))
+)
+"""Reservations by id (``ids``), with what a live snapshot keeps of them."""
+_PROVIDERS_IN = select(*_PROVIDER_COLUMNS).where(
+    providers.c.provider_id.in_(bindparam("ids", expanding=True))
+)
+_INVENTORIES_IN = select(inventories).where(
+    inventories.c.provider_id.in_(bindparam("ids", expanding=True))
+)
+_REPORT_COLUMNS = (
+    providers.c.provider_id,
+    providers.c.metrics,
+    providers.c.metrics_at_ms,
+    providers.c.num_io_ops,
+    providers.c.build_failures,
+)
+
+
+@functools.lru_cache(maxsize=256)
+def _since(moved: tuple[int, ...]) -> tuple[Select[Any], Select[Any], Select[Any]]:
+    """For the partitions ``moved`` since a live snapshot's last call: the
+    providers changed since (updated_offset past ``seen_P``), those that
+    reported since (metrics_offset past ``seen_P``), and the subjects of
+    the outcomes in [``seen_P``, ``next_P``) of each partition P, as
+    statements built once per set of partitions (their offsets are bound
+    at each call)."""
+    p, o = providers.c, outcomes.c
+    changed = select(*_PROVIDER_COLUMNS).where(
+        or_(*((p.partition == m) & (p.updated_offset > bindparam(f"seen_{m}")) for m in moved))
+    )
+    reported = select(*_REPORT_COLUMNS).where(
+        or_(*((p.partition == m) & (p.metrics_offset > bindparam(f"seen_{m}")) for m in moved))
+    )
+    decided = (
+        select(o.subject)
+        .distinct()
+        .where(
+            or_(
+                *(
+                    (o.partition == m)
+                    & (o["offset"] >= bindparam(f"from_{m}"))
+                    & (o["offset"] < bindparam(f"next_{m}"))
+                    for m in moved
+                )
+            )
+        )
+    )
+    return changed, reported, decided
+
+
 @dataclass(frozen=True, slots=True)
 class _Placed:
     """What an active reservation contributes to the providers it is on."""
@@ -243,7 +316,7 @@ def _record(row: Any, placements: _Placements | None) -> Provider:
 def _read(conn: Connection, placements: bool, active: Sequence[Row[Any]] | None = None) -> Snapshot:
     """The snapshot; with ``placements``, what is placed where, from
     ``active`` (see :func:`_active`) if the caller read it already."""
-    provider_rows = conn.execute(select(*_PROVIDER_COLUMNS).order_by(providers.c.provider_id)).all()
+    provider_rows = conn.execute(_PROVIDERS_BY_ID).all()
     usage = _usage(conn)
     if active is None:
         active = _active(conn) if placements else ()
@@ -267,7 +340,7 @@ def _read(conn: Connection, placements: bool, active: Sequence[Row[Any]] | None 
 
 def _usage(conn: Connection) -> dict[str, dict[str, dict[str, Any]]]:
     by_provider: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)
-    for row in conn.execute(select(inventories)).all():
+    for row in conn.execute(_INVENTORIES).all():
         by_provider[row.provider_id][row.resource_class] = {
             "total": row.total,
             "reserved": row.reserved,
@@ -284,8 +357,8 @@ def _aggregates(conn: Connection) -> dict[str, Aggregate]:
     """Every aggregate's metadata, as the copy of its home partition (the
     partition of its id) says; until that copy is in, the lowest one's."""
     found: dict[str, tuple[bool, int, Aggregate]] = {}
-    partitions = conn.execute(select(func.max(partition_offsets.c.partitions))).scalar()
-    for row in conn.execute(select(aggregates)):
+    partitions = conn.execute(_PARTITIONS).scalar()
+    for row in conn.execute(_AGGREGATES):
         aid = row.aggregate_id
         home = partitions is not None and partition_for(aid.encode(), partitions) == row.partition
         key = (not home, row.partition)
@@ -351,25 +424,15 @@ class LiveSnapshot:
                 return self._full(conn, offsets)
             if offsets != self.seen and _aggregates(conn) != self.snapshot.aggregates:
                 return self._full(conn, offsets)  # an aggregate was defined anew
-            moved = [p for p, o in offsets.items() if o != self.seen.get(p)]
+            moved = tuple(p for p, o in offsets.items() if o != self.seen.get(p))
             if not moved:
                 self.seen = offsets
                 return self.snapshot
-            changed = list(
-                conn.execute(
-                    select(*_PROVIDER_COLUMNS).where(
-                        or_(
-                            *(
-                                (providers.c.partition == p)
-                                & (providers.c.updated_offset > self.seen.get(p, -1))
-                                for p in moved
-                            )
-                        )
-                    )
-                )
-            )
+            changed_since, reported_since, decided_since = _since(moved)
+            bounds = {f"seen_{p}": self.seen.get(p, -1) for p in moved}
+            changed = list(conn.execute(changed_since, bounds))
             if self.placements is not None:
-                placed = self._placed_since(conn, moved, offsets)
+                placed = self._placed_since(conn, decided_since, moved, offsets)
                 if placed is None:
                     return self._full(conn, offsets)
                 touched: set[str] = set()
@@ -377,12 +440,13 @@ class LiveSnapshot:
                     touched |= self.placements.put(rid, where)
                 touched -= {row.provider_id for row in changed}
                 if touched:
-                    changed += conn.execute(
-                        select(*_PROVIDER_COLUMNS).where(
-                            providers.c.provider_id.in_(sorted(touched))
-                        )
-                    ).all()
-            reported = self._reported_since(conn, moved, {row.provider_id for row in changed})
+                    changed += conn.execute(_PROVIDERS_IN, {"ids": sorted(touched)}).all()
+            read = {row.provider_id for row in changed}
+            reported = [
+                row for row in conn.execute(reported_since, bounds) if row.provider_id not in read
+            ]
+            # (the metrics columns of the providers that reported since the
+            # last call and changed in nothing else: those changed were read whole)
             if not changed:
                 if reported:
                     self.snapshot = _with_reports(self.snapshot, reported)
@@ -391,12 +455,10 @@ class LiveSnapshot:
             snapshot = self.snapshot
             if any(row.provider_id not in snapshot.row_of for row in changed) or len(
                 snapshot.providers
-            ) != int(conn.execute(select(func.count()).select_from(providers)).scalar_one()):
+            ) != int(conn.execute(_PROVIDER_COUNT).scalar_one()):
                 return self._full(conn, offsets)  # providers came or went
             ids = [row.provider_id for row in changed]
-            usage = conn.execute(
-                select(inventories).where(inventories.c.provider_id.in_(ids))
-            ).all()
+            usage = conn.execute(_INVENTORIES_IN, {"ids": ids}).all()
         updated = self._update(snapshot, changed, usage, self.placements)
         if updated is None:
             self.snapshot = None
@@ -407,65 +469,25 @@ class LiveSnapshot:
         self.seen = offsets
         return updated
 
-    def _reported_since(self, conn: Connection, moved: list[int], read: set[str]) -> list[Any]:
-        """The metrics columns of the providers that reported since the last
-        call, and changed in nothing else (those in ``read`` were read whole)."""
-        p = providers.c
-        rows = conn.execute(
-            select(p.provider_id, p.metrics, p.metrics_at_ms, p.num_io_ops, p.build_failures).where(
-                or_(
-                    *(
-                        (p.partition == partition)
-                        & (p.metrics_offset > self.seen.get(partition, -1))
-                        for partition in moved
-                    )
-                )
-            )
-        ).all()
-        return [row for row in rows if row.provider_id not in read]
-
     def _placed_since(
-        self, conn: Connection, moved: list[int], offsets: Mapping[int, int]
+        self,
+        conn: Connection,
+        decided_since: Select[Any],
+        moved: tuple[int, ...],
+        offsets: Mapping[int, int],
     ) -> dict[str, _Placed | None] | None:
         """Reservation id -> where it is placed now (None: no longer active),
         for every reservation decided on since the last call; None when that
         is more than re-reading everything would cost."""
-        o = outcomes.c
-        subjects = (
-            conn.execute(
-                select(o.subject)
-                .distinct()
-                .where(
-                    or_(
-                        *(
-                            (o.partition == p)
-                            & (o["offset"] >= self.seen.get(p, 0))
-                            & (o["offset"] < offsets[p])
-                            for p in moved
-                        )
-                    )
-                )
-            )
-            .scalars()
-            .all()
-        )
+        bounds = {f"from_{p}": self.seen.get(p, 0) for p in moved}
+        bounds.update({f"next_{p}": offsets[p] for p in moved})
+        subjects = conn.execute(decided_since, bounds).scalars().all()
         if len(subjects) > self.limit:
             return None
-        c = reservations.c
-        columns = (
-            c.reservation_id,
-            c.status,
-            c.consumer_id,
-            c["items"],
-            c.anti_affinity_group,
-            c.tags,
-            *_MEMBER_COLUMNS,
-        )
         placed: dict[str, _Placed | None] = {}
         for start in range(0, len(subjects), _CHUNK):
             chunk = subjects[start : start + _CHUNK]
-            query = select(*columns).select_from(_WITH_MEMBERS)
-            for row in conn.execute(query.where(c.reservation_id.in_(chunk))):
+            for row in conn.execute(_PLACED, {"ids": chunk}):
                 placed[row.reservation_id] = (
                     _Placed.of(row) if row.status in ACTIVE_STATUSES else None
                 )
@@ -525,7 +547,7 @@ class LiveSnapshot:
     def _full(self, conn: Connection, offsets: dict[int, int]) -> Snapshot:
         if self.keeps_placements:
             self.placements = _placements(_active(conn, reservations.c.reservation_id))
-        rows = conn.execute(select(*_PROVIDER_COLUMNS).order_by(providers.c.provider_id)).all()
+        rows = conn.execute(_PROVIDERS_BY_ID).all()
         records = [_record(row, self.placements) for row in rows]
         self.snapshot = Snapshot.build(records, _usage(conn), _aggregates(conn))
         self.seen = offsets

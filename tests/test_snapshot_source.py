@@ -61,12 +61,14 @@ def test_snapshot_mirrors_the_view(tmp_path: Path) -> None:
     assert b.tags == {"web": 1}
 
 
-def test_a_live_snapshot_matches_a_full_read_as_the_view_changes(tmp_path: Path) -> None:
+def test_a_live_snapshot_matches_a_full_read_as_the_view_changes(
+    tmp_path: Path, view_url: str
+) -> None:
     from berth.app import App, Settings
     from berth.client import Publisher
     from consumers.snapshot_source import LiveSnapshot
 
-    with App(Settings(data_dir=tmp_path / "app", partitions=3)) as app:
+    with App(Settings(data_dir=tmp_path / "app", db_url=view_url, partitions=3)) as app:
         edge = Publisher(app.log, clock_ms=lambda: 10**12)
         writers = app.writers()
 
@@ -105,10 +107,14 @@ def test_a_live_snapshot_matches_a_full_read_as_the_view_changes(tmp_path: Path)
         assert live() is live()  # nothing changed: the same snapshot
 
 
-def test_a_live_snapshot_keeps_what_is_placed_where_as_a_full_read_does(tmp_path: Path) -> None:
+def test_a_live_snapshot_keeps_what_is_placed_where_as_a_full_read_does(
+    tmp_path: Path, view_url: str
+) -> None:
     """Seeded random claims (with consumers, server groups, tags, several
     items), consumes, releases, expiries and consumer deletions: after each
-    round the live snapshot, placements included, equals a full read."""
+    round the live snapshot, placements included, equals a full read, on
+    SQLite and on PostgreSQL (the statements it re-reads with are built
+    once, their offsets bound at each call)."""
     import random
 
     from berth.app import App, Settings
@@ -119,7 +125,7 @@ def test_a_live_snapshot_keeps_what_is_placed_where_as_a_full_read_does(tmp_path
 
     rng = random.Random(25)
     nodes = [f"n{n}" for n in range(8)]
-    with App(Settings(data_dir=tmp_path / "app", partitions=3)) as app:
+    with App(Settings(data_dir=tmp_path / "app", db_url=view_url, partitions=3)) as app:
         edge = Publisher(app.log, clock_ms=lambda: 10**12)
         writers = app.writers()
         edge.publish([e for n in nodes for e in provider(n, ts=1, VCPU=64, DISK_GB=1000)])

@@ -53,10 +53,13 @@ _ACTIVE = {"held": HELD, "consumed": CONSUMED, "pending": HELD}
 """Statuses of live reservations (a pending hold is held until its deadline)."""
 
 
+_OFFSETS = select(partition_offsets.c.partition, partition_offsets.c.next_offset)
+"""(built once: a live snapshot reads it at every call)"""
+
+
 def committed_offsets(conn: Connection) -> dict[int, int]:
     """Partition -> the next offset its writer will apply: what the view reflects."""
-    query = select(partition_offsets.c.partition, partition_offsets.c.next_offset)
-    return {int(partition): int(offset) for partition, offset in conn.execute(query)}
+    return {int(partition): int(offset) for partition, offset in conn.execute(_OFFSETS)}
 
 
 def load_state(conn: Connection, partition: int, partitions: int) -> tuple[PartitionState, int]:
