@@ -18,7 +18,14 @@ several partitions, the coordinator
 A coordinator that dies leaves pending holds that expire at the deadline
 (presumed abort). Another coordinator ``recover``\\ s from the transactions
 topic: it decides abort for what was never decided, and re-sends and checks
-what was.
+what was. Only for a coordinator that is gone: each ``begun`` record names
+the request partitions its coordinator's scheduler answered (its
+``scope``), and a coordinator recovers what was begun in a scope that
+shares a request partition with its own. Request partitions are owned by
+one scheduler at a time and a scheduler's scope never changes, so whoever
+began those is gone; a live peer answering other request partitions keeps
+its transactions in flight (a coordinator without a scope, answering them
+all, recovers everything, as does any coordinator a record without one).
 """
 
 from __future__ import annotations
@@ -138,7 +145,11 @@ class Coordinator:
         pump: Callable[[], object] = lambda: None,
         decision_timeout_s: float = 30.0,
         poll_interval_s: float = 0.002,
+        scope: Sequence[int] | None = None,
     ) -> None:
+        self.scope = scope
+        """The request partitions this coordinator's scheduler answers (None:
+        all of them); see :meth:`recover`."""
         self.publisher = publisher
         self.log = log_
         self.topics = topics
@@ -191,6 +202,7 @@ class Coordinator:
                             "needed": t.needed,
                             "atomic": t.atomic,
                             "key": key,
+                            "scope": None if self.scope is None else sorted(self.scope),
                         },
                     )
                     for t in several
@@ -224,7 +236,12 @@ class Coordinator:
             self.follower.forget(rids)
 
     def recover(self) -> list[TxnResult]:
-        """Finish every transaction a coordinator began and did not finish."""
+        """Finish every transaction a coordinator that is gone began and did
+        not finish: one whose scope shares a request partition with this
+        one's (that coordinator's scheduler no longer answers it, so it was
+        replaced), or either has none. A peer's, begun in a scope disjoint
+        from this one's, may be in flight: it is left to that peer."""
+        mine = None if self.scope is None else set(self.scope)
         begun: dict[str, dict[str, Any]] = {}
         decided: dict[str, bool] = {}
         for record in self._records():
@@ -237,6 +254,9 @@ class Coordinator:
                 begun.pop(tid, None)
         results = []
         for tid, record in begun.items():
+            theirs = record.get("scope")
+            if mine is not None and theirs is not None and not mine.intersection(theirs):
+                continue  # a live peer's, answering other request partitions
             ref = TransactionRef.model_validate(record["ref"], strict=False)
             parts = tuple(
                 Part(

@@ -58,6 +58,9 @@ class SchedulerWorker:
         self.scheduler.generation = _generation(log_, topics)
         if batches is not None:
             batches.generation = self.scheduler.generation
+            # what it begins names these, and it recovers only what was begun
+            # for them: a peer answering other partitions may be mid-transaction
+            batches.coordinator.scope = self.partitions
             batches.coordinator.recover()
             self._requeue()
 

@@ -19,6 +19,7 @@ from consumers.batches import BatchResult, BatchScheduler
 from consumers.coordinator import Coordinator
 from consumers.partition_writer import catch_up_all, step_all
 from consumers.scheduler import OutcomeFollower
+from consumers.scheduler_worker import SchedulerWorker
 from consumers.snapshot_source import LiveSnapshot, snapshot_from_view
 from projections.projector import apply
 from projections.state import PartitionState
@@ -363,6 +364,45 @@ def test_a_new_coordinator_aborts_what_a_dead_one_left_undecided(tmp_path: Path)
         assert set(s.statuses().values()) == {"aborted"}
         assert s.held() == 0
         assert s.batches().coordinator.recover() == []  # finished: nothing left to do
+        _assert_replay_is_exact(s)
+
+
+def test_a_scheduler_starting_leaves_a_live_peers_transaction_alone(tmp_path: Path) -> None:
+    """Two scheduler workers answer disjoint request partitions (``berth
+    scheduler --owned``, or a consumer group's replicas); one starts while the
+    other has a transaction in flight, its votes in and its decision not
+    yet made. The starting one recovers only what was begun for request
+    partitions it answers now (whoever began those is gone), so the live
+    one's transaction commits at its first attempt, never decided abort."""
+    with stack(tmp_path) as s:
+        config = SchedulerConfig.default()
+        ((partition, _),) = s.publisher.submit([batch("live", 6)])
+        others = [p for p in range(PARTITIONS) if p != partition]
+        peers: list[SchedulerWorker] = []
+
+        def pump() -> None:
+            s.pump()  # the writers vote
+            begun = {d["transaction_id"] for step, d in _transaction_steps(s) if step == "begun"}
+            ended = {d["transaction_id"] for step, d in _transaction_steps(s) if step == "finished"}
+            if begun - ended and not peers:  # in flight, its votes in: the peer starts now
+                peers.append(
+                    s.app.scheduler_worker(
+                        config, s.pump, publisher=s.publisher, partitions=others, own=False
+                    )
+                )
+
+        worker = s.app.scheduler_worker(
+            config, pump, publisher=s.publisher, partitions=[partition], own=False
+        )
+        assert worker.step() == 1
+        assert peers, "the peer started while the transaction was in flight"
+        topic = s.app.settings.topics.placements
+        (record,) = s.app.log.read(topic, partition, 0, 10)
+        answer = json.loads(record.value)
+        assert (answer["status"], answer["attempts"]) == ("committed", 1), answer["reason"]
+        decided = [d for step, d in _transaction_steps(s) if step == "decided"]
+        assert [d["commit"] for d in decided] == [True]
+        assert s.held() == 24
         _assert_replay_is_exact(s)
 
 
