@@ -21,7 +21,6 @@ import numpy as np
 from sqlalchemy import Connection, Engine, Row, Select, bindparam, func, or_, select
 
 from ledger.partitioner import partition_for
-from projections.view.loader import committed_offsets
 from projections.view.tables import (
     aggregates,
     inventories,
@@ -185,29 +184,31 @@ _PROVIDERS_IN = select(*_PROVIDER_COLUMNS).where(
 _INVENTORIES_IN = select(inventories).where(
     inventories.c.provider_id.in_(bindparam("ids", expanding=True))
 )
-_REPORT_COLUMNS = (
-    providers.c.provider_id,
-    providers.c.metrics,
-    providers.c.metrics_at_ms,
-    providers.c.num_io_ops,
-    providers.c.build_failures,
+_OFFSETS = select(
+    partition_offsets.c.partition, partition_offsets.c.next_offset, partition_offsets.c.partitions
 )
+"""What :func:`committed_offsets` reads, and the partition count :func:`_aggregates` needs."""
 
 
 @functools.lru_cache(maxsize=256)
-def _since(moved: tuple[int, ...]) -> tuple[Select[Any], Select[Any], Select[Any]]:
+def _since(moved: tuple[int, ...]) -> tuple[Select[Any], Select[Any]]:
     """For the partitions ``moved`` since a live snapshot's last call: the
-    providers changed since (updated_offset past ``seen_P``), those that
-    reported since (metrics_offset past ``seen_P``), and the subjects of
-    the outcomes in [``seen_P``, ``next_P``) of each partition P, as
-    statements built once per set of partitions (their offsets are bound
-    at each call)."""
+    providers changed (updated_offset past ``seen_P``) or that reported
+    (metrics_offset past it) since, and the subjects of the outcomes in
+    [``seen_P``, ``next_P``) of each partition P, as statements built once
+    per set of partitions (their offsets are bound at each call)."""
     p, o = providers.c, outcomes.c
-    changed = select(*_PROVIDER_COLUMNS).where(
-        or_(*((p.partition == m) & (p.updated_offset > bindparam(f"seen_{m}")) for m in moved))
-    )
-    reported = select(*_REPORT_COLUMNS).where(
-        or_(*((p.partition == m) & (p.metrics_offset > bindparam(f"seen_{m}")) for m in moved))
+    touched = select(*_PROVIDER_COLUMNS).where(
+        or_(
+            *(
+                (p.partition == m)
+                & (
+                    (p.updated_offset > bindparam(f"seen_{m}"))
+                    | (p.metrics_offset > bindparam(f"seen_{m}"))
+                )
+                for m in moved
+            )
+        )
     )
     decided = (
         select(o.subject)
@@ -223,7 +224,7 @@ def _since(moved: tuple[int, ...]) -> tuple[Select[Any], Select[Any], Select[Any
             )
         )
     )
-    return changed, reported, decided
+    return touched, decided
 
 
 @dataclass(frozen=True, slots=True)
@@ -353,11 +354,13 @@ def _usage(conn: Connection) -> dict[str, dict[str, dict[str, Any]]]:
     return by_provider
 
 
-def _aggregates(conn: Connection) -> dict[str, Aggregate]:
+def _aggregates(conn: Connection, partitions: int | None = None) -> dict[str, Aggregate]:
     """Every aggregate's metadata, as the copy of its home partition (the
-    partition of its id) says; until that copy is in, the lowest one's."""
+    partition of its id) says; until that copy is in, the lowest one's.
+    ``partitions``: the view's partition count, if the caller read it."""
     found: dict[str, tuple[bool, int, Aggregate]] = {}
-    partitions = conn.execute(_PARTITIONS).scalar()
+    if partitions is None:
+        partitions = conn.execute(_PARTITIONS).scalar()
     for row in conn.execute(_AGGREGATES):
         aid = row.aggregate_id
         home = partitions is not None and partition_for(aid.encode(), partitions) == row.partition
@@ -419,18 +422,24 @@ class LiveSnapshot:
             # the offsets must describe exactly the rows read with them, so a
             # scheduler adding its own later proposals never counts one twice
             _repeatable(conn)
-            offsets = committed_offsets(conn)
+            rows = conn.execute(_OFFSETS).all()  # as committed_offsets reads them
+            offsets = {int(row.partition): int(row.next_offset) for row in rows}
             if self.snapshot is None:
                 return self._full(conn, offsets)
-            if offsets != self.seen and _aggregates(conn) != self.snapshot.aggregates:
+            partitions = max((row.partitions for row in rows), default=None)
+            if offsets != self.seen and _aggregates(conn, partitions) != self.snapshot.aggregates:
                 return self._full(conn, offsets)  # an aggregate was defined anew
             moved = tuple(p for p, o in offsets.items() if o != self.seen.get(p))
             if not moved:
                 self.seen = offsets
                 return self.snapshot
-            changed_since, reported_since, decided_since = _since(moved)
+            touched_since, decided_since = _since(moved)
             bounds = {f"seen_{p}": self.seen.get(p, -1) for p in moved}
-            changed = list(conn.execute(changed_since, bounds))
+            changed: list[Any] = []
+            reports: list[Any] = []  # changed in no other column, perhaps
+            for row in conn.execute(touched_since, bounds):
+                seen = self.seen.get(row.partition, -1)
+                (changed if row.updated_offset > seen else reports).append(row)
             if self.placements is not None:
                 placed = self._placed_since(conn, decided_since, moved, offsets)
                 if placed is None:
@@ -441,12 +450,10 @@ class LiveSnapshot:
                 touched -= {row.provider_id for row in changed}
                 if touched:
                     changed += conn.execute(_PROVIDERS_IN, {"ids": sorted(touched)}).all()
+            # the providers that reported since the last call and changed in
+            # nothing else (those changed were read whole)
             read = {row.provider_id for row in changed}
-            reported = [
-                row for row in conn.execute(reported_since, bounds) if row.provider_id not in read
-            ]
-            # (the metrics columns of the providers that reported since the
-            # last call and changed in nothing else: those changed were read whole)
+            reported = [row for row in reports if row.provider_id not in read]
             if not changed:
                 if reported:
                     self.snapshot = _with_reports(self.snapshot, reported)
