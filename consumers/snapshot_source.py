@@ -40,7 +40,6 @@ _PROVIDER_COLUMNS = provider_columns()
 _INCREMENTAL_LIMIT = 20_000
 """Reservations decided on since the last call above which a live snapshot
 reads everything again instead."""
-_CHUNK = 500  # ids a statement, within every database's limit on parameters
 
 ACTIVE_STATUSES = ("held", "consumed", "pending")
 """Statuses of reservations that occupy capacity (a pending hold does, until
@@ -164,20 +163,16 @@ def _active(conn: Connection, *columns: Any) -> Sequence[Row[Any]]:
     return conn.execute(query.where(c.status.in_(ACTIVE_STATUSES))).all()
 
 
-_PLACED = (
-    select(
-        reservations.c.reservation_id,
-        reservations.c.status,
-        reservations.c.consumer_id,
-        reservations.c["items"],
-        reservations.c.anti_affinity_group,
-        reservations.c.tags,
-        *_MEMBER_COLUMNS,
-    )
-    .select_from(_WITH_MEMBERS)
-    .where(reservations.c.reservation_id.in_(bindparam("ids", expanding=True)))
-)
-"""Reservations by id (``ids``), with what a live snapshot keeps of them."""
+_PLACED = select(
+    reservations.c.reservation_id,
+    reservations.c.status,
+    reservations.c.consumer_id,
+    reservations.c["items"],
+    reservations.c.anti_affinity_group,
+    reservations.c.tags,
+    *_MEMBER_COLUMNS,
+).select_from(_WITH_MEMBERS)
+"""Reservations, with what a live snapshot keeps of them."""
 _PROVIDERS_IN = select(*_PROVIDER_COLUMNS).where(
     providers.c.provider_id.in_(bindparam("ids", expanding=True))
 )
@@ -194,9 +189,10 @@ _OFFSETS = select(
 def _since(moved: tuple[int, ...]) -> tuple[Select[Any], Select[Any]]:
     """For the partitions ``moved`` since a live snapshot's last call: the
     providers changed (updated_offset past ``seen_P``) or that reported
-    (metrics_offset past it) since, and the subjects of the outcomes in
-    [``seen_P``, ``next_P``) of each partition P, as statements built once
-    per set of partitions (their offsets are bound at each call)."""
+    (metrics_offset past it) since, and the reservations that are subjects
+    of the outcomes in [``from_P``, ``next_P``) of each partition P, as
+    statements built once per set of partitions (their offsets are bound
+    at each call)."""
     p, o = providers.c, outcomes.c
     touched = select(*_PROVIDER_COLUMNS).where(
         or_(
@@ -210,20 +206,17 @@ def _since(moved: tuple[int, ...]) -> tuple[Select[Any], Select[Any]]:
             )
         )
     )
-    decided = (
-        select(o.subject)
-        .distinct()
-        .where(
-            or_(
-                *(
-                    (o.partition == m)
-                    & (o["offset"] >= bindparam(f"from_{m}"))
-                    & (o["offset"] < bindparam(f"next_{m}"))
-                    for m in moved
-                )
+    subjects = select(o.subject).where(
+        or_(
+            *(
+                (o.partition == m)
+                & (o["offset"] >= bindparam(f"from_{m}"))
+                & (o["offset"] < bindparam(f"next_{m}"))
+                for m in moved
             )
         )
     )
+    decided = _PLACED.where(reservations.c.reservation_id.in_(subjects))
     return touched, decided
 
 
@@ -488,17 +481,13 @@ class LiveSnapshot:
         is more than re-reading everything would cost."""
         bounds = {f"from_{p}": self.seen.get(p, 0) for p in moved}
         bounds.update({f"next_{p}": offsets[p] for p in moved})
-        subjects = conn.execute(decided_since, bounds).scalars().all()
-        if len(subjects) > self.limit:
+        rows = conn.execute(decided_since, bounds).all()
+        if len(rows) > self.limit:
             return None
-        placed: dict[str, _Placed | None] = {}
-        for start in range(0, len(subjects), _CHUNK):
-            chunk = subjects[start : start + _CHUNK]
-            for row in conn.execute(_PLACED, {"ids": chunk}):
-                placed[row.reservation_id] = (
-                    _Placed.of(row) if row.status in ACTIVE_STATUSES else None
-                )
-        return placed
+        return {
+            row.reservation_id: _Placed.of(row) if row.status in ACTIVE_STATUSES else None
+            for row in rows
+        }
 
     @staticmethod
     def _update(

@@ -131,6 +131,8 @@ def test_a_live_snapshot_keeps_what_is_placed_where_as_a_full_read_does(
         edge.publish([e for n in nodes for e in provider(n, ts=1, VCPU=64, DISK_GB=1000)])
         catch_up_all(writers)
         live = LiveSnapshot(app.engine, placements=True)
+        # past two reservations decided on since its last call, it reads everything again
+        small = LiveSnapshot(app.engine, placements=True, limit=2)
         bounded = SchedulerConfig.from_mapping({"scheduler": {"mode": "bounded"}}).engine()
         bounded.index(live())
         held: dict[str, str] = {}  # reservation -> a provider of it
@@ -179,6 +181,7 @@ def test_a_live_snapshot_keeps_what_is_placed_where_as_a_full_read_does(
             full = snapshot_from_view(app.engine, placements=True)
             now_live = live()
             assert now_live.providers == full.providers, f"round {round_}"
+            assert small().providers == full.providers, f"round {round_}, limited"
             for name in RESOURCE_ARRAYS:
                 assert (getattr(now_live, name) == getattr(full, name)).all(), name
             # bounded placement's index follows the live snapshot by the rows it re-read
