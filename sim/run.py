@@ -363,8 +363,9 @@ class Run:
 
     def _scheduler_step(self, index: int) -> None:
         """A step of scheduler ``index``, which starts it first if it is not
-        running (its recovery finishes the transactions it finds begun: only
-        between steps, never while the other has one in flight)."""
+        running (its recovery finishes the transactions its predecessor
+        began, and leaves the other's alone, which may be in flight: a start
+        happens between steps or while the other waits)."""
         who = f"scheduler {index}"
         self.waits[index] = 0
         self.active.append(index)
@@ -387,7 +388,8 @@ class Run:
     def pump(self) -> None:
         """What happens while a scheduler waits: the writers decide (with
         their faults), the reaper may tick, the other scheduler may take a
-        step if it is running, and the one waiting may crash."""
+        step (starting first if it is down, so its recovery runs while this
+        one has a transaction in flight), and the one waiting may crash."""
         self.pumps += 1
         waiting = self.active[-1]
         self.waits[waiting] += 1
@@ -400,10 +402,12 @@ class Run:
         self.checker.after_step()
         if len(self.active) == 1 and self.rng.random() < NESTED_STEP:
             other = self.rng.choice([i for i in range(SCHEDULERS) if i != waiting])
-            if self.system.schedulers[other] is not None:
+            if self.system.schedulers[other] is None:
+                self.counts["op: a scheduler starting while the other waits"] += 1
+            else:
                 self.counts["op: schedulers racing"] += 1
-                self._scheduler_step(other)
-                self.checker.after_step()
+            self._scheduler_step(other)
+            self.checker.after_step()
         if self._chance(self.rates.scheduler_crash):
             self.counts["fault: scheduler crashed while waiting"] += 1
             raise Crash("the scheduler crashed while it waited")
