@@ -75,8 +75,12 @@ class KafkaLog(Log):
         self._position = -1
         self._read_lock = threading.Lock()
         self._admin_lock = threading.Lock()
-        self._wait_lock = threading.Lock()
-        self._waiter: Any = None
+        # Waiting consumers, one per thread waiting at a time: a wait can last
+        # long (an API thread waiting for a decision), and a writer's loop in
+        # the same process must never queue behind it for its own.
+        self._waiters_lock = threading.Lock()
+        self._idle_waiters: list[Any] = []
+        self._waiters: list[Any] = []
         self._common: dict[str, Any] = {}
         common: dict[str, Any] = {
             "bootstrap_servers": bootstrap_servers,
@@ -204,34 +208,52 @@ class KafkaLog(Log):
         }
         if not wanted:
             return False
-        with self._wait_lock, _translated("wait for records"):
-            if self._waiter is None:
-                self._waiter = KafkaConsumer(
-                    client_id="berth-waiter",
-                    group_id=None,
-                    enable_auto_commit=False,
-                    allow_auto_create_topics=False,
-                    auto_offset_reset="none",
-                    **self._common,
-                )
-            self._waiter.assign(list(wanted))
-            for tp, offset in wanted.items():
-                self._waiter.seek(tp, offset)
-            deadline = time.monotonic() + timeout_s
-            while (left := deadline - time.monotonic()) > 0:
-                if self._waiter.poll(timeout_ms=max(1, int(left * 1000)), max_records=1):
-                    return True
-            return False
+        with _translated("wait for records"):
+            waiter = self._take_waiter()
+            try:
+                waiter.assign(list(wanted))
+                for tp, offset in wanted.items():
+                    waiter.seek(tp, offset)
+                deadline = time.monotonic() + timeout_s
+                while (left := deadline - time.monotonic()) > 0:
+                    if waiter.poll(timeout_ms=max(1, int(left * 1000)), max_records=1):
+                        return True
+                return False
+            finally:
+                with self._waiters_lock:
+                    self._idle_waiters.append(waiter)
+
+    def _take_waiter(self) -> Any:
+        """An idle waiting consumer, or a new one when every one is in use."""
+        with self._waiters_lock:
+            if self._idle_waiters:
+                return self._idle_waiters.pop()
+        waiter = KafkaConsumer(
+            client_id="berth-waiter",
+            group_id=None,
+            enable_auto_commit=False,
+            allow_auto_create_topics=False,
+            auto_offset_reset="none",
+            **self._common,
+        )
+        with self._waiters_lock:
+            self._waiters.append(waiter)
+        return waiter
 
     def close(self) -> None:
         producer, consumer, admin = self._producer, self._consumer, self._admin
-        waiter = self._waiter
-        self._producer = self._consumer = self._admin = self._waiter = None
+        with self._waiters_lock:
+            waiters, self._waiters, self._idle_waiters = self._waiters, [], []
+        self._producer = self._consumer = self._admin = None
         errors: list[BaseException] = []
+        closing: dict[str, Any] = {
+            "autocommit": False,
+            "timeout_ms": int(self._request_timeout * 1000),
+        }
         for client, kwargs in (
             (producer, {"timeout": self._request_timeout}),
-            (consumer, {"autocommit": False, "timeout_ms": int(self._request_timeout * 1000)}),
-            (waiter, {"autocommit": False, "timeout_ms": int(self._request_timeout * 1000)}),
+            (consumer, closing),
+            *((waiter, closing) for waiter in waiters),
             (admin, {}),
         ):
             if client is None:
