@@ -120,7 +120,16 @@ def skip_reason(fixtures: list[str]) -> str:
 def berth_server(data_dir: Path, *extra: str) -> Iterator[tuple[str, int]]:
     """``berth serve --placement-api 127.0.0.1:0`` (and ``extra`` options) on
     a data directory; where it listens, once it answers."""
-    command = [
+    stderr_path = data_dir.parent / f"{data_dir.name}.stderr"
+    with child_server(berth_command(data_dir, *extra), stderr_path, "placement-api") as address:
+        yield address
+
+
+def berth_command(data_dir: Path, *extra: str) -> list[str]:
+    """The command line of ``berth serve --placement-api 127.0.0.1:0`` on
+    ``data_dir``; it prints ``placement-api: serving http://HOST:PORT/``
+    on stderr once it listens (see :func:`wait_listening`)."""
+    return [
         sys.executable,
         "-c",
         "import sys; from berth.cli import main; sys.exit(main())",
@@ -131,9 +140,6 @@ def berth_server(data_dir: Path, *extra: str) -> Iterator[tuple[str, int]]:
         "127.0.0.1:0",
         *extra,
     ]
-    stderr_path = data_dir.parent / f"{data_dir.name}.stderr"
-    with child_server(command, stderr_path, "placement-api") as address:
-        yield address
 
 
 @contextmanager
@@ -144,7 +150,7 @@ def child_server(command: list[str], stderr_path: Path, banner: str) -> Iterator
     with open(stderr_path, "w+") as stderr:
         process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr)
         try:
-            yield _wait_listening(process, stderr_path, banner)
+            yield wait_listening(process, stderr_path, banner)
         finally:
             process.terminate()
             try:
@@ -154,7 +160,7 @@ def child_server(command: list[str], stderr_path: Path, banner: str) -> Iterator
                 process.wait()
 
 
-def _wait_listening(
+def wait_listening(
     process: subprocess.Popen[bytes], stderr_path: Path, banner: str
 ) -> tuple[str, int]:
     deadline = time.monotonic() + START_TIMEOUT_S
