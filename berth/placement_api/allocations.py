@@ -131,8 +131,14 @@ def post_allocations(req: Req) -> Resp:
     specs = []
     for raw_uuid, body in data.items():
         allocations = {rp: a["resources"] for rp, a in body["allocations"].items()}
-        _check_providers(req, allocations)
         specs.append(_spec(req, _consumer_uuid(raw_uuid), body, allocations))
+    named = sorted({rp for spec in specs for rp in spec["allocations"]})
+    if set(named) - existing_uuids(req.service.engine, named):
+        # as for one consumer: Placement checks every consumer before the providers
+        for spec in specs:
+            _check_consumer_generation(req, spec)
+        for spec in specs:
+            _check_providers(req, spec["allocations"])
     _write(req, specs, None)
     return Resp(204)
 
@@ -142,19 +148,33 @@ def reshape(req: Req) -> Resp:
     if not req.at_least(30):
         raise not_found("The resource could not be found.")
     data = req.json(schemas.reshaper(req.version))
-    known = {p.uuid for p in providers(req.service.engine)}
-    for uuid in data["inventories"]:
+    known = {p.uuid: p.generation for p in providers(req.service.engine)}
+    # Placement's early checks, in its order, judged on the view (nothing is
+    # written when they refuse; the writer checks them all again): each
+    # provider of the inventories and its generation, then the consumers,
+    # then the providers of the allocations
+    for uuid, given in data["inventories"].items():
         if uuid not in known:
             raise bad_request(
                 f"Resource provider {uuid} in inventories not found: No resource provider "
                 f"with uuid {uuid} found",
                 errors.RESOURCE_PROVIDER_NOT_FOUND,
             )
+        if given["resource_provider_generation"] != known[uuid]:
+            raise conflict(
+                f"resource provider generation conflict for provider {uuid}: actual: "
+                f"{known[uuid]}, given: {given['resource_provider_generation']}",
+                errors.CONCURRENT_UPDATE,
+            )
     specs = []
     for raw_uuid, body in data["allocations"].items():
         allocations = {rp: a["resources"] for rp, a in body["allocations"].items()}
-        _check_providers(req, allocations)
         specs.append(_spec(req, _consumer_uuid(raw_uuid), body, allocations))
+    if any(rp not in known for spec in specs for rp in spec["allocations"]):
+        for spec in specs:
+            _check_consumer_generation(req, spec)
+        for spec in specs:
+            _check_providers(req, spec["allocations"])
     inventories = {
         uuid: {
             "generation": given["resource_provider_generation"],
@@ -197,14 +217,13 @@ def delete_consumer_allocations(req: Req, consumer_uuid: str) -> Resp:
 def get_provider_allocations(req: Req, uuid: str) -> Resp:
     check_accept(req)
     p = existing(req, uuid, f"Resource provider '{uuid}' not found: {{}}")
-    body = {
-        "allocations": {
-            c.uuid: {"resources": dict(c.allocations[uuid])}
-            for c in consumers(req.service.engine)
-            if uuid in c.allocations
-        },
-        "resource_provider_generation": p.generation,
-    }
+    shown: dict[str, Any] = {}
+    for c in consumers(req.service.engine):
+        if uuid in c.allocations:
+            shown[c.uuid] = {"resources": dict(c.allocations[uuid])}
+            if req.at_least(28):
+                shown[c.uuid]["consumer_generation"] = c.generation
+    body = {"allocations": shown, "resource_provider_generation": p.generation}
     return Resp(body=body).modified(req, p.updated_ms)
 
 

@@ -14,6 +14,9 @@ from berth.placement_api.reads import Provider, provider
 from berth.placement_api.service import Refused
 from schemas.outcomes import Code
 
+MISSING_PARENT = "parent provider UUID does not exist."
+"""The writer's refusal of a parent it does not hold (projections.placement.decide)."""
+
 MAX_INT = 2**31 - 1
 INVENTORY_DEFAULTS = {
     "reserved": 0,
@@ -103,7 +106,7 @@ def create_provider(req: Req) -> Resp:
         raise bad_request(
             f'Unable to create resource provider "{data["name"]}", {uuid}: Object action '
             "create failed because: parent provider UUID cannot be same as UUID. Please "
-            "specify a valid parent provider UUID."
+            "set parent provider UUID to None if there is no parent."
         )
     try:
         req.service.write(
@@ -118,7 +121,8 @@ def create_provider(req: Req) -> Resp:
     except Refused as refused:
         if refused.code == Code.PLACEMENT_INVALID:
             raise bad_request(
-                f'Unable to create resource provider "{data["name"]}", {uuid}: {refused.detail}'
+                f'Unable to create resource provider "{data["name"]}", {uuid}: Object action '
+                f"create failed because: {refused.detail}"
             ) from None
         raise refusal(refused) from None
     headers = {"location": url(uuid)}
@@ -160,8 +164,10 @@ def update_provider(req: Req, uuid: str) -> Resp:
         )
     except Refused as refused:
         if refused.code == Code.PLACEMENT_INVALID:
+            # Placement names a missing parent's refusal a create's, even here
+            action = "create" if refused.detail == MISSING_PARENT else "update"
             raise bad_request(
-                f"Unable to save resource provider {uuid}: Object action update failed "
+                f"Unable to save resource provider {uuid}: Object action {action} failed "
                 f"because: {refused.detail}"
             ) from None
         raise refusal(refused) from None

@@ -66,6 +66,24 @@ def provider_saved(state: PartitionState, event: PlacementProviderSaved, out: Em
     placement = placement_of(state)
     uuid, name, parent = event.uuid, event.name, event.parent
     existing = placement.providers.get(uuid)
+    if not event.create and existing is None:
+        _refuse(out, uuid, Code.PLACEMENT_NOT_FOUND, f"No resource provider with uuid {uuid} found")
+        return
+    # Placement checks the parent before it writes the row that a duplicate
+    # uuid or name would conflict with: its refusal comes first
+    if parent is not None and parent not in placement.providers:
+        _refuse(out, uuid, Code.PLACEMENT_INVALID, "parent provider UUID does not exist.")
+        return
+    if (
+        existing is not None
+        and parent is not None
+        and parent != existing.parent
+        and parent in placement.subtree(uuid)
+    ):
+        _refuse(
+            out, uuid, Code.PLACEMENT_INVALID, "creating loop in the provider tree is not allowed."
+        )
+        return
     if event.create and existing is not None:
         _refuse(
             out,
@@ -73,9 +91,6 @@ def provider_saved(state: PartitionState, event: PlacementProviderSaved, out: Em
             Code.PLACEMENT_DUPLICATE,
             f"Conflicting resource provider uuid: {uuid} already exists.",
         )
-        return
-    if not event.create and existing is None:
-        _refuse(out, uuid, Code.PLACEMENT_NOT_FOUND, f"No resource provider with uuid {uuid} found")
         return
     holder = placement.names.get(name)
     if holder is not None and holder != uuid:
@@ -86,13 +101,10 @@ def provider_saved(state: PartitionState, event: PlacementProviderSaved, out: Em
             f"Conflicting resource provider name: {name} already exists.",
         )
         return
-    if parent is not None and parent not in placement.providers:
-        _refuse(out, uuid, Code.PLACEMENT_INVALID, "parent provider UUID does not exist.")
-        return
     if existing is None:
         _create(state, placement, event)
-    elif not _update(state, placement, existing, event, out):
-        return
+    else:
+        _update(state, placement, existing, event)
     out.emit(Kind.APPLIED, uuid)
 
 
@@ -120,21 +132,13 @@ def _update(
     placement: PlacementState,
     provider: PlacementProvider,
     event: PlacementProviderSaved,
-    out: Emitter,
-) -> bool:
+) -> None:
     """Rename and re-parent (upstream allows re-parenting from 1.37, which
-    the edge checks); the subtree follows to its new root."""
+    the edge checks; a loop is refused before); the subtree follows to its
+    new root."""
     parent = event.parent
     if parent != provider.parent:
         subtree = placement.subtree(provider.uuid)
-        if parent is not None and parent in subtree:
-            _refuse(
-                out,
-                provider.uuid,
-                Code.PLACEMENT_INVALID,
-                "creating loop in the provider tree is not allowed.",
-            )
-            return False
         if provider.parent is not None:
             placement.children[provider.parent].discard(provider.uuid)
         if parent is not None:
@@ -151,7 +155,6 @@ def _update(
     berth.name = event.name
     state.reshaped.add(provider.uuid)
     changed(state, provider, generation=False)
-    return True
 
 
 def provider_deleted(state: PartitionState, event: PlacementProviderDeleted, out: Emitter) -> None:
@@ -505,6 +508,9 @@ def _allocations_refused(
                     uuid,
                     detail=f"Allocation for resource provider '{uuid}' that does not exist.",
                 )
+    bare = _without_inventory(placement, specs)
+    if bare is not None:
+        return bare
     for spec in specs:
         for uuid, amounts in sorted(spec.allocations.items()):
             for rc, amount in sorted(amounts.items()):
@@ -516,6 +522,33 @@ def _allocations_refused(
         if reason is not None:
             return reason
     return None
+
+
+def _without_inventory(
+    placement: PlacementState, specs: tuple[PlacementConsumerAllocations, ...]
+) -> Reason | None:
+    """Placement's first capacity check: providers of the write with no
+    inventory of any class the write names, refused naming every class
+    (in Placement's order) and every such provider."""
+    classes = {rc for spec in specs for amounts in spec.allocations.values() for rc in amounts}
+    if not all(placement.resource_class_exists(rc) for rc in classes):
+        return None  # _fits names the unknown class
+    bare = sorted(
+        {
+            uuid
+            for spec in specs
+            for uuid in spec.allocations
+            if not classes & placement.providers[uuid].inventories.keys()
+        }
+    )
+    if not bare:
+        return None
+    named = ", ".join(sorted(classes, key=class_order))
+    return Reason(
+        Code.PLACEMENT_CAPACITY,
+        bare[0],
+        detail=f"Inventory for '{named}' on resource provider '{', '.join(bare)}' invalid.",
+    )
 
 
 def _unit_refused(placement: PlacementState, uuid: str, rc: str, amount: int) -> Reason | None:
