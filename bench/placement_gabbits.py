@@ -143,14 +143,16 @@ def berth_command(data_dir: Path, *extra: str) -> list[str]:
 
 
 @contextmanager
-def child_server(command: list[str], stderr_path: Path, banner: str) -> Iterator[tuple[str, int]]:
+def child_server(
+    command: list[str], stderr_path: Path, banner: str, ready: str = "/"
+) -> Iterator[tuple[str, int]]:
     """``command`` as a child process that prints ``BANNER: serving
     http://HOST:PORT/`` on stderr once it listens; where it listens, once
-    it answers there. Stopped on the way out."""
+    it answers 200 at ``ready`` there. Stopped on the way out."""
     with open(stderr_path, "w+") as stderr:
         process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr)
         try:
-            yield wait_listening(process, stderr_path, banner)
+            yield wait_listening(process, stderr_path, banner, ready)
         finally:
             process.terminate()
             try:
@@ -161,7 +163,7 @@ def child_server(command: list[str], stderr_path: Path, banner: str) -> Iterator
 
 
 def wait_listening(
-    process: subprocess.Popen[bytes], stderr_path: Path, banner: str
+    process: subprocess.Popen[bytes], stderr_path: Path, banner: str, ready: str = "/"
 ) -> tuple[str, int]:
     deadline = time.monotonic() + START_TIMEOUT_S
     pattern = re.compile(re.escape(banner) + r": serving http://([\d.]+):(\d+)/")
@@ -172,7 +174,7 @@ def wait_listening(
         if found:
             host, port = found.group(1), int(found.group(2))
             try:
-                if httpx.get(f"http://{host}:{port}/", timeout=5).status_code == 200:
+                if httpx.get(f"http://{host}:{port}{ready}", timeout=5).status_code == 200:
                     return host, port
             except httpx.HTTPError:
                 pass

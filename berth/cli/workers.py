@@ -85,6 +85,14 @@ def add_commands(commands: Commands) -> None:
         help="a header those origins may send beyond CORS's simple ones (repeat for several)",
     )
     serve.add_argument(
+        "--placement-keystone-config",
+        default=None,
+        metavar="FILE",
+        help="verify the Placement API's tokens with Keystone (keystonemiddleware's "
+        "auth_token), configured by this file's [keystone_authtoken] section "
+        "(default: noauth2)",
+    )
+    serve.add_argument(
         "--api-token-file", default=None, help="the API's admin bearer token, read from this file"
     )
     serve.add_argument(
@@ -392,6 +400,7 @@ def _start_placement_api(app: App, args: argparse.Namespace) -> tuple[str, int] 
     """Serve the Placement API on ``app`` from a thread; where it listens, or
     None (said on stderr)."""
     from berth.placement_api.cors import Cors
+    from berth.placement_api.keystone import KeystoneVerifier, read_options
     from berth.placement_api.policy import Policy
     from berth.placement_api.server import PlacementServer
     from berth.placement_api.service import PlacementService
@@ -407,8 +416,19 @@ def _start_placement_api(app: App, args: argparse.Namespace) -> tuple[str, int] 
     policy = Policy(args.placement_policy == "secure", policy_file and Path(policy_file))
     origins = args.placement_cors_origin
     cors = Cors(origins, args.placement_cors_allow_header) if origins else None
+    verifier: KeystoneVerifier | None = None
+    if args.placement_keystone_config is not None:
+        try:
+            options = read_options(Path(args.placement_keystone_config))
+        except ValueError as error:
+            print(f"berth: {error}", file=sys.stderr)
+            return None
+        verifier = KeystoneVerifier(options)
     try:
-        bound = PlacementServer(PlacementService(app), *address, policy, cors).start()
+        server = PlacementServer(
+            PlacementService(app), *address, policy, cors, verifier.caller if verifier else None
+        )
+        bound = server.start()
     except RuntimeError as error:
         print(f"berth: {error} on {listen}", file=sys.stderr)
         return None

@@ -167,11 +167,17 @@ class PlacementApp:
     """Dispatches one request; everything but the HTTP server itself."""
 
     def __init__(
-        self, service: PlacementService, policy: Policy | None = None, cors: Cors | None = None
+        self,
+        service: PlacementService,
+        policy: Policy | None = None,
+        cors: Cors | None = None,
+        caller_of: Callable[[Mapping[str, str]], Caller | None] | None = None,
     ) -> None:
         self.service = service
         self.policy = policy or Policy()
         self.cors = cors
+        self.caller_of = caller_of or _caller
+        """noauth2 by default; Keystone's verdict (berth.placement_api.keystone)"""
         self.routes = _routes(CandidateEngine(service.engine))
 
     def respond(
@@ -213,8 +219,9 @@ class PlacementApp:
         body: bytes,
         version: Version,
     ) -> Resp:
-        caller = _caller(headers)
-        if caller is None and path not in ("", "/"):
+        root = path in ("", "/")  # open to all, as Placement's version document is
+        caller = None if root else self.caller_of(headers)
+        if caller is None and not root:
             raise PlacementError(401, "The request you have made requires authentication.")
         length = headers.get("content-length")
         if length and length != "0" and not headers.get("content-type"):
@@ -286,10 +293,14 @@ class PlacementApp:
 
 
 def create_app(
-    service: PlacementService, policy: Policy | None = None, cors: Cors | None = None
+    service: PlacementService,
+    policy: Policy | None = None,
+    cors: Cors | None = None,
+    caller_of: Callable[[Mapping[str, str]], Caller | None] | None = None,
 ) -> FastAPI:
-    """The Placement API on ``service``, at the root of its address."""
-    placement = PlacementApp(service, policy, cors)
+    """The Placement API on ``service``, at the root of its address; callers
+    by noauth2 unless ``caller_of`` says who they are."""
+    placement = PlacementApp(service, policy, cors, caller_of)
     app = FastAPI(
         title="Berth: OpenStack Placement API",
         version=f"1.0-{MAX_VERSION[0]}.{MAX_VERSION[1]}",

@@ -3,11 +3,14 @@ partition writers that ``berth serve`` runs in its main thread."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+
 import uvicorn
 
 from berth.api.server import UvicornThread
 from berth.placement_api.app import create_app
 from berth.placement_api.cors import Cors
+from berth.placement_api.http import Caller
 from berth.placement_api.policy import Policy
 from berth.placement_api.service import PlacementService
 
@@ -22,9 +25,10 @@ class PlacementServer:
         port: int,
         policy: Policy | None = None,
         cors: Cors | None = None,
+        caller_of: Callable[[Mapping[str, str]], Caller | None] | None = None,
     ) -> None:
         config = uvicorn.Config(
-            create_app(service, policy, cors),
+            create_app(service, policy, cors, caller_of),
             host=host,
             port=port,
             log_level="warning",
