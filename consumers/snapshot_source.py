@@ -78,7 +78,7 @@ def balance_inputs(engine: Engine) -> tuple[Snapshot, list[Instance], list[Insta
     next plan does not move a second instance for the same excess."""
     c = reservations.c
     with engine.connect() as conn:
-        _repeatable(conn)
+        repeatable_read(conn)
         rows = _active(
             conn,
             c.reservation_id,
@@ -414,7 +414,7 @@ class LiveSnapshot:
         with self.engine.connect() as conn:
             # the offsets must describe exactly the rows read with them, so a
             # scheduler adding its own later proposals never counts one twice
-            _repeatable(conn)
+            repeatable_read(conn)
             rows = conn.execute(_OFFSETS).all()  # as committed_offsets reads them
             offsets = {int(row.partition): int(row.next_offset) for row in rows}
             if self.snapshot is None:
@@ -567,7 +567,7 @@ def _with_reports(snapshot: Snapshot, reported: Sequence[Any]) -> Snapshot:
     return snapshot.with_records(records) if records else snapshot
 
 
-def _repeatable(conn: Connection) -> None:
+def repeatable_read(conn: Connection) -> None:
     """Make the connection's next statements read one snapshot of the database.
 
     SQLite's Python driver starts no transaction for a SELECT, so each

@@ -370,19 +370,25 @@ class Engine:
                 return f"{reason} ({f.name})"
         return None
 
-    def feasible(self, snapshot: Snapshot, request: Request) -> IntArray:
+    def feasible(
+        self, snapshot: Snapshot, request: Request, among: IntArray | None = None
+    ) -> IntArray:
         """The rows every filter that applies to ``request`` lets through for
-        its first instance, all providers considered (no sampling), in
-        ascending order; in bounded mode, found through the index."""
-        if self.bounded.applies(snapshot.size):
-            drawn = self._draw(snapshot, request, snapshot.size)
-            if drawn is not None:
-                rows = drawn[0]
-                rows.sort()
-                return rows
+        its first instance, all providers considered (no sampling), or only
+        the rows ``among`` (ascending), in ascending order; of all, in
+        bounded mode, found through the index."""
         ctx = Context(snapshot, request, snapshot.used)
-        rows = self._all_rows(snapshot.size)
-        ctx.consecutive(rows, 0)
+        if among is not None:
+            rows = among
+        else:
+            if self.bounded.applies(snapshot.size):
+                drawn = self._draw(snapshot, request, snapshot.size)
+                if drawn is not None:
+                    rows = drawn[0]
+                    rows.sort()
+                    return rows
+            rows = self._all_rows(snapshot.size)
+            ctx.consecutive(rows, 0)
         run = _Run(ctx, False)
         for f in (*self.once, *self.each_pick):
             if f.applies(request):

@@ -1,11 +1,18 @@
 """Allocation candidates' search on its own (pure, on providers as the view
 reads them): scenario tables for trees, sharing providers, granular groups
-and the request-wide rules, each checked against what Placement answers."""
+and the request-wide rules, each checked against what Placement answers;
+and the index's answer for flat providers against every provider read."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from berth.placement_api import candidate_search
+from berth.placement_api.candidate_index import ProviderIndex
 from berth.placement_api.candidate_query import Group, Query
 from berth.placement_api.candidate_search import search
 from berth.placement_api.filters import Wanted
@@ -115,3 +122,106 @@ def test_limit_keeps_the_first_and_summarises_their_trees_only() -> None:
     found, summaries = search(flat, _query(_group(VCPU=1), limit=2), nested_aware=True)
     assert _allocations(found) == [{("cn0", "VCPU", 1)}, {("cn1", "VCPU", 1)}]
     assert [p.uuid for p in summaries] == ["cn0", "cn1"]
+
+
+TRAITS = ("HW_A", "HW_B", "HW_C")
+AGGREGATES = ("agg1", "agg2")
+CLASSES = ("VCPU", "DISK_GB")
+
+
+@st.composite
+def flat_providers(draw: st.DrawFn) -> list[Provider]:
+    """Providers of no trees and no sharing, some full, odd unit rules."""
+    found = []
+    for i in range(draw(st.integers(0, 8))):
+        inventories = {}
+        usage = {}
+        for rc in draw(st.sets(st.sampled_from(CLASSES))):
+            total = draw(st.integers(1, 8))
+            inventories[rc] = _inv(
+                total,
+                reserved=draw(st.integers(0, 1)),
+                max_unit=draw(st.integers(1, total)),
+                step_size=draw(st.sampled_from([1, 2])),
+                allocation_ratio=draw(st.sampled_from([1.0, 1.5])),
+            )
+            usage[rc] = draw(st.integers(0, total))
+        traits = sorted(draw(st.sets(st.sampled_from(TRAITS))))
+        aggregates = sorted(draw(st.sets(st.sampled_from(AGGREGATES))))
+        found.append(
+            Provider(
+                f"p{i}", f"p{i}", 0, None, f"p{i}", traits, aggregates, inventories, 0, 0, usage
+            )
+        )
+    return found
+
+
+@st.composite
+def queries(draw: st.DrawFn, names: list[str]) -> Query:
+    groups = []
+    for suffix in draw(st.lists(st.sampled_from(["", "1", "2"]), min_size=1, unique=True)):
+        wanted = Wanted(
+            resources=draw(st.dictionaries(st.sampled_from(CLASSES), st.integers(1, 4))),
+            required=draw(st.lists(st.sets(st.sampled_from(TRAITS), min_size=1), max_size=2)),
+            forbidden=draw(st.sets(st.sampled_from(TRAITS), max_size=1)),
+            member_of=draw(st.lists(st.sets(st.sampled_from(AGGREGATES), min_size=1), max_size=1)),
+            not_member_of=draw(st.sets(st.sampled_from(AGGREGATES), max_size=1)),
+        )
+        in_tree = draw(st.sampled_from([None, *names[:2], "absent"]))
+        groups.append(Group(suffix, wanted, in_tree))
+    query = _query(
+        *groups,
+        limit=draw(st.sampled_from([None, 1, 2])),
+        policy=draw(st.sampled_from([None, "none", "isolate"])),
+    )
+    query.root_required = draw(st.sets(st.sampled_from(TRAITS), max_size=1))
+    query.root_forbidden = draw(st.sets(st.sampled_from(TRAITS), max_size=1)) - query.root_required
+    return query
+
+
+@given(st.data(), flat_providers(), st.sampled_from([1, 8]))
+@settings(max_examples=400, deadline=None)
+def test_the_index_answers_flat_providers_as_every_provider_read_does(
+    data: st.DataObject, providers: list[Provider], selective: int
+) -> None:
+    """With no trees and no sharing, the index's walk (from its most
+    selective set, stopping at the limit) gives the general search's answer."""
+    query = data.draw(queries([p.uuid for p in providers]))
+    saved = candidate_search.SELECTIVE
+    candidate_search.SELECTIVE = selective  # 1: read a set whenever it is the smaller
+    try:
+        indexed = search(providers, query, nested_aware=True)
+    finally:
+        candidate_search.SELECTIVE = saved
+    scanned = candidate_search._search(providers, query, nested_aware=True)
+    assert indexed[0] == scanned[0]
+    assert [p.uuid for p in indexed[1]] == [p.uuid for p in scanned[1]]
+
+
+@given(flat_providers(), st.lists(st.tuples(st.integers(0, 7), st.booleans())))
+@settings(max_examples=200, deadline=None)
+def test_an_index_changed_provider_by_provider_is_the_index_built_anew(
+    providers: list[Provider], changes: list[tuple[int, bool]]
+) -> None:
+    index = ProviderIndex.of(providers)
+    present = {p.uuid: p for p in providers}
+    for i, removed in changes:
+        if not providers:
+            break
+        p = providers[i % len(providers)]
+        if removed:
+            index.remove(p.uuid)
+            present.pop(p.uuid, None)
+        else:
+            used = dataclasses.replace(p, usage={rc: 0 for rc in p.inventories})
+            index.put(used, (providers.index(p), p.uuid))
+            present[p.uuid] = used
+    anew = ProviderIndex()
+    for position, q in enumerate(providers):
+        if q.uuid in present:
+            anew.put(present[q.uuid], (position, q.uuid))
+    assert index.providers() == anew.providers()
+    assert index.by_class == anew.by_class
+    assert index.by_trait == anew.by_trait
+    assert index.by_aggregate == anew.by_aggregate
+    assert index.trees == anew.trees

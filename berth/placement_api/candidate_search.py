@@ -14,6 +14,12 @@ groups' answers are combined per anchor (the root of the tree they serve).
   distinct providers; ``same_subtree`` wants the providers of the groups
   named all below one of them; ``root_required`` the anchors' own traits.
 
+When no provider has a parent and none shares (``ProviderIndex.flat``),
+each provider answers alone: the candidates are the providers that meet
+every group, in creation order, found from the index's most selective set
+(the providers of a trait, of an aggregate, with enough free of a class)
+and no further than ``limit``. Otherwise every provider is considered.
+
 Pure: it reads the providers it is given (the view's, with their usage),
 nothing else. Capacity is checked again by the writer when an allocation
 is written; candidates only propose."""
@@ -21,14 +27,23 @@ is written; candidates only propose."""
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 
+from berth.placement_api.candidate_index import SHARING, ProviderIndex
 from berth.placement_api.candidate_query import Group, Query
 from berth.placement_api.filters import has_room
 from berth.placement_api.reads import Provider
 
-SHARING = "MISC_SHARES_VIA_AGGREGATE"
+__all__ = ["SHARING", "AllocationRequest", "search"]
+
+Allows = Callable[[list[str]], set[str]]
+"""Which of these providers another judge (Berth's engine) lets through."""
+
+SELECTIVE = 8
+"""A set this many times smaller than all the providers is read on its
+own, sorted; a larger one is met walking the providers in order."""
 
 
 @dataclass(frozen=True)
@@ -82,9 +97,23 @@ class Tree:
 
 
 def search(
+    found: list[Provider] | ProviderIndex,
+    query: Query,
+    nested_aware: bool,
+    allows: Allows | None = None,
+) -> tuple[list[AllocationRequest], list[Provider]]:
+    """The allocation requests that meet ``query`` and the providers to
+    summarise. ``allows``, given, further judges the providers of a query
+    of one unsuffixed group on flat providers (Berth's engine does)."""
+    index = found if isinstance(found, ProviderIndex) else ProviderIndex.of(found)
+    if index.flat:
+        return _flat(index, query, allows)
+    return _search(index.providers(), query, nested_aware)
+
+
+def _search(
     providers: list[Provider], query: Query, nested_aware: bool
 ) -> tuple[list[AllocationRequest], list[Provider]]:
-    """The allocation requests that meet ``query`` and the providers to summarise."""
     tree = Tree.of(providers)
     anchors = _anchor_roots(providers, query)
     if anchors is not None and not anchors:
@@ -270,7 +299,7 @@ def _merge(
             if not all(_same_subtree(tree, combination, s) for s in query.same_subtrees):
                 continue
             request = _consolidate(anchor, combination)
-            if _exceeds(tree, request):
+            if _exceeds(tree.by_uuid, request):
                 continue
             merged.setdefault(request.key(), request)
             if enough is not None and len(merged) >= enough:
@@ -313,9 +342,9 @@ def _consolidate(anchor: str, combination: Iterable[AllocationRequest]) -> Alloc
     )
 
 
-def _exceeds(tree: Tree, request: AllocationRequest) -> bool:
+def _exceeds(by_uuid: Mapping[str, Provider], request: AllocationRequest) -> bool:
     for uuid, rc, amount in request.amounts:
-        p = tree.by_uuid[uuid]
+        p = by_uuid[uuid]
         inv = p.inventories[rc]
         capacity = int((inv["total"] - inv["reserved"]) * inv["allocation_ratio"])
         if p.usage.get(rc, 0) + amount > capacity or amount > inv["max_unit"]:
@@ -336,3 +365,125 @@ def _without_nesting(
             kept.append(request)
             used |= uuids
     return kept, [p for p in tree.by_uuid.values() if p.uuid in used]
+
+
+def _flat(
+    index: ProviderIndex, query: Query, allows: Allows | None
+) -> tuple[list[AllocationRequest], list[Provider]]:
+    """Each provider its own tree, none sharing: a candidate is one provider
+    that meets every group, their amounts together, and the root traits;
+    the first ``limit`` in creation order."""
+    groups = list(query.groups.values())
+    for group in groups:
+        wanted = group.wanted
+        if not wanted.resources and not (wanted.required or wanted.member_of):
+            return [], []  # as Placement: a group of no resources and no filter names nobody
+        if group.in_tree is not None and group.in_tree not in index.by_uuid:
+            return [], []
+    granular = len([s for s in query.groups if s])
+    if query.group_policy == "isolate" and granular > 1:
+        return [], []  # granular groups on distinct providers of a one-provider tree
+    if allows is not None and not (
+        len(groups) == 1 and groups[0].suffix == "" and groups[0].in_tree is None
+    ):
+        allows = None  # the engine judges one unsuffixed group, anywhere
+    requests: list[AllocationRequest] = []
+    chosen: list[Provider] = []
+    pending: list[tuple[Provider, AllocationRequest]] = []
+    limit = query.limit
+
+    def judge() -> None:
+        let_through = allows([p.uuid for p, _ in pending]) if allows is not None else None
+        for p, request in pending:
+            if limit is not None and len(requests) >= limit:
+                break
+            if let_through is None or p.uuid in let_through:
+                requests.append(request)
+                if request.amounts:  # summarised: the trees the requests take from
+                    chosen.append(p)
+        pending.clear()
+
+    for p in _drawn(index, query):
+        if not _meets(index, query, p):
+            continue
+        request = _consolidate(
+            p.uuid,
+            (
+                AllocationRequest(
+                    p.uuid,
+                    tuple((p.uuid, rc, n) for rc, n in group.wanted.resources.items()),
+                    ((group.suffix, frozenset({p.uuid})),),
+                    group.same_provider,
+                )
+                for group in groups
+            ),
+        )
+        if _exceeds(index.by_uuid, request):
+            continue
+        pending.append((p, request))
+        if limit is not None and len(requests) + len(pending) >= limit:
+            judge()
+            if len(requests) >= limit:
+                break
+    judge()
+    return requests, chosen
+
+
+def _drawn(index: ProviderIndex, query: Query) -> Iterator[Provider]:
+    """The providers a candidate may be, in creation order: the smallest of
+    the sets the query names, when it is small; otherwise every provider."""
+    sets: list[tuple[int, Callable[[], Iterable[str]]]] = []
+
+    def union(named: dict[str, set[str]], names: set[str]) -> None:
+        members = [named.get(name, set()) for name in names]
+        sets.append((sum(len(m) for m in members), partial(set[str]().union, *members)))
+
+    def free(rc: str, n: int) -> list[str]:
+        return [uuid for _, _, uuid in index.with_free(rc, n)]
+
+    for trait in query.root_required:
+        union(index.by_trait, {trait})
+    for group in query.groups.values():
+        wanted = group.wanted
+        if group.in_tree is not None and wanted.resources:
+            sets.append((1, partial(list[str], [index.by_uuid[group.in_tree].root])))
+        for any_of in wanted.required:
+            union(index.by_trait, any_of)
+        for any_of in wanted.member_of:
+            union(index.by_aggregate, any_of)
+        for rc, n in wanted.resources.items():
+            sets.append((index.count_free(rc, n), partial(free, rc, n)))
+    if sets:
+        size, members = min(sets, key=lambda s: s[0])
+        if size * SELECTIVE < len(index):
+            for uuid in index.in_order(set(members())):
+                yield index.by_uuid[uuid]
+            return
+    yield from index.walk()
+
+
+def _meets(index: ProviderIndex, query: Query, p: Provider) -> bool:
+    """Whether ``p`` alone meets every group of ``query`` and is a root it takes."""
+    traits = set(p.traits)
+    if not query.root_required <= traits or query.root_forbidden & traits:
+        return False
+    aggregates = set(p.aggregates)
+    for group in query.groups.values():
+        wanted = group.wanted
+        # in_tree restricts where a group's resources come from (a group of
+        # none is not held to it: the other groups place the candidate)
+        if (
+            group.in_tree is not None
+            and wanted.resources
+            and index.by_uuid[group.in_tree].root != p.root
+        ):
+            return False
+        if (
+            traits & wanted.forbidden
+            or aggregates & wanted.not_member_of
+            or not all(traits & any_of for any_of in wanted.required)
+            or not all(aggregates & any_of for any_of in wanted.member_of)
+            or not all(has_room(p, {rc: n}) for rc, n in wanted.resources.items())
+        ):
+            return False
+    return True

@@ -3,22 +3,27 @@
 ``same_subtree``, ``limit``; ``mappings`` from 1.34), read by
 ``candidate_query`` and answered by ``candidate_search`` on the view's
 providers with their usage: one capacity view with Berth's own
-reservations. In the common case (one group, no trees, no sharing
-providers) the candidates are first Berth's scheduling engine's feasible
-providers on the live snapshot (its filters on capacity, unit rules, state
-and traits), then Placement's own rules."""
+reservations. The providers come from a ``LiveIndex`` of the view, which
+re-reads only those that changed since the last request. In the common
+case (one group, no trees, no sharing providers) a candidate must also be
+one of Berth's scheduling engine's feasible providers on the live snapshot
+(its filters on capacity, unit rules, state and traits), judged for the
+few providers Placement's rules pick, not for every one."""
 
 from __future__ import annotations
 
 import threading
 from typing import Any
 
-from berth.placement_api.candidate_query import Query, parse
-from berth.placement_api.candidate_search import SHARING, AllocationRequest, search
+import numpy as np
+
+from berth.placement_api.candidate_index import LiveIndex
+from berth.placement_api.candidate_query import parse
+from berth.placement_api.candidate_search import AllocationRequest, search
 from berth.placement_api.errors import not_found
 from berth.placement_api.filters import Wanted, check_names
 from berth.placement_api.http import Req, Resp, check_accept
-from berth.placement_api.reads import Provider, providers
+from berth.placement_api.reads import Provider
 from consumers.snapshot_source import LiveSnapshot
 from scheduling.config import SchedulerConfig
 from scheduling.model import Request
@@ -30,20 +35,25 @@ class CandidateEngine:
     def __init__(self, service_engine: Any) -> None:
         self.engine = SchedulerConfig.default().engine()
         self.live = LiveSnapshot(service_engine)
+        self.index = LiveIndex(service_engine)
         self.lock = threading.Lock()
+        """The live snapshot and the index are each one object, updated in place."""
 
-    def feasible(self, resources: dict[str, int], wanted: Wanted) -> list[str]:
+    def feasible(self, wanted: Wanted, uuids: list[str]) -> set[str]:
+        """Which of ``uuids`` the engine's filters let through for ``wanted``
+        (the caller holds the lock)."""
         required = frozenset(t for any_of in wanted.required if len(any_of) == 1 for t in any_of)
         request = Request(
             "allocation-candidates",
-            dict(resources),
+            dict(wanted.resources),
             required_traits=required,
             forbidden_traits=frozenset(wanted.forbidden),
         )
-        with self.lock:  # the live snapshot is one object, updated in place
-            snapshot = self.live()
-            rows = self.engine.feasible(snapshot, request)
-            return [snapshot.providers[int(row)].provider_id for row in rows]
+        snapshot = self.live()
+        rows = sorted(snapshot.row_of[u] for u in uuids if u in snapshot.row_of)
+        among = np.array(rows, dtype=np.int64)
+        found = self.engine.feasible(snapshot, request, among)
+        return {snapshot.providers[int(row)].provider_id for row in found}
 
 
 def list_candidates(req: Req, engine: CandidateEngine) -> Resp:
@@ -54,29 +64,20 @@ def list_candidates(req: Req, engine: CandidateEngine) -> Resp:
     for group in query.groups.values():
         check_names(req, group.wanted)
     check_names(req, Wanted(required=[{t} for t in query.root_required | query.root_forbidden]))
-    found = providers(req.service.engine)
-    fast = _fast_path(query, found)
-    if fast is not None:
-        # one group, no trees, no sharing providers: the engine's feasible
-        # providers are the candidates (its filters, then Placement's own)
-        allowed = set(engine.feasible(fast.resources, fast))
-        found = [p for p in found if p.uuid in allowed]
-    requests, summarised = search(found, query, nested_aware=req.at_least(29))
+    with engine.lock:
+        wanted = next(iter(query.groups.values())).wanted
+        requests, summarised = search(
+            engine.index(),
+            query,
+            nested_aware=req.at_least(29),
+            allows=lambda uuids: engine.feasible(wanted, uuids),
+        )
     requested = set().union(*(g.wanted.resources for g in query.groups.values()))
     body = {
         "allocation_requests": [_request(req, r) for r in requests],
         "provider_summaries": {p.uuid: _summary(req, p, requested) for p in summarised},
     }
     return Resp(body=body).modified(req, None)
-
-
-def _fast_path(query: Query, found: list[Provider]) -> Wanted | None:
-    group = query.groups.get("")
-    if len(query.groups) != 1 or group is None or group.in_tree is not None:
-        return None
-    if any(p.parent is not None or SHARING in p.traits for p in found):
-        return None
-    return group.wanted
 
 
 def _request(req: Req, request: AllocationRequest) -> dict[str, Any]:

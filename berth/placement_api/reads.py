@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Engine, select
+from sqlalchemy import ColumnElement, Connection, Engine, select
 
 from projections.view.tables import (
     inventories,
@@ -62,26 +62,32 @@ def _provider(row: Any) -> Provider:
 def providers(engine: Engine) -> list[Provider]:
     """Every provider, with its usage, in creation order."""
     with engine.connect() as conn:
-        rows = conn.execute(
-            select(placement_providers).order_by(
-                placement_providers.c.created_ms, placement_providers.c.uuid
+        return provider_rows(conn)
+
+
+def provider_rows(conn: Connection, where: ColumnElement[bool] | None = None) -> list[Provider]:
+    """The providers (those ``where`` picks, or all), in creation order;
+    with their usage when all are read (the caller reads it for a few)."""
+    query = select(placement_providers).order_by(
+        placement_providers.c.created_ms, placement_providers.c.uuid
+    )
+    if where is not None:
+        return [_provider(r) for r in conn.execute(query.where(where))]
+    found = [_provider(r) for r in conn.execute(query)]
+    by_uuid = {p.uuid: p for p in found}
+    if by_uuid:
+        used = conn.execute(
+            select(
+                inventories.c.provider_id,
+                inventories.c.resource_class,
+                inventories.c.held,
+                inventories.c.consumed,
             )
-        ).all()
-        found = [_provider(r) for r in rows]
-        by_uuid = {p.uuid: p for p in found}
-        if by_uuid:
-            used = conn.execute(
-                select(
-                    inventories.c.provider_id,
-                    inventories.c.resource_class,
-                    inventories.c.held,
-                    inventories.c.consumed,
-                )
-            )
-            for pid, rc, held, consumed in used:
-                p = by_uuid.get(pid)
-                if p is not None:
-                    p.usage[rc] = int(held) + int(consumed)
+        )
+        for pid, rc, held, consumed in used:
+            p = by_uuid.get(pid)
+            if p is not None:
+                p.usage[rc] = int(held) + int(consumed)
     return found
 
 
