@@ -120,6 +120,7 @@ def test_berth_claims_and_placement_allocations_share_one_capacity(tmp_path: Pat
     extra = ("--partitions", "1", "--api", f"127.0.0.1:{port}")
     with berth_server(tmp_path / "data", *extra) as address, _client(address) as api:
         rp = _provider(api, vcpus=4)
+        assert _candidates(api, "resources=VCPU:2") == [rp]
         claim = {
             "type": "claim",
             "event_id": "claim-1",
@@ -133,11 +134,45 @@ def test_berth_claims_and_placement_allocations_share_one_capacity(tmp_path: Pat
         held = httpx.post(f"http://127.0.0.1:{port}/v1/events?wait=30", json=claim, timeout=30)
         assert held.status_code == 200, held.text
         assert held.json()["decisions"]["claim-1"][-1]["kind"] == "accepted"
+        assert _candidates(api, "resources=VCPU:2") == []  # the claim's usage is seen
+        assert _candidates(api, "resources=VCPU:1") == [rp]
         over = _allocate(api, str(uuid.uuid4()), rp, 2, None)
         assert over.status_code == 409
         assert "exceed the capacity" in over.json()["errors"][0]["detail"]
         assert _allocate(api, str(uuid.uuid4()), rp, 1, None).status_code == 204
         assert api.get(f"/resource_providers/{rp}/usages").json()["usages"]["VCPU"] == 4
+
+
+def _candidates(api: httpx.Client, query: str) -> list[str]:
+    """The providers of each allocation request, in the order answered."""
+    answer = api.get(f"/allocation_candidates?{query}")
+    assert answer.status_code == 200, answer.text
+    return [uuid for r in answer.json()["allocation_requests"] for uuid in sorted(r["allocations"])]
+
+
+def test_candidates_follow_every_write(tmp_path: Path) -> None:
+    """The index candidates are found from is kept up to date, not rebuilt:
+    each write (an allocation, traits, a new provider, a deletion) shows in
+    the next answer, in creation order, with ``limit``."""
+    with berth_server(tmp_path / "data") as address, _client(address) as api:
+        first, second = _provider(api, vcpus=4), _provider(api, vcpus=4)
+        assert _candidates(api, "resources=VCPU:3") == [first, second]
+        assert _candidates(api, "resources=VCPU:3&limit=1") == [first]
+        assert _allocate(api, str(uuid.uuid4()), first, 2, None).status_code == 204
+        assert _candidates(api, "resources=VCPU:3") == [second]
+        assert _candidates(api, "resources=VCPU:2") == [first, second]
+        traits = api.put(
+            f"/resource_providers/{second}/traits",
+            json={"resource_provider_generation": 1, "traits": ["HW_CPU_X86_AVX2"]},
+        )
+        assert traits.status_code == 200, traits.text
+        assert _candidates(api, "resources=VCPU:1&required=HW_CPU_X86_AVX2") == [second]
+        assert _candidates(api, "resources=VCPU:1&required=!HW_CPU_X86_AVX2") == [first]
+        third = _provider(api, vcpus=8)
+        assert _candidates(api, "resources=VCPU:5") == [third]
+        assert api.delete(f"/resource_providers/{second}").status_code == 204
+        assert _candidates(api, "resources=VCPU:1") == [first, third]
+        assert _candidates(api, "resources=VCPU:1&limit=1") == [first]
 
 
 def test_concurrent_writers_never_overcommit(tmp_path: Path) -> None:

@@ -208,8 +208,6 @@ class LiveIndex:
             current = index.by_uuid.get(uuid)
             if current is not None:
                 changed[uuid] = _with_usage(current, {})
-        if not changed:
-            return True
         usage = _usage(conn, sorted(changed))
         for uuid in sorted(changed):
             p = changed[uuid]

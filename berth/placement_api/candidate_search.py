@@ -393,6 +393,8 @@ def _flat(
     limit = query.limit
 
     def judge() -> None:
+        if not pending:
+            return
         let_through = allows([p.uuid for p, _ in pending]) if allows is not None else None
         for p, request in pending:
             if limit is not None and len(requests) >= limit:
