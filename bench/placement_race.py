@@ -6,8 +6,8 @@ providers of 8 VCPU each (400 slots with the defaults), and ``clients``
 concurrent clients each writing new consumers of 1 VCPU with ``PUT
 /allocations/{consumer}`` on providers in turn, ``requests`` in all.
 Prints one JSON object: placed, refused, overcommitted providers (always 0)
-and placements per second. (Issue 32's benchmark runs upstream Placement
-beside it; this is Berth's half.)"""
+and placements per second. ``race_at`` runs it against any Placement API
+(``bench.placement_api`` runs upstream's beside Berth's)."""
 
 from __future__ import annotations
 
@@ -46,39 +46,44 @@ def race(clients: int, providers: int, requests: int, idle_wait_s: float) -> dic
         tempfile.TemporaryDirectory(prefix="berth-race-") as work,
         berth_server(Path(work) / "data", "--idle-wait-s", str(idle_wait_s)) as (host, port),
     ):
-        base = f"http://{host}:{port}"
-        with httpx.Client(base_url=base, headers=HEADERS, timeout=60) as api:
-            rps = _providers(api, providers)
+        found = race_at(f"http://{host}:{port}", clients, providers, requests)
+    return {"idle_wait_s": idle_wait_s, **found}
 
-            def client(n: int) -> tuple[list[int], list[float]]:
-                statuses, latencies = [], []
-                with httpx.Client(base_url=base, headers=HEADERS, timeout=60) as mine:
-                    for i in range(n, requests, clients):
-                        body = {
-                            "allocations": {rps[i % providers]: {"resources": {"VCPU": 1}}},
-                            "project_id": "bench",
-                            "user_id": "bench",
-                            "consumer_generation": None,
-                            "consumer_type": "INSTANCE",
-                        }
-                        start = time.perf_counter()
-                        answer = mine.put(f"/allocations/{uuid.uuid4()}", json=body)
-                        latencies.append(time.perf_counter() - start)
-                        statuses.append(answer.status_code)
-                return statuses, latencies
 
-            start = time.perf_counter()
-            with ThreadPoolExecutor(clients) as pool:
-                results = list(pool.map(client, range(clients)))
-            elapsed = time.perf_counter() - start
-            statuses = [s for found, _ in results for s in found]
-            latencies = sorted(t for _, found in results for t in found)
-            used = [
-                api.get(f"/resource_providers/{rp}/usages").json()["usages"]["VCPU"] for rp in rps
-            ]
+def race_at(base: str, clients: int, providers: int, requests: int) -> dict[str, object]:
+    """The race against the Placement API at ``base`` (Berth's or another's)."""
+    with httpx.Client(base_url=base, headers=HEADERS, timeout=60) as api:
+        rps = _providers(api, providers)
+
+        def client(n: int) -> tuple[list[int], list[float]]:
+            statuses, latencies = [], []
+            with httpx.Client(base_url=base, headers=HEADERS, timeout=60) as mine:
+                for i in range(n, requests, clients):
+                    body = {
+                        "allocations": {rps[i % providers]: {"resources": {"VCPU": 1}}},
+                        "project_id": "bench",
+                        "user_id": "bench",
+                        "consumer_generation": None,
+                        "consumer_type": "INSTANCE",
+                    }
+                    start = time.perf_counter()
+                    answer = mine.put(f"/allocations/{uuid.uuid4()}", json=body)
+                    latencies.append(time.perf_counter() - start)
+                    statuses.append(answer.status_code)
+            return statuses, latencies
+
+        start = time.perf_counter()
+        with ThreadPoolExecutor(clients) as pool:
+            results = list(pool.map(client, range(clients)))
+        elapsed = time.perf_counter() - start
+        statuses = [s for found, _ in results for s in found]
+        latencies = sorted(t for _, found in results for t in found)
+        used = [
+            api.get(f"/resource_providers/{rp}/usages").json()["usages"].get("VCPU", 0)
+            for rp in rps
+        ]
     placed = statuses.count(204)
     return {
-        "idle_wait_s": idle_wait_s,
         "clients": clients,
         "providers": providers,
         "slots": providers * SLOTS,
