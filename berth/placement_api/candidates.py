@@ -49,7 +49,11 @@ class CandidateEngine:
             required_traits=required,
             forbidden_traits=frozenset(wanted.forbidden),
         )
-        snapshot = self.live()
+        snapshot = self.live.snapshot
+        if snapshot is None or self.live.offsets() != self.index.seen:
+            # the index was brought up to date for this request: the snapshot
+            # is read again only if it reflects other offsets than the index
+            snapshot = self.live()
         rows = sorted(snapshot.row_of[u] for u in uuids if u in snapshot.row_of)
         among = np.array(rows, dtype=np.int64)
         found = self.engine.feasible(snapshot, request, among)
