@@ -25,10 +25,12 @@ from consumers.scheduler import OutcomeFollower, Versioned, engine_request
 from consumers.server_groups import GroupRule, RuleSource, group_refusal
 from ledger.partitioner import partition_for
 from scheduling.engine import Engine, Placement, demand_row
-from scheduling.model import IntArray, Snapshot
+from scheduling.fit import claim_fit, fits_topology
+from scheduling.model import IntArray, Request, Snapshot
 from schemas.events import ClaimItem, ClaimSpec, IdentifierItem
 from schemas.outcomes import Code
 from schemas.requests import BatchRequest, PlacementRequest
+from schemas.topology import TopologyFit
 
 log = logging.getLogger(__name__)
 
@@ -142,6 +144,8 @@ class _Planned:
     alone: bool = False
     """A member whose hints only more room can satisfy found no room even
     on its own (before the other members' virtual consumption)."""
+    fits: dict[tuple[int, int], TopologyFit] = field(default_factory=dict)
+    """(member, index) -> the NUMA cells, CPUs, pages and devices its claim takes."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,6 +186,8 @@ class _Board:
     working: Snapshot
     offsets: dict[int, int] | None
     """What the snapshot reflected, when its source says."""
+    fits: dict[str, list[TopologyFit]] = field(default_factory=dict)
+    """Provider id -> the fits planned on it so far."""
 
 
 @dataclass(slots=True)
@@ -516,13 +522,32 @@ class BatchScheduler:
                 if batch.mode != "at_least" or not placement.providers:
                     continue  # all or nothing: plan the rest only to explain them
             demand = demand_row(snapshot, member.resources)
+            fitting = fits_topology(self.engine)
             for i, pid in enumerate(placement.providers):
+                if fitting:
+                    fit = self._fit(board, rows[pid], request, pid)
+                    if fit is not None:
+                        planned.fits[(m, i)] = fit
                 planned.instances.append((m, i, pid))
                 used[rows[pid]] += demand
             # changed in place: the twin says where, for the engine's index
             working = working.with_used(used, [rows[pid] for pid in placement.providers])
         board.working = working
         return planned
+
+    def _fit(self, board: _Board, row: int, request: Request, pid: str) -> TopologyFit | None:
+        """What the instance takes of the provider's cells and devices, on
+        top of what the board's earlier plans took there; if that leaves too
+        little, the fit on the snapshot alone, for the writer to judge (a
+        claim it refuses is retried elsewhere)."""
+        found = claim_fit(self.engine, board.snapshot, row, request, board.fits.get(pid, ()))
+        if isinstance(found, str):
+            found = claim_fit(self.engine, board.snapshot, row, request)
+        if isinstance(found, str):  # the filters passed it on this snapshot
+            raise AssertionError(f"{pid}: {found}")
+        if found is not None:
+            board.fits.setdefault(pid, []).append(found)
+        return found
 
     def _parts(
         self, batch: BatchRequest, planned: _Planned, txn: str
@@ -544,7 +569,16 @@ class BatchScheduler:
             joins = None if group is None else group.partition
             if joins is not None and joins != home:
                 elsewhere.setdefault(joins, [])
-            spec = _spec(member, f"{consumer}.{txn}", consumer, pid, tuple(local), group, home)
+            spec = _spec(
+                member,
+                f"{consumer}.{txn}",
+                consumer,
+                pid,
+                tuple(local),
+                group,
+                home,
+                fit=planned.fits.get((m, i)),
+            )
             specs = [(home, pid, spec)]
             for where, items in sorted(elsewhere.items()):
                 rid = f"{consumer}.{txn}.p{where}"
@@ -681,6 +715,7 @@ def _spec(
     server_group: GroupRule | None = None,
     partition: int = -1,
     host: str | None = None,
+    fit: TopologyFit | None = None,
 ) -> ClaimSpec:
     """One claim of an instance in ``partition``: its compute on
     ``provider_id`` (None: identifiers or membership only), and its server
@@ -696,7 +731,7 @@ def _spec(
         project_id=member.project_id,
         items=()
         if provider_id is None
-        else (ClaimItem(provider_id=provider_id, resources=dict(member.resources)),),
+        else (ClaimItem(provider_id=provider_id, resources=dict(member.resources), fit=fit),),
         identifiers=identifiers,
         lease_ms=member.lease_ms,
         anti_affinity_group=group if provider_id is not None else None,

@@ -23,11 +23,13 @@ from consumers.server_groups import GroupRule
 from ledger.log import Log
 from ledger.publisher import Publisher
 from scheduling.engine import Engine, Ranking, demand_row
+from scheduling.fit import claim_fit, fits_topology
 from scheduling.model import Hints, IntArray, Request, Snapshot, TagRules
 from schemas.events import Claim, ClaimItem, Release
 from schemas.guest_topology import SriovPort
 from schemas.outcomes import Kind, Outcome
 from schemas.requests import PlacementRequest
+from schemas.topology import TopologyFit
 
 log = logging.getLogger(__name__)
 
@@ -218,6 +220,7 @@ class _Unseen:
     offset: int
     provider_id: str
     resources: Mapping[str, int]
+    fit: TopologyFit | None = None
 
 
 def _demand(
@@ -338,11 +341,17 @@ class Scheduler:
         working = snapshot.with_used(used, self._add_unseen(snapshot, used, demands))
         claims: list[Claim] = []
         offsets: dict[int, int] = {} if self._versioned is None else dict(self._versioned.offsets())
+        # the fits of this scheduler's claims the snapshot does not show yet
+        mine: dict[str, list[TopologyFit]] = {}
+        for unseen in self._unseen.values():
+            if unseen.fit is not None:
+                mine.setdefault(unseen.provider_id, []).append(unseen.fit)
         for p in wave:
             p.attempts += 1
             p.proposed.clear()
             engine = self.engine if p.policy is None else p.policy.engine
-            placement = engine.place(working, _engine_request(p), explain=p.request.explain)
+            request = _engine_request(p)
+            placement = engine.place(working, request, explain=p.request.explain)
             p.offsets = offsets
             p.ranking = placement.ranking
             if not placement.placed:
@@ -351,8 +360,20 @@ class Scheduler:
                 continue
             demand = _demand(snapshot, p.request.resources, demands)
             picked = []
+            fitting = fits_topology(engine)
             for instance, pid in zip(p.left, placement.providers, strict=True):
-                claim = _claim(p, instance, pid, self.generation)
+                fit = None
+                if fitting:
+                    found = claim_fit(engine, snapshot, rows[pid], request, mine.get(pid, ()))
+                    if isinstance(found, str):
+                        # this scheduler's own claims took what it needs: next wave
+                        p.tried.add(pid)
+                        p.reasons = [f"{pid}: {found}"]
+                        continue
+                    fit = found
+                    if fit is not None:
+                        mine.setdefault(pid, []).append(fit)
+                claim = _claim(p, instance, pid, self.generation, fit)
                 p.proposed[claim.reservation_id] = (instance, pid)
                 claims.append(claim)
                 used[rows[pid]] += demand
@@ -367,7 +388,7 @@ class Scheduler:
             for claim, (partition, offset) in zip(claims, where, strict=True):
                 (item,) = claim.items
                 self._unseen[claim.reservation_id] = _Unseen(
-                    partition, offset, item.provider_id, item.resources
+                    partition, offset, item.provider_id, item.resources, item.fit
                 )
         return ids
 
@@ -535,7 +556,9 @@ def engine_request(
     )
 
 
-def _claim(p: _Pending, instance: int, provider_id: str, generation: str) -> Claim:
+def _claim(
+    p: _Pending, instance: int, provider_id: str, generation: str, fit: TopologyFit | None = None
+) -> Claim:
     r = p.request
     suffix = f"{p.attempts}{generation}"
     # the hard rules the writer can check locally travel in the claim, so a
@@ -548,7 +571,7 @@ def _claim(p: _Pending, instance: int, provider_id: str, generation: str) -> Cla
         reservation_id=f"{r.request_id}.{instance}.{suffix}",
         consumer_id=f"{r.request_id}.{instance}",
         project_id=r.project_id,
-        items=(ClaimItem(provider_id=provider_id, resources=dict(r.resources)),),
+        items=(ClaimItem(provider_id=provider_id, resources=dict(r.resources), fit=fit),),
         lease_ms=r.lease_ms,
         anti_affinity_group=group,
         tags=r.tags,

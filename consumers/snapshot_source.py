@@ -33,7 +33,7 @@ from projections.view.tables import (
 )
 from scheduling.balancers.base import Instance
 from scheduling.model import RESOURCE_ARRAYS, Aggregate, Provider, Snapshot
-from scheduling.topology import cells_in, devices_in
+from scheduling.topology import free_in
 
 _PROVIDER_COLUMNS = provider_columns()
 """A provider's row, its topology as text (parsed once per distinct text)."""
@@ -121,6 +121,7 @@ def _provider(
     groups: dict[str, Counter[str]],
     tags: dict[str, Counter[str]],
 ) -> Provider:
+    cells, devices = free_in(row.numa_cells, row.pci_devices, row.topology_use)
     return Provider(
         provider_id=row.provider_id,
         host=row.host or row.name,
@@ -135,8 +136,8 @@ def _provider(
         build_failures=row.build_failures,
         host_ip=row.host_ip,
         metadata=row.metadata,
-        numa_cells=cells_in(row.numa_cells),
-        pci_devices=devices_in(row.pci_devices),
+        numa_cells=cells,
+        pci_devices=devices,
         instances=frozenset(instances.get(row.provider_id, ())),
         groups=dict(groups.get(row.provider_id, {})),
         tags=dict(tags.get(row.provider_id, {})),

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from projections.emitter import Emitter, missing_pool, missing_provider
+from projections.fitting import fit_reasons
 from projections.holds import finish, give_back, hold, named
 from projections.pools import PoolState
 from projections.server_groups import membership_refused
@@ -37,6 +38,10 @@ def fingerprint(spec: ClaimSpec, shapes: Shapes) -> int:
     """
     f = spec.__dict__
     identifiers = f["identifiers"]
+    items = f["items"]
+    fits: tuple[object, ...] = ()
+    if len(items) != 1 or items[0].__dict__["fit"] is not None:
+        fits = tuple(item.fit for item in items)
     return hash(
         (
             f["consumer_id"],
@@ -50,6 +55,7 @@ def fingerprint(spec: ClaimSpec, shapes: Shapes) -> int:
             f["require_without_tags"],
             f["server_group"],
             f["group_host"],
+            fits,
         )
     )
 
@@ -84,7 +90,7 @@ def claim(state: PartitionState, event: Claim, out: Emitter) -> None:
         item = items[0].__dict__
         provider_id = item["provider_id"]
         provider = state.providers.get(provider_id)
-        if provider is not None and provider.state == "enabled":
+        if provider is not None and provider.state == "enabled" and item["fit"] is None:
             amounts = state.shape(item["resources"])
             if _fits(provider, amounts):
                 expires_at = state.clock_ms + f["lease_ms"]
@@ -252,6 +258,7 @@ _CONTESTED = frozenset(
         Code.AFFINITY_CONFLICT,
         Code.IDENTIFIER_TAKEN,
         Code.POOL_EXHAUSTED,
+        Code.TOPOLOGY_TAKEN,
     }
 )
 
@@ -333,7 +340,8 @@ def _decide(
     group = spec.anti_affinity_group
     constrained = group is not None or spec.require_with_tags or spec.require_without_tags
     items: list[tuple[ProviderState, Amounts]] = []
-    for provider_id, amounts in shapes:
+    specs = spec.items
+    for n, (provider_id, amounts) in enumerate(shapes):
         provider = providers.get(provider_id)
         if provider is None:
             reasons.append(missing_provider(state, provider_id))
@@ -343,6 +351,9 @@ def _decide(
             continue
         if not _misfits(provider, amounts, reasons) and constrained:
             _check_tags(provider, spec, reasons)
+        fit = specs[n].fit
+        if fit is not None:
+            reasons.extend(fit_reasons(provider, fit))
         items.append((provider, amounts))
     if spec.server_group is not None and not reasons:
         refused = membership_refused(state, spec)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Sequence
 
+from projections.fitting import fits_of, give_fit, take_fit
 from projections.state import (
     HELD,
     Amounts,
@@ -39,6 +40,9 @@ def hold(
     for pool, _ in picks:
         state.pools_touched.add(pool.pool_id)
     rid = f["reservation_id"]
+    fits = fits_of(items, f["items"]) if items else ()
+    for provider, fit in fits:
+        take_fit(provider, fit, rid)
     group_id = f["server_group"]
     membership = None if group_id is None else (group_id, f["group_host"])
     reservation = Reservation(
@@ -55,6 +59,7 @@ def hold(
         f["lease_ms"],
         f["project_id"],
         membership,
+        fits,
     )
     if membership is not None:
         join(state, membership, f["consumer_id"], rid)
@@ -78,6 +83,8 @@ def give_back(state: PartitionState, reservation: Reservation) -> None:
             _decrement(provider.tag_counts, reservation.tags)
         if reservation.group is not None and provider.group_counts is not None:
             _decrement(provider.group_counts, (reservation.group,))
+    for provider, fit in reservation.fits:
+        give_fit(provider, fit)
     if reservation.membership is not None:
         leave(state, reservation.membership)
     for pool, identifier in reservation.identifiers:

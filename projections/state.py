@@ -13,7 +13,7 @@ from typing import Any
 from projections.placement.model import PlacementState
 from projections.pools import PoolState
 from schemas.events import MAX_AMOUNT, Inventory
-from schemas.topology import NumaCell, PciDevice, view_json
+from schemas.topology import NumaCell, PciDevice, TopologyFit, view_json
 
 HELD = 0
 CONSUMED = 1
@@ -115,9 +115,9 @@ class TopologyUse:
     (cell id, page size in KiB) -> huge pages held. A description may not
     take away what is held (``projections/topology.py``).
 
-    Nothing fills it yet: claims that carry their fit (issue 31 part 4)
-    count it in here as ``ProviderState.take`` counts amounts, and the
-    loader rebuilds it from the reservations' rows."""
+    Claims that carry their fit count it in here as ``ProviderState.take``
+    counts amounts (``projections/fitting.py``), and the loader rebuilds it
+    from the reservations' rows."""
 
     __slots__ = ("cpus", "devices", "pages")
 
@@ -226,6 +226,10 @@ class ServerGroup:
 Taken = tuple[tuple[PoolState, int], ...]
 """Identifiers a reservation holds: (pool, identifier as an integer) pairs."""
 
+Fits = tuple[tuple[ProviderState, TopologyFit], ...]
+"""What a reservation holds of its providers' NUMA cells and PCI devices:
+(provider, the fit its claim carried) pairs."""
+
 _InventoryKey = tuple[str, int, int, int, int, int, float]
 """A resource class and its inventory's numbers: what makes a layout."""
 
@@ -240,6 +244,7 @@ class Reservation:
         "consumer_id",
         "expires_at_ms",
         "fingerprint",
+        "fits",
         "group",
         "identifiers",
         "items",
@@ -267,6 +272,7 @@ class Reservation:
         lease_ms: int = 0,
         project_id: str = "",
         membership: tuple[str, str] | None = None,
+        fits: Fits = (),
     ) -> None:
         self.reservation_id = reservation_id
         self.items = items
@@ -285,6 +291,8 @@ class Reservation:
         """Whose it is: only that project's events may consume, renew or release it."""
         self.membership = membership
         """(server group, provider) when the reservation is a group's membership."""
+        self.fits = fits
+        """The NUMA cells, CPUs, pages and devices it holds (``projections/fitting.py``)."""
 
     def __repr__(self) -> str:
         return (

@@ -11,6 +11,7 @@ does.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 from collections.abc import Mapping, Sequence
@@ -98,3 +99,62 @@ def cells_in(text: str) -> tuple[HostCell, ...]:
 def devices_in(text: str) -> tuple[HostDevice, ...]:
     """The records of a ``pci_devices`` column's text, shared likewise."""
     return devices_of(json.loads(text)) if text != "[]" else ()
+
+
+def without(
+    cells: tuple[HostCell, ...],
+    devices: tuple[HostDevice, ...],
+    cpus: frozenset[int] | set[int],
+    pages: Mapping[tuple[int, int], int],
+    addresses: frozenset[str] | set[str],
+) -> tuple[tuple[HostCell, ...], tuple[HostDevice, ...]]:
+    """The cells and devices as a new guest may have them, once ``cpus``
+    are pinned, ``pages`` (by (cell id, size in KiB)) held and the devices
+    at ``addresses`` given: a pinned CPU is no longer among its cell's
+    dedicated ones, a cell counts only its free huge pages, and a device
+    held is gone, with the VFs of a PF held and the PF of a VF held (as
+    Nova's PCI tracker has it). The memory of the pages held goes with
+    them, so the cell's small pages stay what they were."""
+    if cpus or pages:
+        cells = tuple(
+            dataclasses.replace(
+                c,
+                dedicated=c.dedicated - cpus,
+                memory_mb=c.memory_mb
+                - sum(kb * pages.get((c.cell_id, kb), 0) for kb in c.huge_pages) // 1024,
+                huge_pages={
+                    kb: total - pages.get((c.cell_id, kb), 0) for kb, total in c.huge_pages.items()
+                },
+            )
+            for c in cells
+        )
+    if addresses:
+        parents = {d.parent_address for d in devices if d.address in addresses}
+        devices = tuple(
+            d
+            for d in devices
+            if d.address not in addresses
+            and d.address not in parents
+            and d.parent_address not in addresses
+        )
+    return cells, devices
+
+
+@functools.lru_cache(maxsize=_DISTINCT)
+def free_in(
+    cells_text: str, devices_text: str, use_text: str
+) -> tuple[tuple[HostCell, ...], tuple[HostDevice, ...]]:
+    """A provider's cells and devices from the view's columns, less what
+    its reservations hold (the ``topology_use`` column's text): what the
+    filters fit a new guest on."""
+    cells, devices = cells_in(cells_text), devices_in(devices_text)
+    if use_text == "{}":
+        return cells, devices
+    use = json.loads(use_text)
+    return without(
+        cells,
+        devices,
+        {cpu for cpu, _ in use.get("cpus", ())},
+        {(cell, kb): count for cell, kb, count in use.get("pages", ())},
+        {address for address, _ in use.get("devices", ())},
+    )

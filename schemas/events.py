@@ -18,6 +18,7 @@ from schemas.topology import (
     MAX_DEVICES,
     NumaCell,
     PciDevice,
+    TopologyFit,
     cells_missing,
     check_cells,
     check_devices,
@@ -355,6 +356,10 @@ class ServerGroupDeleted(ServerGroupEvent):
 class ClaimItem(Model):
     provider_id: Identifier
     resources: dict[ResourceClass, Amount] = Field(min_length=1, max_length=64)
+    fit: TopologyFit | None = None
+    """The NUMA cells, pinned CPUs, huge pages and PCI devices of the
+    provider the claim takes, as the scheduler fitted them: held only if
+    every one is still free (``projections/fitting.py``)."""
 
 
 class IdentifierItem(Model):

@@ -59,6 +59,12 @@ class Code(IntEnum):
     NUMA_CELL_NOT_DESCRIBED = 28
     """A description would leave a PCI device on a NUMA cell the provider
     does not have."""
+    TOPOLOGY_TAKEN = 29
+    """A claim's fit names a pinned CPU, huge pages or a PCI device another
+    reservation holds (another scheduler won it: the scheduler retries)."""
+    TOPOLOGY_NOT_PROVIDED = 37
+    """A claim's fit names a NUMA cell, a dedicated CPU, a page size or a PCI
+    device the provider does not describe."""
     ANTI_AFFINITY_CONFLICT = 30
     # server groups (``server_group_created``): the group's partition decides
     GROUP_NOT_FOUND = 33

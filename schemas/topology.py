@@ -261,3 +261,92 @@ def _view_form(item: NumaCell | PciDevice) -> dict[str, Any]:
     if isinstance(item, NumaCell) and item.socket is None:
         del form["socket"]
     return form
+
+
+# --- what a claim takes of them ---------------------------------------------
+
+
+class PageCount(_Frozen):
+    """Huge pages of one size a guest cell takes from its host cell. Small
+    pages are not counted here: they are the provider's MEMORY_MB."""
+
+    size_kb: int = Field(gt=4, le=16 * 1024 * 1024)
+    count: int = Field(ge=1, le=2**40)
+
+    @field_validator("size_kb")
+    @classmethod
+    def _a_power_of_two(cls, size_kb: int) -> int:
+        if size_kb & (size_kb - 1):
+            raise ValueError(f"a page size is a power of two KiB, not {size_kb}")
+        return size_kb
+
+
+class CellFit(_Frozen):
+    """Where one guest NUMA cell goes: its host cell, the dedicated CPU ids
+    pinned to it there (none for a floating guest) and the huge pages it
+    takes there."""
+
+    guest_cell: CellId
+    host_cell: CellId
+    cpus: tuple[CpuId, ...] = Field(default=(), max_length=MAX_CPUS_PER_CELL)
+    pages: tuple[PageCount, ...] = Field(default=(), max_length=16)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _canonical(cls, data: object) -> object:
+        if not isinstance(data, dict):
+            return data
+        out = dict(data)
+        if "cpus" in out:
+            out["cpus"] = _canonical_set(out["cpus"], f"guest cell {data.get('guest_cell')} fit")
+        pages = out.get("pages")
+        if isinstance(pages, list | tuple):
+            if all(isinstance(p, dict) and _ints([p.get("size_kb")]) for p in pages):
+                pages = sorted(pages, key=lambda p: int(p["size_kb"]))
+            out["pages"] = tuple(pages)
+        return out
+
+    @model_validator(mode="after")
+    def _sizes_once(self) -> Self:
+        sizes = [p.size_kb for p in self.pages]
+        if len(set(sizes)) != len(sizes):
+            raise ValueError(f"guest cell {self.guest_cell} fit: a page size is listed twice")
+        return self
+
+
+class TopologyFit(_Frozen):
+    """What a claim takes of its provider's NUMA cells and PCI devices: the
+    fit the scheduler chose. The partition's writer holds exactly these, or
+    refuses the claim if any is not free (``projections/fitting.py``).
+    Checked here: nothing is named twice; whether the provider has them is
+    the writer's to say."""
+
+    cells: tuple[CellFit, ...] = Field(default=(), max_length=MAX_CELLS)
+    devices: tuple[PciAddress, ...] = Field(default=(), max_length=MAX_DEVICES)
+
+    @field_validator("devices", mode="before")
+    @classmethod
+    def _lower_case(cls, value: object) -> object:
+        if isinstance(value, list | tuple):
+            lowered = [v.lower() if isinstance(v, str) else v for v in value]
+            if all(isinstance(v, str) for v in lowered):
+                lowered.sort()
+            return tuple(lowered)
+        return value
+
+    @model_validator(mode="after")
+    def _nothing_twice(self) -> Self:
+        for what, ids in (
+            ("guest cell", [c.guest_cell for c in self.cells]),
+            ("host cell", [c.host_cell for c in self.cells]),
+            ("CPU", [cpu for c in self.cells for cpu in c.cpus]),
+            ("device", list(self.devices)),
+        ):
+            seen: set[object] = set()
+            for one in ids:
+                if one in seen:
+                    raise ValueError(f"the fit names {what} {one} twice")
+                seen.add(one)
+        if not self.cells and not self.devices:
+            raise ValueError("a fit names at least one cell or device")
+        return self

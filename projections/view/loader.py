@@ -16,6 +16,7 @@ from typing import Any
 from sqlalchemy import Connection, select
 
 from projections.aggregates import effective_layout
+from projections.fitting import fits_of, take_fit
 from projections.placement.load import load_placement
 from projections.pools import PoolState
 from projections.projector import claim_shapes, fingerprint
@@ -47,7 +48,7 @@ from projections.view.tables import (
 )
 from schemas.events import ClaimItem, ClaimSpec, IdentifierItem, Inventory
 from schemas.pool_space import PoolSpace
-from schemas.topology import NumaCell, PciDevice
+from schemas.topology import NumaCell, PciDevice, TopologyFit
 
 _ACTIVE = {"held": HELD, "consumed": CONSUMED, "pending": HELD}
 """Statuses of live reservations (a pending hold is held until its deadline)."""
@@ -188,7 +189,11 @@ def _spec_of(row: Any, membership: tuple[str, str] | None = None) -> ClaimSpec:
         consumer_id=row.consumer_id,
         project_id=row.project_id,
         items=tuple(
-            ClaimItem.model_construct(provider_id=i["provider_id"], resources=i["resources"])
+            ClaimItem.model_construct(
+                provider_id=i["provider_id"],
+                resources=i["resources"],
+                fit=TopologyFit.model_validate(i["fit"], strict=False) if "fit" in i else None,
+            )
             for i in row.items
         ),
         identifiers=tuple(
@@ -268,6 +273,9 @@ def _load_reservations(conn: Connection, state: PartitionState) -> None:
             state.finished[row.reservation_id] = print_
             continue
         items = tuple((state.providers[pid], amounts) for pid, amounts in shapes)
+        fits = fits_of(items, spec.items)
+        for provider, fit in fits:
+            take_fit(provider, fit, row.reservation_id)
         tags = spec.tags
         transaction = row.transaction_id if row.status == "pending" else None
         reservation = Reservation(
@@ -284,6 +292,7 @@ def _load_reservations(conn: Connection, state: PartitionState) -> None:
             spec.lease_ms,
             spec.project_id,
             membership,
+            fits,
         )
         state.reservations[row.reservation_id] = reservation
         if membership is not None:

@@ -12,6 +12,7 @@ from projections.state import PartitionState
 from projections.view.plan import NO_EXPIRY, Plan, compact_json
 from schemas.events import Claim, ClaimItem, ClaimSet, ClaimSpec, TransactionRef
 from schemas.outcomes import Kind, Outcome
+from schemas.topology import TopologyFit
 
 _CREATING = frozenset({Kind.ACCEPTED, Kind.PREPARED})
 _STATUS_OF_KIND = {
@@ -73,18 +74,26 @@ def _resources_json(resources: dict[str, int]) -> str:
 
 
 def _items_json(items: tuple[ClaimItem, ...]) -> str:
-    """A claim's items as JSON."""
-    if len(items) == 1:  # the common case, without the list and join
+    """A claim's items as JSON; an item's fit, when it carries one, after
+    its resources (``schemas.topology.TopologyFit`` without its defaults)."""
+    if len(items) == 1 and items[0].__dict__["fit"] is None:
+        # the common case, without the list and join
         item = items[0].__dict__
         return (
             f'[{{"provider_id":{_string(item["provider_id"])},'
             f'"resources":{_resources_json(item["resources"])}}}]'
         )
     parts = [
-        f'{{"provider_id":{_string(item.provider_id)},"resources":{_resources_json(item.resources)}}}'
+        f'{{"provider_id":{_string(item.provider_id)},"resources":{_resources_json(item.resources)}'
+        + ("" if item.fit is None else f',"fit":{_fit_json(item.fit)}')
+        + "}"
         for item in items
     ]
     return f"[{','.join(parts)}]"
+
+
+def _fit_json(fit: TopologyFit) -> str:
+    return compact_json(fit.model_dump(mode="json", exclude_defaults=True))
 
 
 def _tags(tags: frozenset[str]) -> str:

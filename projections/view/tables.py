@@ -82,6 +82,10 @@ providers = Table(
     # (schemas/topology.py): sorted by cell id and by address
     Column("numa_cells", JSON, nullable=False, server_default="[]"),
     Column("pci_devices", JSON, nullable=False, server_default="[]"),
+    # what its reservations hold of them (projections/fitting.py use_json):
+    # {"cpus": [[cpu, reservation]], "devices": [[address, reservation]],
+    # "pages": [[cell, size_kb, count]]}, each part only when not empty
+    Column("topology_use", JSON, nullable=False, server_default="{}"),
     # its latest metrics report (metrics_reported), as of metrics_at_ms
     Column("metrics", JSON, nullable=False, server_default="{}"),
     Column("metrics_at_ms", BigInteger),
@@ -95,10 +99,11 @@ providers = Table(
 
 
 def provider_columns() -> list[Any]:
-    """The providers table's columns, its NUMA cells and PCI devices as the
+    """The providers table's columns, its NUMA cells and PCI devices (and
+    what is held of them) as the
     JSON text the writer wrote rather than parsed: a reader that meets the
     same text on many providers (one hardware model) parses it once."""
-    topology = ("numa_cells", "pci_devices")
+    topology = ("numa_cells", "pci_devices", "topology_use")
     return [c for c in providers.c if c.name not in topology] + [
         cast(providers.c[name], Text).label(name) for name in topology
     ]

@@ -11,6 +11,7 @@ from typing import Any
 from sqlalchemy import bindparam, delete, update
 
 from projections.batch import Batch
+from projections.fitting import use_json
 from projections.state import PartitionState, ProviderState
 from projections.view.plan import Plan, chunks
 from projections.view.tables import aggregates, inventories, pools, providers
@@ -24,6 +25,7 @@ _UPDATE_USAGE = (
 _UPDATE_ACTIVE = (
     "UPDATE providers SET active_reservations = ?, updated_offset = ? WHERE provider_id = ?"
 )
+_UPDATE_TOPOLOGY_USE = "UPDATE providers SET topology_use = ? WHERE provider_id = ?"
 
 
 def write_providers(
@@ -54,6 +56,7 @@ def write_usage(plan: Plan, state: PartitionState, changed: list[tuple[str, int]
     changed it last."""
     usage: list[tuple[Any, ...]] = []
     active: list[tuple[Any, ...]] = []
+    pinned: list[tuple[Any, ...]] = []
     for pid, offset in changed:
         provider = state.providers.get(pid)
         if provider is None:
@@ -64,8 +67,14 @@ def write_usage(plan: Plan, state: PartitionState, changed: list[tuple[str, int]
             free = layout.limits[i].capacity - held[i] - consumed[i]
             usage.append((held[i], consumed[i], free, pid, rc))
         active.append((provider.active, offset, pid))
+        if provider.topology_use is not None:
+            # once a claim held some of its topology, each change of its usage
+            # writes what is held (an empty use too: given back)
+            pinned.append((use_json(provider.topology_use), pid))
     plan.bulk(_UPDATE_USAGE, usage)
     plan.bulk(_UPDATE_ACTIVE, active)
+    if pinned:
+        plan.bulk(_UPDATE_TOPOLOGY_USE, pinned)
 
 
 _UPDATE_METRICS = (
@@ -91,8 +100,8 @@ def _write_metrics(plan: Plan, state: PartitionState, metered: list[str], offset
 _INSERT_PROVIDER = (
     'INSERT INTO providers (provider_id, "partition", name, state, traits, aggregates, '
     "active_reservations, updated_offset, availability_zone, host, host_ip, capabilities, "
-    "metadata, numa_cells, pci_devices, metrics, metrics_at_ms, num_io_ops, build_failures) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    "metadata, numa_cells, pci_devices, topology_use, metrics, metrics_at_ms, num_io_ops, "
+    "build_failures) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _INSERT_INVENTORY = (
     'INSERT INTO inventories (provider_id, resource_class, "partition", total, reserved, '
@@ -136,6 +145,7 @@ def _provider_row(provider: ProviderState, partition: int, offset: int) -> tuple
         _json_column(described.metadata),
         described.numa_cells_json,
         described.pci_devices_json,
+        use_json(provider.topology_use),
         _json_column(metrics.values),
         metrics.at_ms,
         metrics.num_io_ops,

@@ -20,10 +20,15 @@ all). A guest cell fits a host cell when:
   without: its memory is within the cell's, and within the cell's times the
   MEMORY_MB allocation ratio.
 
-Judged against the snapshot's description of the cells: what earlier claims
-pin per cell is not tracked until the claim carries the fit (issue 31 part
-4), so a cell counts as empty and the provider-wide usage stays the
-ResourceFilter's to judge.
+Judged against the snapshot's cells less what earlier claims hold of them
+(their pinned CPUs and huge pages, ``scheduling.topology.free_in``); the
+memory of floating guests is not counted per cell, and the provider-wide
+usage stays the ResourceFilter's to judge.
+
+The same fitting gives the claim its fit (:func:`numa_fit`): the host cell
+of each guest cell, the dedicated CPUs it pins there (the lowest free ones)
+and the huge pages it takes, which the partition's writer holds or refuses
+(``projections/fitting.py``).
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ from schemas.guest_topology import (
     asks_numa,
     guest_topology,
 )
+from schemas.topology import CellFit, PageCount
 
 
 def _ratio(ctx: Context, row: int, name: str) -> float:
@@ -54,6 +60,13 @@ def _ratio(ctx: Context, row: int, name: str) -> float:
 
 def _pages_lack(host: HostCell, guest: GuestCell, size: PageSize) -> str | None:
     """Why the cell's pages of ``size`` cannot back the guest cell's memory."""
+    found = page_choice(host, guest, size)
+    return found if isinstance(found, str) else None
+
+
+def page_choice(host: HostCell, guest: GuestCell, size: PageSize) -> int | str:
+    """The page size (KiB) that backs the guest cell's memory on the cell,
+    the largest that does for ``large`` and ``any``; or why none does."""
     huge = {kb: pages for kb, pages in host.huge_pages.items() if kb > SMALL_PAGE_KB}
     small_mb = host.memory_mb - sum(kb * pages for kb, pages in huge.items()) // 1024
     sizes: list[int]
@@ -69,7 +82,7 @@ def _pages_lack(host: HostCell, guest: GuestCell, size: PageSize) -> str | None:
     for kb in sizes:
         have = small_mb if kb == SMALL_PAGE_KB else huge.get(kb, 0) * kb // 1024
         if guest.memory_mb * 1024 % kb == 0 and guest.memory_mb <= have:
-            return None
+            return kb
     if not sizes:
         return "no huge pages"
     shown = ", ".join(f"{kb} KiB" for kb in sizes)
@@ -144,6 +157,83 @@ def matching(fits: Sequence[Sequence[int]], hosts: int) -> list[int] | None:
     return chosen
 
 
+def cells_fit(
+    hosts: Sequence[HostCell], topology: GuestTopology, cpu: float, ram: float
+) -> list[int] | str:
+    """The host cell (an index into ``hosts``) each guest cell goes on,
+    each host cell used once; or why there is none."""
+    if len(topology.cells) > len(hosts):
+        return f"{len(topology.cells)} guest NUMA cells, provider has {len(hosts)}"
+    fits: list[list[int]] = []
+    for guest in topology.cells:
+        lacks = [cell_lack(host, guest, topology, cpu, ram) for host in hosts]
+        if all(lacks):
+            said = "; ".join(
+                f"host cell {h.cell_id} has {why}" for h, why in zip(hosts, lacks, strict=True)
+            )
+            return f"guest cell {guest.cell_id} fits no host cell: {said}"
+        fits.append([i for i, why in enumerate(lacks) if why is None])
+    chosen = matching(fits, len(hosts))
+    if chosen is None:
+        return "the guest cells fit, but not each on a host cell of its own"
+    return chosen
+
+
+def pinned_cpus(host: HostCell, count: int, thread_policy: str | None = None) -> tuple[int, ...]:
+    """The ``count`` dedicated CPUs of ``host`` a guest cell pins: its
+    lowest free ones (``host.dedicated`` is what is free); under
+    ``hw:cpu_thread_policy=require``, the threads of whole free cores
+    first, so the guest's vCPUs share cores as Nova pins them."""
+    free = sorted(host.dedicated)
+    if thread_policy == "require" and host.siblings:
+        whole = [
+            cpu
+            for group in sorted(host.siblings, key=min)
+            if group <= host.dedicated
+            for cpu in sorted(group)
+        ]
+        taken = set(whole)
+        free = whole + [cpu for cpu in free if cpu not in taken]
+    return tuple(sorted(free[:count]))
+
+
+def numa_fit(
+    hosts: Sequence[HostCell],
+    topology: GuestTopology,
+    cpu: float,
+    ram: float,
+    chosen: Sequence[int] | None = None,
+) -> tuple[CellFit, ...] | str:
+    """The fit a claim carries: per guest cell its host cell (``chosen``,
+    indexes into ``hosts``, when the PCI filter's fit chose them, else
+    :func:`cells_fit`'s), the CPUs it pins there and the huge pages it
+    takes; or why the guest does not fit."""
+    if chosen is None:
+        found = cells_fit(hosts, topology, cpu, ram)
+        if isinstance(found, str):
+            return found
+        chosen = found
+    out = []
+    for guest, h in zip(topology.cells, chosen, strict=True):
+        host = hosts[h]
+        pages: tuple[PageCount, ...] = ()
+        if topology.page_size is not None:
+            kb = page_choice(host, guest, topology.page_size)
+            assert isinstance(kb, int)  # the cell fits
+            if kb > SMALL_PAGE_KB:
+                pages = (PageCount(size_kb=kb, count=guest.memory_mb * 1024 // kb),)
+        pinned = topology.pinned(guest)
+        out.append(
+            CellFit(
+                guest_cell=guest.cell_id,
+                host_cell=host.cell_id,
+                cpus=pinned_cpus(host, pinned, topology.thread_policy) if pinned else (),
+                pages=pages,
+            )
+        )
+    return tuple(out)
+
+
 class NUMATopologyFilter(HostFilter):
     """Providers whose NUMA cells can each take one of the guest's cells
     (``hw:numa_nodes``, ``hw:numa_cpus.N``, ``hw:numa_mem.N``,
@@ -187,18 +277,18 @@ class NUMATopologyFilter(HostFilter):
     def _fit(
         self, hosts: Sequence[HostCell], topology: GuestTopology, cpu: float, ram: float
     ) -> str | None:
-        fits: list[list[int]] = []
-        for guest in topology.cells:
-            lacks = [cell_lack(host, guest, topology, cpu, ram) for host in hosts]
-            if all(lacks):
-                said = "; ".join(
-                    f"host cell {h.cell_id} has {why}" for h, why in zip(hosts, lacks, strict=True)
-                )
-                return f"guest cell {guest.cell_id} fits no host cell: {said}"
-            fits.append([i for i, why in enumerate(lacks) if why is None])
-        if matching(fits, len(hosts)) is None:
-            return "the guest cells fit, but not each on a host cell of its own"
-        return None
+        found = cells_fit(hosts, topology, cpu, ram)
+        return found if isinstance(found, str) else None
+
+    def fit(self, ctx: Context, row: int) -> tuple[CellFit, ...] | str | None:
+        """What the request takes of the provider's cells (None: it asks
+        for no NUMA topology), or why it does not fit."""
+        topology = self.topology(ctx.request)
+        if topology is None:
+            return None
+        hosts = ctx.snapshot.providers[row].numa_cells
+        ratios = _ratio(ctx, row, "VCPU"), _ratio(ctx, row, "MEMORY_MB")
+        return numa_fit(hosts, topology, *ratios)
 
     def mask(self, ctx: Context, rows: IntArray) -> BoolArray:
         # providers of one hardware model share their cells' records, so

@@ -25,9 +25,11 @@ same allocation ratios) and passes the provider if one set has every
 device near it. Without a NUMA topology there are no cells to be near and
 any device will do.
 
-Judged against the snapshot's description of the devices: which devices
-earlier claims hold is not tracked until the claim carries the fit (issue
-31 part 4), so every described device counts as free.
+Judged against the snapshot's devices less those earlier claims hold (and
+the VFs of a PF held, the PF of a VF held: ``scheduling.topology.free_in``).
+The same choice (:func:`choose`, :func:`near_fit`) gives the claim the
+addresses it takes (``scheduling/fit.py``), which the partition's writer
+holds or refuses (``projections/fitting.py``).
 """
 
 from __future__ import annotations
@@ -364,6 +366,11 @@ class PciPassthroughFilter(HostFilter):
             )
         self._memo = (request, wants, topology)
         return wants, topology
+
+    def wants(self, request: Request) -> tuple[list[Want], GuestTopology | None]:
+        """What each instance of the request takes, and its guest topology
+        when a want's NUMA affinity policy ties devices to its cells."""
+        return self._wants(request)
 
     def refuses(self, request: Request) -> str | None:
         if PCI_ALIAS not in request.extra_specs:
