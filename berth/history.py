@@ -258,6 +258,7 @@ def _described(p: dict[str, Any]) -> list[str]:
         lines.append(f"    metadata {json.dumps(p['metadata'], sort_keys=True)}")
     lines.extend(_cells(p["numa_cells"]))
     lines.extend(_devices(p["pci_devices"]))
+    lines.extend(_held(p.get("topology_use") or {}))
     if p["metrics_at_ms"] is not None:
         shown = ", ".join(f"{k}={v:g}" for k, v in sorted(p["metrics"].items())) or "none"
         lines.append(
@@ -300,6 +301,28 @@ def _devices(devices: list[dict[str, Any]]) -> list[str]:
         if d["tags"]:
             parts.append(f"tags {json.dumps(d['tags'], sort_keys=True)}")
         lines.append(f"    PCI {d['address']} {d['device_type']}: " + ", ".join(parts))
+    return lines
+
+
+def _held(use: dict[str, Any]) -> list[str]:
+    """What reservations hold of the cells and devices (the claims' fits):
+    a line per reservation, and the huge pages held per cell."""
+    cpus: dict[str, list[int]] = {}
+    devices: dict[str, list[str]] = {}
+    for cpu, rid in use.get("cpus", ()):
+        cpus.setdefault(rid, []).append(cpu)
+    for address, rid in use.get("devices", ()):
+        devices.setdefault(rid, []).append(address)
+    lines = []
+    for rid in sorted(cpus.keys() | devices.keys()):
+        parts = []
+        if rid in cpus:
+            parts.append(f"pinned CPUs {_ranges(sorted(cpus[rid]))}")
+        if rid in devices:
+            parts.append("PCI " + " ".join(devices[rid]))
+        lines.append(f"    held by {rid}: " + ", ".join(parts))
+    for cell, size_kb, count in use.get("pages", ()):
+        lines.append(f"    NUMA cell {cell}: {count} pages of {size_kb} KiB held")
     return lines
 
 

@@ -18,6 +18,7 @@ from sqlalchemy import select
 
 from berth.app import App, Settings
 from berth.client import Publisher
+from berth.history import read_history, render
 from berth.replay import replay
 from consumers.batches import BatchScheduler
 from consumers.coordinator import Coordinator
@@ -426,6 +427,17 @@ def test_the_view_keeps_what_is_held_and_the_snapshot_sees_it_taken(
     assert [d.address for d in n1.pci_devices] == [VF2]
     assert [sorted(c.dedicated) for c in n2.numa_cells] == [[2, 3], [6, 7]]
     assert len(n2.pci_devices) == 4
+
+
+def test_history_shows_what_is_held(tmp_path: Path) -> None:
+    settings = Settings(data_dir=tmp_path / "data", partitions=1)
+    with App(settings) as app:
+        _publish(app)
+        catch_up_all(app.writers())
+        text = render(read_history(app.engine, "n1"))
+    assert f"    held by r1: pinned CPUs 2-3,6, PCI {VF1}\n" in text
+    assert f"    held by r2: pinned CPUs 7, PCI {GPU}\n" in text
+    assert "    NUMA cell 0: 64 pages of 2048 KiB held\n" in text
 
 
 def test_a_replay_reproduces_every_pinning_byte_for_byte(tmp_path: Path) -> None:
