@@ -14,9 +14,12 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
+import numpy.typing as npt
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,10 +154,106 @@ def free_in(
     if use_text == "{}":
         return cells, devices
     use = json.loads(use_text)
-    return without(
+    free_cells, free_devices = without(
         cells,
         devices,
         {cpu for cpu, _ in use.get("cpus", ())},
         {(cell, kb): count for cell, kb, count in use.get("pages", ())},
         {address for address, _ in use.get("devices", ())},
     )
+    return _interned(free_cells, free_devices)
+
+
+_SAME: dict[tuple[object, ...], tuple[tuple[HostCell, ...], tuple[HostDevice, ...]]] = {}
+
+
+def _interned(
+    cells: tuple[HostCell, ...], devices: tuple[HostDevice, ...]
+) -> tuple[tuple[HostCell, ...], tuple[HostDevice, ...]]:
+    """The same records for the same free cells and devices: providers of
+    one model whose claims pinned the same CPUs (the scheduler pins the
+    lowest free ones) share them, so the filters judge them once."""
+    key = (
+        tuple(
+            (
+                c.cell_id,
+                c.cpus,
+                c.dedicated,
+                c.shared,
+                c.siblings,
+                c.memory_mb,
+                tuple(sorted(c.huge_pages.items())),
+                c.socket,
+            )
+            for c in cells
+        ),
+        tuple(id(d) for d in devices),
+    )
+    found = _SAME.get(key)
+    if found is None:
+        if len(_SAME) >= 4 * _DISTINCT:
+            _SAME.clear()
+        found = _SAME[key] = (cells, devices)
+    return found
+
+
+@dataclass(frozen=True, slots=True)
+class Codes:
+    """A snapshot's providers by topology: ``cells[row]`` numbers the
+    provider's cells records among the distinct ones (``cell_models``),
+    ``devices[row]`` likewise, so a filter judges each distinct topology
+    once per request and spreads the answer with NumPy."""
+
+    cells: npt.NDArray[np.int64]
+    devices: npt.NDArray[np.int64]
+    cell_models: tuple[tuple[HostCell, ...], ...]
+    device_models: tuple[tuple[HostDevice, ...], ...]
+
+
+_CODES: list[tuple[Sequence[Any], Codes]] = []
+
+
+def codes_of(providers: Sequence[Any]) -> Codes:
+    """The :class:`Codes` of a snapshot's providers (``numa_cells`` and
+    ``pci_devices`` read from each), computed once per providers sequence
+    (a snapshot and its working twins share theirs)."""
+    for seen, known in _CODES:
+        if seen is providers:
+            return known
+    cells: dict[int, int] = {}
+    devices: dict[int, int] = {}
+    cell_models: list[tuple[HostCell, ...]] = []
+    device_models: list[tuple[HostDevice, ...]] = []
+    cell_codes = np.empty(len(providers), dtype=np.int64)
+    device_codes = np.empty(len(providers), dtype=np.int64)
+    for row, p in enumerate(providers):
+        have_cells = p.numa_cells
+        code = cells.get(id(have_cells))
+        if code is None:
+            code = cells[id(have_cells)] = len(cell_models)
+            cell_models.append(have_cells)
+        cell_codes[row] = code
+        have_devices = p.pci_devices
+        code = devices.get(id(have_devices))
+        if code is None:
+            code = devices[id(have_devices)] = len(device_models)
+            device_models.append(have_devices)
+        device_codes[row] = code
+    codes = Codes(cell_codes, device_codes, tuple(cell_models), tuple(device_models))
+    _CODES.insert(0, (providers, codes))
+    del _CODES[4:]  # a snapshot and the next, and their twins
+    return codes
+
+
+def spread(
+    codes: npt.NDArray[np.int64], models: int, fits: Callable[[int], bool]
+) -> npt.NDArray[np.bool_]:
+    """``fits(k)`` for each distinct code among ``codes`` (each below
+    ``models``), asked once each, as a mask over ``codes``."""
+    present = np.zeros(models, dtype=np.bool_)
+    present[codes] = True
+    table = np.zeros(models, dtype=np.bool_)
+    for k in np.flatnonzero(present).tolist():
+        table[k] = fits(k)
+    out: npt.NDArray[np.bool_] = table[codes]
+    return out

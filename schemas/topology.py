@@ -291,20 +291,15 @@ class CellFit(_Frozen):
     cpus: tuple[CpuId, ...] = Field(default=(), max_length=MAX_CPUS_PER_CELL)
     pages: tuple[PageCount, ...] = Field(default=(), max_length=16)
 
-    @model_validator(mode="before")
+    @field_validator("cpus")
     @classmethod
-    def _canonical(cls, data: object) -> object:
-        if not isinstance(data, dict):
-            return data
-        out = dict(data)
-        if "cpus" in out:
-            out["cpus"] = _canonical_set(out["cpus"], f"guest cell {data.get('guest_cell')} fit")
-        pages = out.get("pages")
-        if isinstance(pages, list | tuple):
-            if all(isinstance(p, dict) and _ints([p.get("size_kb")]) for p in pages):
-                pages = sorted(pages, key=lambda p: int(p["size_kb"]))
-            out["pages"] = tuple(pages)
-        return out
+    def _sorted_cpus(cls, cpus: tuple[int, ...]) -> tuple[int, ...]:
+        return _sorted_set(cpus, "a cell's fit")
+
+    @field_validator("pages")
+    @classmethod
+    def _sorted_pages(cls, pages: tuple[PageCount, ...]) -> tuple[PageCount, ...]:
+        return tuple(sorted(pages, key=lambda p: p.size_kb)) if len(pages) > 1 else pages
 
     @model_validator(mode="after")
     def _sizes_once(self) -> Self:

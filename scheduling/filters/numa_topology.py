@@ -38,8 +38,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from scheduling.filters.base import Context, HostFilter
-from scheduling.model import BoolArray, IntArray, Request
-from scheduling.topology import HostCell
+from scheduling.model import BoolArray, FloatArray, IntArray, Request
+from scheduling.topology import HostCell, codes_of, spread
 from schemas.guest_topology import (
     SMALL_PAGE_KB,
     GuestCell,
@@ -291,33 +291,39 @@ class NUMATopologyFilter(HostFilter):
         return numa_fit(hosts, topology, *ratios)
 
     def mask(self, ctx: Context, rows: IntArray) -> BoolArray:
-        # providers of one hardware model share their cells' records, so
-        # each distinct (cells, ratios) is fitted once per request
-        out = np.ones(len(rows), dtype=np.bool_)
+        # providers of one hardware model (and with the same CPUs pinned)
+        # share their cells' records, so each distinct (cells, ratios) is
+        # fitted once per request, and the answers spread with NumPy
         topology = self.topology(ctx.request)
         if topology is None:
-            return out
-        snapshot = ctx.snapshot
-        providers = snapshot.providers
+            return np.ones(len(rows), dtype=np.bool_)
+        codes = codes_of(ctx.snapshot.providers)
+        here = codes.cells[rows]
         cpu, ram = (_ratios(ctx, rows, name) for name in ("VCPU", "MEMORY_MB"))
+        if _uniform(cpu) and _uniform(ram):
+            c, r = (float(a[0]) if len(a) else 1.0 for a in (cpu, ram))
+            models = codes.cell_models
+            return spread(here, len(models), lambda k: self._fit(models[k], topology, c, r) is None)
+        out = np.empty(len(rows), dtype=np.bool_)
         seen: dict[tuple[int, float, float], bool] = {}
-        want = len(topology.cells)
-        for i, row in enumerate(rows.tolist()):
-            hosts = providers[row].numa_cells
-            if len(hosts) < want:
-                out[i] = False
-                continue
-            key = (id(hosts), cpu[i], ram[i])
-            fits = seen.get(key)
-            if fits is None:
-                fits = seen[key] = self._fit(hosts, topology, cpu[i], ram[i]) is None
-            out[i] = fits
+        for i, (code, c, r) in enumerate(
+            zip(here.tolist(), cpu.tolist(), ram.tolist(), strict=True)
+        ):
+            key = (code, c, r)
+            found = seen.get(key)
+            if found is None:
+                found = seen[key] = self._fit(codes.cell_models[code], topology, c, r) is None
+            out[i] = found
         return out
 
 
-def _ratios(ctx: Context, rows: IntArray, name: str) -> list[float]:
+def _uniform(values: FloatArray) -> bool:
+    return len(values) == 0 or bool((values == values[0]).all())
+
+
+def _ratios(ctx: Context, rows: IntArray, name: str) -> FloatArray:
     classes = ctx.snapshot.classes
     if name not in classes:
-        return [1.0] * len(rows)
-    ratios: list[float] = ctx.snapshot.allocation_ratio[rows, classes.index(name)].tolist()
+        return np.ones(len(rows), dtype=np.float64)
+    ratios: FloatArray = ctx.snapshot.allocation_ratio[rows, classes.index(name)]
     return ratios
