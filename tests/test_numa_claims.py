@@ -25,11 +25,12 @@ from consumers.coordinator import Coordinator
 from consumers.partition_writer import catch_up_all
 from consumers.scheduler import OutcomeFollower, Scheduler
 from consumers.snapshot_source import LiveSnapshot, snapshot_from_view
+from ledger.log import Append
 from projections.state import PartitionState
 from projections.view.loader import load_state
-from projections.view.tables import providers, reservations
+from projections.view.tables import dead_letters, providers, reservations
 from scheduling.config import SchedulerConfig
-from schemas.codec import EventDecodeError
+from schemas.codec import EventDecodeError, encode_event
 from schemas.events import (
     Claim,
     ClaimSet,
@@ -373,6 +374,28 @@ def _publish(app: App) -> Publisher:
         ]
     )
     return publisher
+
+
+def test_a_fit_in_the_log_that_names_a_device_twice_is_a_dead_letter(tmp_path: Path) -> None:
+    settings = Settings(data_dir=tmp_path / "data", partitions=1)
+    with App(settings) as app:
+        bad = json.loads(encode_event(pinned("bad", "n1", None, ts=2)))
+        bad["items"][0]["fit"] = {"devices": [VF1, VF1]}
+        good = pinned("good", "n1", fit(devices=[VF1]), ts=3)
+        app.log.append(
+            app.settings.topics.events,
+            [
+                *(Append(0, b"n1", encode_event(e)) for e in host("n1")),
+                Append(0, b"n1", json.dumps(bad).encode()),
+                Append(0, b"n1", encode_event(good)),
+            ],
+        )
+        catch_up_all(app.writers())
+        with app.engine.connect() as conn:
+            dead = conn.execute(select(dead_letters.c.reason)).scalar_one()
+            status = conn.execute(select(reservations.c.status)).scalars().all()
+    assert f"the fit names device {VF1} twice" in dead
+    assert status == ["held"]
 
 
 def test_the_view_keeps_what_is_held_and_the_snapshot_sees_it_taken(
