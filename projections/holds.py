@@ -5,7 +5,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Sequence
 
-from projections.fitting import fits_of, give_fit, take_fit
+from projections.fitting import NO_FITS, fits_of, give_fit, take_fit
 from projections.state import (
     HELD,
     Amounts,
@@ -40,9 +40,12 @@ def hold(
     for pool, _ in picks:
         state.pools_touched.add(pool.pool_id)
     rid = f["reservation_id"]
-    fits = fits_of(items, f["items"]) if items else ()
-    for provider, fit in fits:
-        take_fit(provider, fit, rid)
+    asked = f["items"]
+    fits = NO_FITS
+    if len(asked) > 1 or (asked and asked[0].__dict__["fit"] is not None):
+        fits = fits_of(items, asked)
+        for provider, fit in fits:
+            take_fit(provider, fit, rid)
     group_id = f["server_group"]
     membership = None if group_id is None else (group_id, f["group_host"])
     reservation = Reservation(
