@@ -45,7 +45,7 @@ import numpy as np
 from scheduling.filters.base import Context, HostFilter
 from scheduling.filters.numa_topology import cell_lack, matching
 from scheduling.model import BoolArray, FloatArray, IntArray, Request
-from scheduling.topology import HostCell, HostDevice
+from scheduling.topology import HostCell, HostDevice, codes_of
 from schemas.guest_topology import (
     PCI_ALIAS,
     GuestTopology,
@@ -417,6 +417,21 @@ class PciPassthroughFilter(HostFilter):
         if len(rows) == 0:
             return np.ones(0, dtype=np.bool_)
         snapshot = ctx.snapshot
+        ratios = [
+            snapshot.allocation_ratio[rows, snapshot.classes.index(name)]
+            for name in ("VCPU", "MEMORY_MB")
+            if name in snapshot.classes
+        ]
+        if all(len(r) == 0 or bool((r == r[0]).all()) for r in ratios):
+            # the common case, one ratio each: a code per (devices, cells)
+            # pair of records (scheduling.topology.codes_of), each pair
+            # judged once at the first row that has it
+            codes = codes_of(snapshot.providers)
+            pairs = codes.devices[rows] * len(codes.cell_models) + codes.cells[rows]
+            _, at, spread = np.unique(pairs, return_index=True, return_inverse=True)
+            judged = [self.reject(ctx, int(rows[i])) is None for i in at.tolist()]
+            found: BoolArray = np.array(judged, dtype=np.bool_)[spread.reshape(-1)]
+            return found
         memo = self._identities
         if memo is None or memo[0] is not snapshot.providers:
             # ids are addresses, below 2**53: exact as float64
