@@ -738,3 +738,47 @@ def test_a_batch_claims_the_fit_of_each_member_all_or_nothing(tmp_path: Path) ->
     assert first.placed
     fits = sorted((i[0]["fit"]["cells"][0]["cpus"], i[0]["fit"]["devices"]) for i in rows)
     assert fits == [([2, 3], [VF1]), ([6, 7], [VF2])]
+
+
+def test_a_device_tied_to_the_guests_cell_brings_the_guest_to_that_cell(tmp_path: Path) -> None:
+    # the VFs are on cell 1: under the default legacy PCI NUMA affinity the
+    # guest goes there, not to cell 0 where it would otherwise go first
+    settings = Settings(data_dir=tmp_path / "data", partitions=1)
+    with App(settings) as app:
+        publisher = Publisher(app.log, app.settings.topics, clock_ms=lambda: NOW_MS)
+        publisher.publish(
+            [
+                *provider("n1", ts=1, PCPU=8, VCPU=8, MEMORY_MB=8192),
+                described(
+                    "n1", ts=1, numa_cells=[cell(0, 0), cell(1, 4)], pci_devices=nic(numa_node=1)
+                ),
+            ]
+        )
+        writers = app.writers()
+        catch_up_all(writers)
+        scheduler = Scheduler(
+            publisher,
+            SCHEDULER.engine(),
+            lambda: snapshot_from_view(app.engine),
+            OutcomeFollower(app.log, settings.topics.outcomes),
+            pump=lambda: catch_up_all(writers),
+        )
+        (result,) = scheduler.schedule(
+            [
+                PlacementRequest(
+                    request_id="q",
+                    ts_ms=NOW_MS,
+                    project_id="p",
+                    resources={"PCPU": 2, "MEMORY_MB": 512},
+                    extra_specs={"hw:cpu_policy": "dedicated", "pci_passthrough:alias": "vf:1"},
+                )
+            ]
+        )
+        catch_up_all(writers)
+        with app.engine.connect() as conn:
+            (items,) = conn.execute(select(reservations.c["items"])).scalars().all()
+    assert result.placed
+    assert items[0]["fit"] == {
+        "cells": [{"guest_cell": 0, "host_cell": 1, "cpus": [6, 7]}],
+        "devices": [VF1],
+    }
