@@ -692,10 +692,15 @@ GROUP_CODES = {
 }
 """Reached by tests/test_server_group_properties.py."""
 
-TOPOLOGY_CODES = {Code.NUMA_CELL_NOT_DESCRIBED, Code.TOPOLOGY_IN_USE}
-"""A description's NUMA cells and PCI devices: tests/test_numa_topology.py
-(nothing a claim holds fills a cell or a device yet, so no generated log
-could reach TOPOLOGY_IN_USE)."""
+TOPOLOGY_CODES = {
+    Code.NUMA_CELL_NOT_DESCRIBED,
+    Code.TOPOLOGY_IN_USE,
+    Code.TOPOLOGY_TAKEN,
+    Code.TOPOLOGY_NOT_PROVIDED,
+}
+"""A description's NUMA cells and PCI devices, and the fits claims carry:
+tests/test_numa_topology.py and tests/test_numa_claims.py (this generator
+describes no topology and its claims carry no fit)."""
 
 
 def test_the_generator_reaches_the_interesting_cases() -> None:
