@@ -22,6 +22,7 @@ snapshot was read, and a retry avoids providers whose claims were refused.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import tempfile
 from collections.abc import Iterator
@@ -29,8 +30,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from berth.app import App, Settings
-from berth.checkpoints import UNLIMITED, Checkpoint, Checkpoints, collector_paused
+from berth.app import App, Settings, open_log
+from berth.checkpoints import UNLIMITED, Checkpoint, Checkpoints, collector_paused, seed_log
 from berth.replay import replay_until
 from consumers.policies import POLICY_PARTITION, PolicyError, compile_policy
 from consumers.scheduler import engine_request
@@ -144,7 +145,12 @@ def _view_as_of(
     else:
         at = restored.checkpoint.offsets
         loaded = {s.partition: (s, at[s.partition]) for s in restored.states}
-        replay_until(target, offsets, loaded, reading=log)
+        with contextlib.ExitStack() as opened:
+            if log is None:
+                log = opened.enter_context(open_log(target, read_only=True))
+            # only the records after the copy are read: check those alone
+            seed_log(log, target.topics.events, restored.checkpoint)
+            replay_until(target, offsets, loaded, reading=log)
     engine = make_engine(target.view_url)
     try:
         rules = read_rules(engine)

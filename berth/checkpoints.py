@@ -7,7 +7,12 @@ A checkpoint is two files in ``DATA_DIR/checkpoints/``: ``view-N.db``, a
 consistent copy of a SQLite view (SQLite's online backup, one read
 transaction: rows and offsets from one commit of the view), and
 ``view-N.json``, its manifest, written last: the offset each partition had
-applied, N their sum, the copy's size and SHA-256. A copy without a
+applied, N their sum, the copy's size and SHA-256, and where in each
+partition of the events topic that offset's record starts with the chain
+value it follows (the embedded log's, :meth:`ledger.log.Log.mark`): explain
+checks the log's records from there on, against that value, rather than
+every record of the partitions from offset 0 (the records before are the
+copy's, checked by its SHA-256). A copy without a
 manifest is an interrupted checkpoint, removed by the next prune. One whose
 manifest does not parse, or whose bytes no longer match it, is skipped with
 a warning naming it: explain then uses an older one or replays from offset
@@ -47,9 +52,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from berth.app import App, Settings
+from berth.app import App, Settings, open_log
 from berth.replay import replay_until
 from consumers.snapshot_source import LiveSnapshot
+from ledger.log import Log
 from projections.pools import IntervalPool
 from projections.state import PartitionState, Reservation, ServerGroup
 from projections.view.engine import make_engine
@@ -89,6 +95,10 @@ class Checkpoint:
     copy, and the copy read as a live snapshot, pickled, so that explain
     neither loads the states from the view's rows again nor reads the whole
     snapshot (seconds each for a large view)."""
+    marks: dict[int, tuple[int, int]] = dataclasses.field(default_factory=dict)
+    """Partition -> where its record at the checkpoint's offset starts in the
+    events topic and the chain value it follows (:meth:`Log.mark`), for the
+    partitions whose log said (none in a manifest from before them)."""
 
     @property
     def records(self) -> int:
@@ -105,6 +115,7 @@ class Checkpoint:
             "sha256": self.sha256,
             "states_sha256": self.states_sha256,
             "taken_ms": self.taken_ms,
+            "log_marks": {str(p): list(m) for p, m in sorted(self.marks.items())},
         }
 
     def to_dict(self) -> dict[str, object]:
@@ -182,29 +193,38 @@ class Checkpoints:
         if not offsets or (newest is not None and newest.offsets == offsets):
             partial.unlink()
             return None
-        with collector_paused():
-            states = self._states_from_previous(offsets)
-            if states is None:
-                states = _states_of(partial, offsets, max(int(n) for _, n, _ in rows))
+        with closing(open_log(self.settings, read_only=True)) as events:
+            with collector_paused():
+                states = self._states_from_previous(offsets, events)
+                if states is None:
+                    states = _states_of(partial, offsets, max(int(n) for _, n, _ in rows))
+            marks = _marks(events, self.settings.topics.events, offsets)
         name = f"view-{sum(offsets.values()):015d}"
         path = self.directory / f"{name}.db"
         _write_synced(path.with_suffix(".states"), states)
         digest, size = _digest(partial)
         os.replace(partial, path)
         checkpoint = Checkpoint(
-            path, offsets, size, digest, int(time.time() * 1000), hashlib.sha256(states).hexdigest()
+            path,
+            offsets,
+            size,
+            digest,
+            int(time.time() * 1000),
+            hashlib.sha256(states).hexdigest(),
+            marks,
         )
         _write_synced(path.with_suffix(".json"), json.dumps(checkpoint.manifest()).encode())
         self.prune()
         return checkpoint
 
-    def _states_from_previous(self, offsets: Mapping[int, int]) -> bytes | None:
+    def _states_from_previous(self, offsets: Mapping[int, int], events: Log) -> bytes | None:
         """The writers' states and live snapshot as of ``offsets``, from the
         newest checkpoint before them and the records between, decided and
         written into a scratch copy of it as explain does: what the live
         writers did to the view, so the same states as loading them from
         the new copy gives (replay is exact), for the cost of the records
-        since rather than of the whole view. None if there is no usable
+        since rather than of the whole view (and the log's records checked
+        from that checkpoint's marks on). None if there is no usable
         checkpoint before."""
         with tempfile.TemporaryDirectory(prefix="berth-checkpoint-") as scratch:
             view = Path(scratch) / "view.db"
@@ -220,7 +240,9 @@ class Checkpoints:
                 target = app.settings
             at = restored.checkpoint.offsets
             loaded = {s.partition: (s, at[s.partition]) for s in restored.states}
-            replay_until(target, offsets, loaded)  # decides on the loaded states, in place
+            seed_log(events, target.topics.events, restored.checkpoint)
+            # decides on the loaded states, in place
+            replay_until(target, offsets, loaded, reading=events)
             engine = make_engine(target.view_url)
             try:
                 live = LiveSnapshot.resumed(engine, restored.live, limit=UNLIMITED)
@@ -244,6 +266,10 @@ class Checkpoints:
                         str(data["sha256"]),
                         int(data["taken_ms"]),
                         str(data["states_sha256"]),
+                        {
+                            int(p): (int(position), int(chain))
+                            for p, (position, chain) in data.get("log_marks", {}).items()
+                        },
                     )
                 )
             except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
@@ -290,6 +316,25 @@ class Checkpoints:
         for path in removed:
             path.unlink(missing_ok=True)
         return removed
+
+
+def seed_log(log: Log, topic: str, checkpoint: Checkpoint) -> None:
+    """Have ``log`` check the records of ``topic`` from the checkpoint's
+    offsets on only, chaining from the values its marks recorded, where it
+    has not read them yet (see :meth:`Log.seed`)."""
+    for partition, mark in checkpoint.marks.items():
+        log.seed(topic, partition, checkpoint.offsets[partition], mark)
+
+
+def _marks(log: Log, topic: str, offsets: Mapping[int, int]) -> dict[int, tuple[int, int]]:
+    """What ``log`` says of each partition's record at its offset (see
+    :meth:`Log.mark`), for those it says it of."""
+    found = {}
+    for partition, offset in offsets.items():
+        mark = log.mark(topic, partition, offset)
+        if mark is not None:
+            found[partition] = mark
+    return found
 
 
 def _stale(partial: Path) -> bool:

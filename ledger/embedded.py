@@ -253,11 +253,22 @@ class EmbeddedLog(Log):
         part.refresh()
         return None if part.damage is None else str(part.damage)
 
+    def mark(self, topic: str, partition: int, offset: int) -> tuple[int, int] | None:
+        """Where record ``offset`` of the partition starts and the chain
+        value it follows, every record before it checked (see
+        :meth:`PartitionFile.seed`)."""
+        return self._partition(topic, partition).mark(offset)
+
+    def seed(self, topic: str, partition: int, offset: int, mark: tuple[int, int]) -> bool:
+        """Index the partition from record ``offset`` on, which :meth:`mark`
+        said ``mark`` of, if nothing of it is indexed yet."""
+        return self._partition(topic, partition).seed(offset, *mark)
+
     def check(self, topic: str, partition: int) -> FileCheck:
         """Index the partition file to its end, every record's checks run
         (on first use, as any use would), and say what was found."""
         part = self._partition(topic, partition)
-        part.refresh()
+        part.refresh(whole=True)
         records, intact = part.extent()
         size = os.fstat(part.fd).st_size
         damage = None if part.damage is None else str(part.damage)

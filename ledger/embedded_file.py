@@ -135,6 +135,17 @@ class PartitionFile:
     The file is scanned on first use, not on open: a process that uses a few
     partitions of a large log (a replay worker, a writer of some partitions)
     does not pay to check every record of the others.
+
+    A process that needs only the records from some offset on (``berth
+    explain`` continuing a checkpoint of the view) may :meth:`seed` the index
+    there, with the position and chain value a process that had checked the
+    records up to it noted (:meth:`mark`): the scan then starts there and
+    checks the chain on from that value, so a record after it that is
+    damaged, moved or replaced still fails. ``_base`` is the offset of the
+    record ``_positions[0]`` starts (0 unless seeded). A read before it, a
+    check of the whole file, a cut, or damage found by the seeded scan
+    drops the seed and indexes the file from its start: damage is only ever
+    judged by a scan from record 0.
     """
 
     def __init__(
@@ -150,6 +161,9 @@ class PartitionFile:
         self._positions = array("q", [0])
         self._key_lengths = array("I")
         self.chain = frames.chain_seed(partition)
+        self._base = 0
+        self._base_chain = self.chain
+        """What record ``_base`` chains from."""
         self.damage: Damage | None = None
         # The shared flock goes on a second descriptor: flock() on the one this
         # process's appender locks would convert its exclusive lock, not wait.
@@ -181,8 +195,12 @@ class PartitionFile:
         size = os.fstat(self.fd).st_size
         if self.damage is not None:
             return size
-        known = len(self._positions) - 1
+        known = self._count()
         found = frames.scan(self.fd, self.format, self._positions[-1], size, known, self.chain)
+        if found.damage is not None and self._base > 0:
+            # judged from a seed: judge it again from record 0
+            self._unseed()
+            return self._extend()
         if found.ends:
             if not self._synced(found.ends[-1], found.chain):
                 # appended by another process that did not say it fsynced
@@ -192,15 +210,28 @@ class PartitionFile:
             self._key_lengths.extend(found.key_lengths)
             self.chain = found.chain
         if found.damage is not None:
-            offset = len(self._positions) - 1
+            offset = self._count()
             self.damage = Damage(self.path, offset, found.stop, found.damage)
             _log.error("%s", self.damage)
         return size
 
-    def refresh(self) -> None:
-        """Index what other processes have appended since the last look."""
+    def _count(self) -> int:
+        """Records indexed (those before a seed included); the caller holds ``lock``."""
+        return self._base + len(self._positions) - 1
+
+    def _unseed(self) -> None:
+        """Forget a seeded index, to index the file from its start; the
+        caller holds ``lock``."""
+        self._positions = array("q", [0])
+        self._key_lengths = array("I")
+        self.chain = self._base_chain = frames.chain_seed(self.partition)
+        self._base = 0
+
+    def refresh(self, whole: bool = False) -> None:
+        """Index what other processes have appended since the last look;
+        ``whole``: from record 0 if the index was seeded past it."""
         with self.lock:
-            if not self._grown():
+            if not self._grown() and not (whole and self._base > 0):
                 return
         with self._scanning:
             if self._scan_fd < 0:
@@ -209,9 +240,44 @@ class PartitionFile:
             fcntl.flock(self._scan_fd, fcntl.LOCK_SH)
             try:
                 with self.lock:
+                    if whole and self._base > 0:
+                        self._unseed()
                     self._extend()
             finally:
                 fcntl.flock(self._scan_fd, fcntl.LOCK_UN)
+
+    def seed(self, offset: int, position: int, chain: int) -> bool:
+        """Start the index at record ``offset``, which starts at file
+        position ``position`` and chains from ``chain`` (what :meth:`mark`
+        said of it in a process that had checked the records before it),
+        if nothing is indexed yet; whether it was. Format 2 only: format 1
+        has no chain to check the records after it against."""
+        with self.lock:
+            if self.format < 2 or offset <= 0 or self.damage is not None or self._count() > 0:
+                return False
+            if self.fd < 0 or os.fstat(self.fd).st_size < position:
+                return False  # not this file (cut since?): index it from its start
+            self._positions = array("q", [position])
+            self._base = offset
+            self.chain = self._base_chain = chain
+            return True
+
+    def mark(self, offset: int) -> tuple[int, int] | None:
+        """Where record ``offset`` starts and what it chains from, once every
+        record before it has been checked (indexed): what :meth:`seed` takes.
+        None if it is not readable, or the file has no chain (format 1)."""
+        if self.format < 2 or offset <= 0:
+            return None
+        if offset > self.end_offset:
+            return None
+        with self.lock:
+            if offset < self._base:
+                return None  # not checked here: only from the seed on
+            position = self._positions[offset - self._base]
+            if offset == self._base:
+                return position, self._base_chain
+            header_crc_at = self._positions[offset - 1 - self._base] + self.header - 4
+            return position, int.from_bytes(_pread_all(self.fd, 4, header_crc_at), "little")
 
     def lock_for_append(self) -> None:
         """Take the exclusive flock and index what other processes appended;
@@ -230,7 +296,7 @@ class PartitionFile:
                         "append that never completed (so was never acknowledged)",
                         self.path,
                         size - end,
-                        len(self._positions) - 2,
+                        self._count() - 1,
                     )
                     os.ftruncate(self.fd, end)
                     self._fsync(self.fd)
@@ -246,7 +312,7 @@ class PartitionFile:
         """Records readable: up to the damage, if any."""
         self.refresh()
         with self.lock:
-            return len(self._positions) - 1
+            return self._count()
 
     @property
     def end_position(self) -> int:
@@ -257,13 +323,13 @@ class PartitionFile:
     def extent(self) -> tuple[int, int]:
         """Records indexed, and where they end, read together."""
         with self.lock:
-            return len(self._positions) - 1, self._positions[-1]
+            return self._count(), self._positions[-1]
 
     @property
     def appended(self) -> int:
         """Records indexed so far; the caller holds the append flock."""
         with self.lock:
-            return len(self._positions) - 1
+            return self._count()
 
     def publish(self, ends: array[int], key_lengths: array[int], chain: int) -> None:
         """Index records this process appended and fsynced; the caller
@@ -313,24 +379,30 @@ class PartitionFile:
     def read(self, offset: int, max_records: int) -> list[Record]:
         """Up to ``max_records`` durable records from ``offset``;
         :class:`CorruptLog` for a read that starts at the damage or past it."""
-        if offset + max_records > len(self._positions) - 1:
+        if offset < self._base:
+            self.refresh(whole=True)  # before the seed: index it all
+        elif offset + max_records > self._base + len(self._positions) - 1:
             self.refresh()
         with self.lock:
             if self.fd < 0:
                 raise LogError(f"{self.path}: log is closed")
             positions = self._positions
-            count = len(positions) - 1
+            count = self._count()
             if offset >= count and self.damage is not None:
                 raise CorruptLog(str(self.damage))
             if offset >= count or max_records == 0:
                 return []
+            base = self._base
+            if offset < base:
+                raise LogError(f"{self.path}: record {offset} is before the index (a race)")
             stop = min(count, offset + max_records)
-            start = positions[offset]
-            if positions[stop] - start > _MAX_READ_BYTES:
+            start = positions[offset - base]
+            if positions[stop - base] - start > _MAX_READ_BYTES:
                 limit = start + _MAX_READ_BYTES
-                stop = max(offset + 1, bisect.bisect_right(positions, limit, offset, stop) - 1)
-            ends = positions[offset + 1 : stop + 1]
-            key_lengths = self._key_lengths[offset:stop]
+                found = bisect.bisect_right(positions, limit, offset - base, stop - base) - 1
+                stop = max(offset + 1, found + base)
+            ends = positions[offset + 1 - base : stop + 1 - base]
+            key_lengths = self._key_lengths[offset - base : stop - base]
             # Under the lock so that close() cannot free the fd number meanwhile.
             data = _pread_all(self.fd, ends[-1] - start, start)
         return _decode(data, start, self.header, self.partition, offset, ends, key_lengths)
@@ -340,7 +412,7 @@ class PartitionFile:
         first copying those bytes to ``aside`` (durably); return how many
         were cut. Only for an operator who asked for it, on a log no other
         process has open."""
-        self.refresh()
+        self.refresh(whole=True)
         fcntl.flock(self.fd, fcntl.LOCK_EX)
         try:
             with self.lock:

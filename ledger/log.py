@@ -141,6 +141,20 @@ class Log(ABC):
         when nothing is known to be."""
         return None
 
+    def mark(self, topic: str, partition: int, offset: int) -> tuple[int, int] | None:
+        """Where record ``offset`` of the partition is and what it follows,
+        in the backend's terms, once every record before it has been checked;
+        what :meth:`seed` takes. None when the backend has no such thing."""
+        return None
+
+    def seed(self, topic: str, partition: int, offset: int, mark: tuple[int, int]) -> bool:
+        """Let a process that reads the partition from ``offset`` on only
+        check the records from there, given what :meth:`mark` said of that
+        offset in a process that had checked those before it; whether the
+        backend took it (it checks nothing on a read, or has read the
+        partition already: not)."""
+        return False
+
     @abstractmethod
     def close(self) -> None:
         """Release files, sockets and threads. The log is unusable afterwards."""

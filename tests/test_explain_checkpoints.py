@@ -20,8 +20,9 @@ from berth.app import App, Settings
 from berth.audit import explain_request, view_as_of
 from berth.checkpoints import Checkpoints
 from berth.client import Answers, Publisher
-from berth.replay import replay_until
+from berth.replay import ReplayStopped, replay_until
 from consumers.partition_writer import catch_up_all, step_all
+from ledger import frames
 from projections.view.engine import make_engine
 from projections.view.loader import load_state
 from scheduling.config import SchedulerConfig
@@ -224,6 +225,42 @@ def test_a_damaged_or_missing_checkpoint_is_named_and_passed_over(
         "replayed": sum(story["offsets"].values()),
     }
     assert story == expected
+
+
+def _flip_record(path: Path, position: int) -> None:
+    """Damage the record that starts at ``position``: one bit of its body."""
+    data = bytearray(path.read_bytes())
+    data[position + frames.header_size(frames.CURRENT_FORMAT)] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+def test_explain_checks_the_events_from_the_checkpoints_marks_on(tmp_path: Path) -> None:
+    placed = _log_with_checkpoints(tmp_path)
+    settings = Settings(data_dir=tmp_path)
+    late = placed[-1]
+    with App(settings) as app:
+        expected = explain_request(app, late)
+    newest = expected["rebuilt_from"]["checkpoint"]
+    (checkpoint,) = [c for c in Checkpoints(settings).all() if c.path.name == newest]
+    assert set(checkpoint.marks) == set(checkpoint.offsets)
+    files = tmp_path / "log" / settings.topics.events
+
+    # a record before the copy's offsets is the copy's: not read, so not checked
+    intact = (files / "p0.log").read_bytes()
+    _flip_record(files / "p0.log", 0)
+    with App(settings) as app:
+        assert explain_request(app, late) == expected
+    with App(settings) as app, Checkpoints.ignored(), pytest.raises(ReplayStopped, match="p0"):
+        explain_request(app, late)  # from offset 0, it is
+    (files / "p0.log").write_bytes(intact)
+
+    # one after them is checked against the chain from the mark
+    offsets = {int(p): o for p, o in expected["offsets"].items()}
+    p = next(p for p, at in checkpoint.offsets.items() if offsets[p] > at)
+    _flip_record(files / f"p{p}.log", checkpoint.marks[p][0])
+    damaged = rf"p{p}\.log: record {checkpoint.offsets[p]} "
+    with App(settings) as app, pytest.raises(ReplayStopped, match=damaged):
+        explain_request(app, late)
 
 
 def test_checkpoints_are_pruned_to_an_even_spread_keeping_the_oldest_and_newest(
