@@ -96,6 +96,8 @@ class PartitionWriter:
     def _ahead_of_log(self) -> str | None:
         """Why the view cannot be continued from this log, if it cannot."""
         topic = self.topics.events
+        if self.log.holds(topic, self.partition, self.next_offset):
+            return None  # (without reading the partition to its end)
         end = self.log.end_offset(topic, self.partition)
         if self.next_offset <= end:
             return None

@@ -253,6 +253,10 @@ class EmbeddedLog(Log):
         part.refresh()
         return None if part.damage is None else str(part.damage)
 
+    def holds(self, topic: str, partition: int, count: int) -> bool:
+        """Indexes the partition file only as far as ``count`` records."""
+        return self._partition(topic, partition).holds(count)
+
     def mark(self, topic: str, partition: int, offset: int) -> tuple[int, int] | None:
         """Where record ``offset`` of the partition starts and the chain
         value it follows, every record before it checked (see

@@ -2,8 +2,9 @@
 records' framing and checks are :mod:`ledger.frames`'.
 
 An offset is a record's index in its file. The byte position and key length of
-every record are kept in memory, built by scanning the file on its first use
-(every record's checksums checked) and extended as it grows, so that a read
+every record are kept in memory, built by scanning the file as far as it is
+read (every record's checksums checked: a read of the first records does not
+scan a large file to its end) and extended as it grows, so that a read
 slices records out of one ``pread`` without parsing headers. A scan stops at the
 first record that fails its checks; what follows is either a torn tail (an
 append that never completed) or damage, which :mod:`ledger.frames` tells apart.
@@ -53,6 +54,9 @@ _log = logging.getLogger(__name__)
 
 # Bounds one read's buffer; a read still returns at least one record.
 _MAX_READ_BYTES = 64 << 20
+_SCAN_WINDOW = 4 << 20
+"""Bytes a scan for the records a read wants takes at a time (the rest of
+the file is scanned only when it is wanted)."""
 
 Fsync = Callable[[int], None]
 
@@ -188,12 +192,18 @@ class PartitionFile:
             raise LogError(f"{self.path}: log is closed")
         return self.damage is None and os.fstat(self.fd).st_size > self._positions[-1]
 
-    def _extend(self) -> int:
+    def _extend(self, wanted: int | None = None) -> int:
         """Index the intact records past the known ones, if any, and judge
-        what follows them; return the file's size. The caller holds ``lock``
-        and one of the flocks, so no append is half written meanwhile."""
+        what follows them; return the file's size. With ``wanted``, stop
+        once that many records are indexed: a read of the records before a
+        point does not scan the file past it (whatever a window of the file
+        does not settle, the scan to its end judges). The caller holds
+        ``lock`` and one of the flocks, so no append is half written
+        meanwhile."""
         size = os.fstat(self.fd).st_size
         if self.damage is not None:
+            return size
+        if wanted is not None and self._index_windows(wanted, size):
             return size
         known = self._count()
         found = frames.scan(self.fd, self.format, self._positions[-1], size, known, self.chain)
@@ -201,6 +211,33 @@ class PartitionFile:
             # judged from a seed: judge it again from record 0
             self._unseed()
             return self._extend()
+        self._index(found)
+        if found.damage is not None:
+            offset = self._count()
+            self.damage = Damage(self.path, offset, found.stop, found.damage)
+            _log.error("%s", self.damage)
+        return size
+
+    def _index_windows(self, wanted: int, size: int) -> bool:
+        """Index the file a window at a time until ``wanted`` records are;
+        whether they are. A window settles only its intact records: one
+        that finds none (damage, a record longer than the window) or the
+        file's last window leave the rest to the scan that judges it. The
+        caller holds ``lock`` and a flock."""
+        while self._count() < wanted:
+            start = self._positions[-1]
+            if start + _SCAN_WINDOW >= size:
+                return False
+            window = frames.scan(
+                self.fd, self.format, start, start + _SCAN_WINDOW, self._count(), self.chain, False
+            )
+            if not window.ends:
+                return False
+            self._index(window)
+        return True
+
+    def _index(self, found: frames.Scan) -> None:
+        """Add the records a scan found to the index; the caller holds ``lock``."""
         if found.ends:
             if not self._synced(found.ends[-1], found.chain):
                 # appended by another process that did not say it fsynced
@@ -209,11 +246,6 @@ class PartitionFile:
             self._positions.extend(found.ends)
             self._key_lengths.extend(found.key_lengths)
             self.chain = found.chain
-        if found.damage is not None:
-            offset = self._count()
-            self.damage = Damage(self.path, offset, found.stop, found.damage)
-            _log.error("%s", self.damage)
-        return size
 
     def _count(self) -> int:
         """Records indexed (those before a seed included); the caller holds ``lock``."""
@@ -227,9 +259,10 @@ class PartitionFile:
         self.chain = self._base_chain = frames.chain_seed(self.partition)
         self._base = 0
 
-    def refresh(self, whole: bool = False) -> None:
+    def refresh(self, whole: bool = False, wanted: int | None = None) -> None:
         """Index what other processes have appended since the last look;
-        ``whole``: from record 0 if the index was seeded past it."""
+        ``whole``: from record 0 if the index was seeded past it; ``wanted``:
+        only until that many records are indexed, if the file holds them."""
         with self.lock:
             if not self._grown() and not (whole and self._base > 0):
                 return
@@ -242,7 +275,7 @@ class PartitionFile:
                 with self.lock:
                     if whole and self._base > 0:
                         self._unseed()
-                    self._extend()
+                    self._extend(wanted)
             finally:
                 fcntl.flock(self._scan_fd, fcntl.LOCK_UN)
 
@@ -314,6 +347,16 @@ class PartitionFile:
         with self.lock:
             return self._count()
 
+    def holds(self, count: int) -> bool:
+        """Whether the file holds at least ``count`` readable records,
+        indexing it only as far as that takes."""
+        with self.lock:
+            if self._count() >= count:
+                return True
+        self.refresh(wanted=count)
+        with self.lock:
+            return self._count() >= count
+
     @property
     def end_position(self) -> int:
         """Where the next record goes; the caller holds the append flock."""
@@ -382,7 +425,7 @@ class PartitionFile:
         if offset < self._base:
             self.refresh(whole=True)  # before the seed: index it all
         elif offset + max_records > self._base + len(self._positions) - 1:
-            self.refresh()
+            self.refresh(wanted=offset + max_records)
         with self.lock:
             if self.fd < 0:
                 raise LogError(f"{self.path}: log is closed")

@@ -147,16 +147,20 @@ class Scan:
     """Why what follows is damage and not a torn tail; None if torn or none."""
 
 
-def scan(fd: int, fmt: int, start: int, size: int, offset: int, chain: int) -> Scan:
+def scan(
+    fd: int, fmt: int, start: int, size: int, offset: int, chain: int, judge: bool = True
+) -> Scan:
     """The intact records from file position ``start`` (record ``offset``,
-    chaining from ``chain``) up to ``size``, and a judgement of the rest."""
+    chaining from ``chain``) up to ``size``, and a judgement of the rest;
+    without ``judge``, none: ``size`` is not the file's end but where a scan
+    of part of it stops (the records it cuts through are left for the next)."""
     result = Scan(array("q"), array("I"), chain, start)
     if size <= start:
         return result
     # mmap offsets must be multiples of the allocation granularity
     base = start - start % mmap.ALLOCATIONGRANULARITY
     with mmap.mmap(fd, size - base, access=mmap.ACCESS_READ, offset=base) as mm:
-        _scan_into(result, mm, fmt, base, start - base, size - base, offset)
+        _scan_into(result, mm, fmt, base, start - base, size - base, offset, judge)
     return result
 
 
@@ -171,7 +175,14 @@ def scan_buffer(data: Buffer, fmt: int, start: int, limit: int, offset: int, cha
 
 
 def _scan_into(
-    result: Scan, data: Buffer, fmt: int, base: int, pos: int, limit: int, offset: int
+    result: Scan,
+    data: Buffer,
+    fmt: int,
+    base: int,
+    pos: int,
+    limit: int,
+    offset: int,
+    judge: bool = True,
 ) -> None:
     """Scan ``data`` (whose byte 0 is file position ``base``) from ``pos`` to
     ``limit`` into ``result``."""
@@ -182,7 +193,7 @@ def _scan_into(
         else:
             stop = _scan_v1(data, view, base, pos, limit, result)
         result.stop = stop + base
-        if stop < limit:
+        if stop < limit and judge:
             at = offset + len(result.ends)
             result.damage = _judge(view, fmt, stop, limit, result.chain, at)
     finally:

@@ -141,6 +141,11 @@ class Log(ABC):
         when nothing is known to be."""
         return None
 
+    def holds(self, topic: str, partition: int, count: int) -> bool:
+        """Whether the partition holds at least ``count`` records (a backend
+        may tell without finding its end)."""
+        return self.end_offset(topic, partition) >= count
+
     def mark(self, topic: str, partition: int, offset: int) -> tuple[int, int] | None:
         """Where record ``offset`` of the partition is and what it follows,
         in the backend's terms, once every record before it has been checked;

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ledger import frames
+from ledger import embedded_file, frames
 from ledger.embedded import EmbeddedLog
 from ledger.log import Append, CorruptLog, Record
 
@@ -95,10 +95,19 @@ _REGION_NAMES = ("length", "key length", "body checksum", "header checksum", "ke
 _SAMPLED = sorted({0, 1, _RECORDS - 2, _RECORDS - 1, *random.Random(7).sample(range(_RECORDS), 14)})
 
 
+@pytest.mark.parametrize("window", [None, 256], ids=["whole", "windowed"])
 @pytest.mark.parametrize("region", _REGION_NAMES)
 def test_every_flipped_bit_is_found_and_nothing_acknowledged_is_removed(
-    original: tuple[Path, list[list[Record]]], tmp_path: Path, region: str
+    original: tuple[Path, list[list[Record]]],
+    tmp_path: Path,
+    region: str,
+    window: int | None,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    if window is not None:
+        # reads index the file a few records at a time (records longer than
+        # the window among them), as they do a file larger than the window
+        monkeypatch.setattr(embedded_file, "_SCAN_WINDOW", window)
     source, stored = original
     records = stored[0]
     starts = _starts(records)

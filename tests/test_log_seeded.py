@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ledger import frames
+from ledger import embedded_file, frames
 from ledger.embedded import EmbeddedLog
 from ledger.log import Append, CorruptLog, Record
 
@@ -133,3 +133,27 @@ def test_damage_before_the_mark_is_not_read_but_a_check_finds_it(tmp_path: Path)
         assert log.seed("t", 0, _MARKED, mark)
         check = log.check("t", 0)
         assert check.damage is not None and "record 10" in check.damage
+
+
+def test_a_read_indexes_the_file_only_as_far_as_it_reads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(embedded_file, "_SCAN_WINDOW", 1024)
+    stored = _write(tmp_path)
+    mark = _mark(tmp_path, _MARKED)
+    with closing(EmbeddedLog(tmp_path, read_only=True)) as log:
+        part = log._partition("t", 0)
+        assert log.read("t", 0, 0, 20) == stored[:20]
+        indexed, _ = part.extent()
+        assert 20 <= indexed < _RECORDS // 2
+        assert log.holds("t", 0, 100) and part.extent()[0] < _RECORDS // 2
+        assert _all(log) == stored
+        assert not log.holds("t", 0, _RECORDS + 1)
+    with closing(EmbeddedLog(tmp_path, read_only=True)) as log:
+        part = log._partition("t", 0)
+        assert log.seed("t", 0, _MARKED, mark)
+        assert log.holds("t", 0, _MARKED)  # the mark says so: nothing read
+        assert part.extent() == (_MARKED, mark[0])
+        assert log.read("t", 0, _MARKED, 30) == stored[_MARKED : _MARKED + 30]
+        assert part.extent()[0] < _RECORDS
+        assert log.end_offset("t", 0) == _RECORDS
