@@ -2,12 +2,15 @@
 to explain, for requests answered early, midway and late in the log.
 
     python -m bench.explain [--records 1000000] [--dir DIR] [--runs 3] [--full-replay]
+                            [--checkpoint-every 50000] [--checkpoint-keep 8]
 
 The log is the replay benchmark's (``bench.projector``'s registrations and
 claim churn, 8 partitions), written while its writers run, with a placement
 request answered by the real scheduler worker every ``records / requests``
 records, and the view checkpointed every ``--checkpoint-every`` records as
-``berth serve`` does. ``--dir`` keeps the log, its view and checkpoints, and
+``berth serve`` does, ``--checkpoint-keep`` of them kept (its default:
+evenly spread, so an answer may lie up to about ``records / keep`` records
+past the newest checkpoint before it). ``--dir`` keeps the log, its view and checkpoints, and
 reuses them when they were built with the same options. ``--full-replay``
 also times the early, mid and late requests with checkpoints ignored (the
 replay from offset 0 explain falls back to). Each is timed cold (a new
@@ -33,7 +36,7 @@ from bench.common import note, timed
 from bench.projector import Churn, _populate
 from berth.app import App, Settings, tune_gc
 from berth.audit import explain_request
-from berth.checkpoints import Checkpoints
+from berth.checkpoints import DEFAULT_KEEP, Checkpoints
 from berth.client import Answers, Publisher
 from consumers.partition_writer import catch_up_all
 from scheduling.config import SchedulerConfig
@@ -55,7 +58,7 @@ def build(directory: Path, options: dict[str, int]) -> list[str]:
         worker = app.scheduler_worker(SchedulerConfig.default(), lambda: catch_up_all(writers))
         publisher = Publisher(app.log, app.settings.topics)
         answers = Answers(app.log, app.settings.topics)
-        checkpoints = Checkpoints(app.settings)
+        checkpoints = Checkpoints(app.settings, keep=options["checkpoint_keep"])
         churn = Churn(_populate(app, options["providers"]), PARTITIONS)
         written = 2 * options["providers"]
         spacing = records // requests
@@ -139,6 +142,7 @@ def main() -> None:
     parser.add_argument("--providers", type=int, default=10_000)
     parser.add_argument("--requests", type=int, default=20)
     parser.add_argument("--checkpoint-every", type=int, default=50_000)
+    parser.add_argument("--checkpoint-keep", type=int, default=DEFAULT_KEEP)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--dir", type=Path, default=None, help="keep (and reuse) the log here")
     parser.add_argument("--full-replay", action="store_true")
@@ -149,11 +153,13 @@ def main() -> None:
         "providers": args.providers,
         "requests": args.requests,
         "checkpoint_every": args.checkpoint_every,
+        "checkpoint_keep": args.checkpoint_keep,
     }
     directory = args.dir or Path(tempfile.mkdtemp(prefix="berth-bench-explain-"))
     built = directory / BUILT
     try:
-        if built.exists() and json.loads(built.read_text())["options"] == options:
+        # a log built before --checkpoint-keep was kept the default
+        if built.exists() and _built_with(built) == options:
             placed = json.loads(built.read_text())["placed"]
             note(f"reusing the log in {directory}")
         else:
@@ -169,6 +175,11 @@ def main() -> None:
         if args.dir is None:
             shutil.rmtree(directory, ignore_errors=True)
     print(json.dumps({"explain": {**options, **figures}}))
+
+
+def _built_with(built: Path) -> dict[str, int]:
+    options: dict[str, int] = json.loads(built.read_text())["options"]
+    return {"checkpoint_keep": DEFAULT_KEEP, **options}
 
 
 def _figures(settings: Settings, placed: list[str], runs: int, full_replay: bool) -> dict[str, Any]:
