@@ -115,6 +115,7 @@ def _replay_partitions(
     hold_back: bool | None = None,
     loaded: Mapping[int, tuple[PartitionState, int]] | None = None,
     reading: Log | None = None,
+    journal: bool = True,
 ) -> ReplayResult:
     """Rebuild the given partitions into ``target``'s (migrated) view; a
     ``rebuild`` writes a fresh SQLite file that is discarded unless complete,
@@ -126,7 +127,8 @@ def _replay_partitions(
     ``sized`` is told how many records the partitions hold, before the first.
     With ``until_ms``, each partition stops at the end of its
     :func:`clock_prefix`; with ``until``, at the offset it gives (0 for a
-    partition it does not name)."""
+    partition it does not name). Without ``journal``, the file is written
+    by this process alone, without one (see :func:`make_engine`)."""
     log = reading or open_log(target, read_only=True)
     events = target.topics.events
     ends = (
@@ -140,7 +142,7 @@ def _replay_partitions(
         # indexes the partitions' files (CRCs checked), which their first read
         # would do anyway: here, in parallel processes, it sizes a progress bar
         sized(sum(ends.values()) if ends else sum(log.end_offset(events, p) for p in partitions))
-    engine = make_engine(target.view_url, writer=True, rebuild=rebuild)
+    engine = make_engine(target.view_url, writer=True, rebuild=rebuild, journal=journal)
     collecting = gc.isenabled()
     # A batch holds tens of thousands of live objects that every young
     # collection traverses again: about a tenth of a replay's time. Deciding
@@ -193,6 +195,7 @@ def replay_until(
         hold_back=checkpointed is None,
         loaded=checkpointed,
         reading=reading,
+        journal=False,  # a scratch file, written here alone
     )
 
 

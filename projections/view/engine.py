@@ -35,7 +35,9 @@ def sqlite_url(path: str) -> str:
     return f"sqlite:///{path}"
 
 
-def make_engine(url: str, writer: bool = False, rebuild: bool = False) -> Engine:
+def make_engine(
+    url: str, writer: bool = False, rebuild: bool = False, journal: bool = True
+) -> Engine:
     """An engine for ``url``; SQLite gets WAL and ``synchronous=NORMAL``.
 
     A ``writer`` engine on SQLite begins every transaction IMMEDIATE: writers
@@ -49,6 +51,10 @@ def make_engine(url: str, writer: bool = False, rebuild: bool = False) -> Engine
     A ``rebuild`` engine (SQLite) is for a replay into a fresh file that is put
     in place only once complete: nothing of it needs to survive a crash, so it
     skips syncing, and it gets a page cache that holds the whole view.
+    Without ``journal`` (a scratch file one connection of one process
+    writes: ``berth explain``'s), not even a journal: its commits go into
+    the file once, not first into a WAL. An engine that opens the file
+    afterwards turns WAL on again.
     """
     if url.startswith("sqlite"):
         engine = create_engine(url, connect_args={"check_same_thread": False})
@@ -56,7 +62,7 @@ def make_engine(url: str, writer: bool = False, rebuild: bool = False) -> Engine
         @event.listens_for(engine, "connect")
         def _pragmas(dbapi_connection: Any, _record: Any) -> None:
             cursor = dbapi_connection.cursor()
-            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute(f"PRAGMA journal_mode={'WAL' if journal else 'OFF'}")
             cursor.execute(f"PRAGMA synchronous={'OFF' if rebuild else 'NORMAL'}")
             if rebuild:
                 cursor.execute(f"PRAGMA cache_size=-{_REBUILD_CACHE_KIB}")
