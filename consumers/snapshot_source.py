@@ -279,8 +279,9 @@ class _Placements:
         instances: set[str] = set()
         groups: Counter[str] = Counter()
         tags: Counter[str] = Counter()
+        active = self.active
         for rid in self.on.get(pid, ()):
-            placed = self.active[rid]
+            placed = active[rid]
             member = placed.member
             if member is not None and member[1] == pid:
                 groups[member[0]] += 1
@@ -289,7 +290,8 @@ class _Placements:
             instances.add(placed.consumer_id)
             if placed.group:
                 groups[placed.group] += 1
-            tags.update(placed.tags)
+            for tag in placed.tags:  # most have none: no Counter.update call for them
+                tags[tag] += 1
         return instances, groups, tags
 
 
