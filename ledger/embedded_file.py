@@ -301,7 +301,7 @@ class PartitionFile:
         None if it is not readable, or the file has no chain (format 1)."""
         if self.format < 2 or offset <= 0:
             return None
-        if offset > self.end_offset:
+        if not self.holds(offset):
             return None
         with self.lock:
             if offset < self._base:
