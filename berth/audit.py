@@ -157,12 +157,8 @@ def _view_as_of(
         if restored is None:
             return snapshot_from_view(engine), None, rules
         # the copy's snapshot, brought up to date by what the replay changed
-        # (as a scheduler's live snapshot is); or, when more reservations
-        # were decided on since than were active then, read whole again:
-        # that reads about as many, each at a fraction of the cost
-        placements = restored.live[2]
-        limit = UNLIMITED if placements is None else len(placements.active)
-        live = LiveSnapshot.resumed(engine, restored.live, limit=limit, once=True)
+        # (as a scheduler's live snapshot is), however much that is
+        live = LiveSnapshot.resumed(engine, restored.live, limit=UNLIMITED)
         return live(), restored.checkpoint, rules
     finally:
         engine.dispose()

@@ -380,17 +380,9 @@ class LiveSnapshot:
     snapshot reflects, so a scheduler can add what it proposed since then."""
 
     def __init__(
-        self,
-        engine: Engine,
-        placements: bool = False,
-        limit: int = _INCREMENTAL_LIMIT,
-        once: bool = False,
+        self, engine: Engine, placements: bool = False, limit: int = _INCREMENTAL_LIMIT
     ) -> None:
         self.engine = engine
-        self.once = once
-        """Read once more only (``berth explain``'s): what it reads everything
-        again for, it reads as :func:`snapshot_from_view` does, without what
-        a next call would follow the changes by."""
         self.snapshot: Snapshot | None = None
         self.seen: dict[int, int] = {}
         self.keeps_placements = placements
@@ -410,11 +402,10 @@ class LiveSnapshot:
         engine: Engine,
         saved: tuple[Snapshot | None, dict[int, int], _Placements | None],
         limit: int = _INCREMENTAL_LIMIT,
-        once: bool = False,
     ) -> LiveSnapshot:
         """A live snapshot of ``engine``'s view that knows ``saved`` (see
         :meth:`saved`), taken of this view, or a copy of it, earlier."""
-        live = cls(engine, placements=saved[2] is not None, limit=limit, once=once)
+        live = cls(engine, placements=saved[2] is not None, limit=limit)
         live.snapshot, live.seen, live.placements = saved
         return live
 
@@ -430,10 +421,10 @@ class LiveSnapshot:
             rows = conn.execute(_OFFSETS).all()  # as committed_offsets reads them
             offsets = {int(row.partition): int(row.next_offset) for row in rows}
             if self.snapshot is None:
-                return self._again(conn, offsets)
+                return self._full(conn, offsets)
             partitions = max((row.partitions for row in rows), default=None)
             if offsets != self.seen and _aggregates(conn, partitions) != self.snapshot.aggregates:
-                return self._again(conn, offsets)  # an aggregate was defined anew
+                return self._full(conn, offsets)  # an aggregate was defined anew
             moved = tuple(p for p, o in offsets.items() if o != self.seen.get(p))
             if not moved:
                 self.seen = offsets
@@ -448,7 +439,7 @@ class LiveSnapshot:
             if self.placements is not None:
                 placed = self._placed_since(conn, decided_since, moved, offsets)
                 if placed is None:
-                    return self._again(conn, offsets)
+                    return self._full(conn, offsets)
                 touched: set[str] = set()
                 for rid, where in placed.items():
                     touched |= self.placements.put(rid, where)
@@ -468,7 +459,7 @@ class LiveSnapshot:
             if any(row.provider_id not in snapshot.row_of for row in changed) or len(
                 snapshot.providers
             ) != int(conn.execute(_PROVIDER_COUNT).scalar_one()):
-                return self._again(conn, offsets)  # providers came or went
+                return self._full(conn, offsets)  # providers came or went
             ids = [row.provider_id for row in changed]
             usage = conn.execute(_INVENTORIES_IN, {"ids": ids}).all()
         updated = self._update(snapshot, changed, usage, self.placements)
@@ -551,13 +542,6 @@ class LiveSnapshot:
         if records:
             return snapshot.with_records(records, rows, **arrays)
         return snapshot.with_arrays(rows, **arrays)  # the derived columns read the records only
-
-    def _again(self, conn: Connection, offsets: dict[int, int]) -> Snapshot:
-        """Everything read again (see :attr:`once`)."""
-        if not self.once:
-            return self._full(conn, offsets)
-        self.snapshot, self.seen, self.placements = None, offsets, None
-        return _read(conn, self.keeps_placements)
 
     def _full(self, conn: Connection, offsets: dict[int, int]) -> Snapshot:
         if self.keeps_placements:
