@@ -1,4 +1,5 @@
-"""Taking a view's write lock without waiting for it (a rebuild's writers)."""
+"""Taking a view's write lock without waiting for it (a rebuild's writers);
+the page cache each kind of SQLite engine keeps."""
 
 from __future__ import annotations
 
@@ -47,6 +48,25 @@ def test_the_lock_is_taken_when_free_and_none_is_returned_at_once_when_not(
     finally:
         other.close()
         engine.dispose()
+
+
+def test_a_writer_keeps_a_larger_page_cache_than_a_reader(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'view.db'}"
+    engines = {
+        "reader": make_engine(url),
+        "writer": make_engine(url, writer=True),
+        "rebuild": make_engine(url, writer=True, rebuild=True),
+    }
+    try:
+        kib = {}
+        for kind, engine in engines.items():
+            with engine.connect() as conn:
+                # negative: KiB; positive: pages
+                kib[kind] = -conn.exec_driver_sql("PRAGMA cache_size").scalar_one()
+        assert kib == {"reader": 2_000, "writer": 64 << 10, "rebuild": 1 << 20}
+    finally:
+        for engine in engines.values():
+            engine.dispose()
 
 
 def test_any_other_database_begins_as_usual(postgres_url: str) -> None:
