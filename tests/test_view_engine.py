@@ -1,5 +1,5 @@
 """Taking a view's write lock without waiting for it (a rebuild's writers);
-the page cache each kind of SQLite engine keeps."""
+the page cache and WAL checkpoints of each kind of SQLite engine."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ def test_the_lock_is_taken_when_free_and_none_is_returned_at_once_when_not(
         engine.dispose()
 
 
-def test_a_writer_keeps_a_larger_page_cache_than_a_reader(tmp_path: Path) -> None:
+def test_a_writer_keeps_a_larger_page_cache_and_checkpoints_less_often(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'view.db'}"
     engines = {
         "reader": make_engine(url),
@@ -58,12 +58,14 @@ def test_a_writer_keeps_a_larger_page_cache_than_a_reader(tmp_path: Path) -> Non
         "rebuild": make_engine(url, writer=True, rebuild=True),
     }
     try:
-        kib = {}
+        kib, pages = {}, {}
         for kind, engine in engines.items():
             with engine.connect() as conn:
                 # negative: KiB; positive: pages
                 kib[kind] = -conn.exec_driver_sql("PRAGMA cache_size").scalar_one()
+                pages[kind] = conn.exec_driver_sql("PRAGMA wal_autocheckpoint").scalar_one()
         assert kib == {"reader": 2_000, "writer": 64 << 10, "rebuild": 1 << 20}
+        assert pages == {"reader": 1_000, "writer": 10_000, "rebuild": 1_000}
     finally:
         for engine in engines.values():
             engine.dispose()
