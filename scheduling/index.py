@@ -70,6 +70,11 @@ to (the view's snapshots a wave of requests started from), kept apart so
 the steps of a long wave do not push them out."""
 
 
+_Kind = tuple[Hashable, tuple[tuple[int, int], ...]]
+"""A walk kept: (the request's kind, ``Verdicts.key``; its shape, the
+(column, amount) of each class asked)."""
+
+
 def _canonical(value: Any) -> str:
     """``value`` written out the same way in every process (a frozenset's
     own order follows string hashing, which differs between processes)."""
@@ -233,7 +238,7 @@ class FeasibilityIndex:
         self._order = np.zeros(0, dtype=np.int64)
         self._order_stale = True
         self._layout = 0
-        self._drawn: dict[Hashable, _Drawn] = {}
+        self._drawn: dict[_Kind, _Drawn] = {}
         """(Request signature, shape) -> the rows its last walk found."""
         self._logged: list[IntArray] = []
         """The rows of each refresh, oldest first..."""
@@ -535,12 +540,21 @@ class FeasibilityIndex:
         Requests of the same kind and shape share the walk: the rows the
         last one found, as far as it read, are kept with the rows re-read
         since then, which are all that can have changed among them; the
-        next takes those, updated, and walks on only if it needs more."""
+        next takes those, updated, and walks on only if it needs more. A
+        request of a shape not kept (or whose rows ran short) starts from
+        those of a smaller shape of the same kind, if kept: every row that
+        holds the larger shape holds the smaller, so the smaller's rows that
+        hold the larger are all of them up to the same end."""
         key = (passing.key, tuple(demand))
         keep = min(max(2 * batch, 64), 4096)  # kept for the next: enough, cheap to update
         drawn = self._drawn.pop(key, None)
         if drawn is not None and drawn.layout == self._layout and drawn.epoch >= self._log_base:
             drawn = self._update(drawn, snapshot, demand, passing, capacity)
+        else:
+            drawn = None
+        if drawn is None or (len(drawn.rows) < batch and drawn.boundary is not None):
+            drawn = self._seed(key, snapshot, demand, passing, capacity, batch) or drawn
+        if drawn is not None:
             if len(drawn.rows) >= batch or drawn.boundary is None:
                 self._keep(key, drawn)
                 if len(drawn.rows):
@@ -576,6 +590,48 @@ class FeasibilityIndex:
                 rows = np.concatenate(found) if len(found) > 1 else found[0]
                 self._keep(key, self._drawn_of(rows, exhausted, keep))
 
+    def _seed(
+        self,
+        key: _Kind,
+        snapshot: Snapshot,
+        demand: Sequence[tuple[int, int]],
+        passing: Verdicts,
+        capacity: IntArray | None,
+        batch: int,
+    ) -> _Drawn | None:
+        """The rows kept for a smaller shape of the same kind (``key``'s
+        signature) that hold ``demand``: every row that does, up to that
+        walk's end; None when no such walk is kept with ``batch`` rows for
+        this shape (or to its end)."""
+        if not self.prunes:
+            return None  # the walk does not read the demand: nothing to narrow
+        kind, shape = key
+        wanted = dict(demand)
+        options = [
+            other
+            for other in self._drawn
+            if other[1] != shape
+            and all(wanted.get(j, 0) >= amount for j, amount in other[1])
+            and other[0] == kind
+        ]
+        if not options:
+            return None
+        cap = snapshot.capacity_by_class() if capacity is None else capacity
+        epoch = self._epoch()
+        for other in reversed(options):  # the latest kept first: the least to update
+            drawn = self._drawn.pop(other, None)
+            if drawn is None or drawn.layout != self._layout or drawn.epoch < self._log_base:
+                continue  # stale: forgotten, as ``walk`` forgets it
+            drawn = self._update(drawn, snapshot, other[1], passing, capacity)
+            self._keep(other, drawn)
+            rows = drawn.rows
+            fits = np.ones(len(rows), dtype=np.bool_)
+            for j, amount in demand:
+                fits &= cap[j, rows] - snapshot.used[rows, j] >= amount
+            if np.count_nonzero(fits) >= batch or drawn.boundary is None:
+                return _Drawn(epoch, drawn.layout, rows[fits], drawn.keys[fits], drawn.boundary)
+        return None
+
     def _drawn_of(self, rows: IntArray, exhausted: bool, keep: int) -> _Drawn:
         """``rows`` (a walk's, from its start) as kept: the first ``keep``,
         every row there is up to the last of those."""
@@ -585,7 +641,7 @@ class FeasibilityIndex:
         boundary = None if exhausted else int(keys[-1])
         return _Drawn(self._epoch(), self._layout, rows, keys, boundary)
 
-    def _keep(self, key: Hashable, drawn: _Drawn) -> None:
+    def _keep(self, key: _Kind, drawn: _Drawn) -> None:
         if len(self._drawn) >= 256:
             self._drawn.pop(next(iter(self._drawn)))
         self._drawn[key] = drawn

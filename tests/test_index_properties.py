@@ -293,6 +293,66 @@ def test_an_index_kept_up_to_date_draws_what_a_fresh_one_draws(
             assert (decided.providers, decided.weights) == (again.providers, again.weights)
 
 
+_SHAPES = st.lists(
+    st.tuples(st.tuples(_AMOUNT, _AMOUNT, _AMOUNT), st.booleans()), min_size=1, max_size=6
+)
+
+
+@settings(phases=_PHASES, max_examples=150, deadline=None, derandomize=True)
+@given(snapshots(), requests(), _SHAPES, st.sampled_from((1, 2, 64)), st.booleans())
+def test_a_shape_drawn_from_another_of_the_same_kind_is_drawn_as_afresh(
+    first: Snapshot, asked: Request, shapes: list[Any], candidates: int, packing: bool
+) -> None:
+    """Requests of two kinds (the second in another zone) and several
+    shapes, each pick taken: the kept engine starts a shape from the rows
+    kept for a smaller one of the same kind, and decides and finds exactly
+    what a fresh engine and a full scan do."""
+    zone = "az2" if asked.availability_zone is None else None
+    kinds = (asked, dataclasses.replace(asked, availability_zone=zone))
+    kept = _engine("bounded", candidates=candidates, levels=8, packing=packing)
+    snapshot = first
+    for amounts, other in [((1, None, None), False), *shapes]:
+        resources = {rc: a for rc, a in zip(CLASSES, amounts, strict=True) if a is not None}
+        request = dataclasses.replace(kinds[other], resources=resources or {"VCPU": 1})
+        fresh = _engine("bounded", candidates=candidates, levels=8, packing=packing)
+        decided, again = kept.place(snapshot, request), fresh.place(snapshot, request)
+        assert (decided.providers, decided.weights) == (again.providers, again.weights)
+        assert kept.feasible(snapshot, request).tolist() == (
+            _engine("full").feasible(snapshot, request).tolist()
+        )
+        if decided.placed:  # the picks taken, as the scheduler's wave takes them
+            used = snapshot.used.copy()
+            rows = [snapshot.row_of[pid] for pid in decided.providers]
+            for row in rows:
+                for j, rc in enumerate(snapshot.classes):
+                    used[row, j] += request.resources.get(rc, 0)
+            snapshot = snapshot.with_used(used, rows)
+
+
+def test_a_larger_shape_starts_from_the_rows_kept_for_a_smaller_one() -> None:
+    """No walk for the larger shape: its rows are the smaller's that hold it,
+    up to where the smaller's walk stopped."""
+    records = [Provider(f"p{i:03d}") for i in range(400)]
+    inventories = {
+        p.provider_id: {"VCPU": {"total": 64, "used": (7 * i) % 60}, "MEMORY_MB": {"total": 4096}}
+        for i, p in enumerate(records)
+    }
+    snapshot = Snapshot.build(records, inventories)
+    engine = _engine("bounded", candidates=4, levels=16)
+    small, large = Request("s", {"VCPU": 1}), Request("l", {"VCPU": 8, "MEMORY_MB": 512})
+    engine.place(snapshot, small)
+    index = engine.index(snapshot)
+    kept = {shape: drawn.boundary for (_, shape), drawn in index._drawn.items()}
+    walked = index._walk
+    index._walk = None  # type: ignore[assignment,method-assign]  # a walk would fail
+    placed = engine.place(snapshot, large)
+    index._walk = walked  # type: ignore[method-assign]
+    fresh = _engine("bounded", candidates=4, levels=16).place(snapshot, large)
+    assert placed.placed and (placed.providers, placed.weights) == (fresh.providers, fresh.weights)
+    boundaries = {shape: drawn.boundary for (_, shape), drawn in index._drawn.items()}
+    assert boundaries[((1, 8), (0, 512))] == kept[((1, 1),)] is not None
+
+
 @settings(phases=_PHASES, max_examples=200, deadline=None, derandomize=True)
 @given(snapshots(), st.integers(0, 23), st.sampled_from((1, 2, 256)), st.booleans())
 def test_a_request_for_exactly_what_a_provider_has_free_finds_it(
