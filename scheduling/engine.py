@@ -17,7 +17,7 @@ cannot be placed.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
@@ -468,7 +468,19 @@ class Engine:
         )
         if not placement.placed and placement.refusal is None:
             return None  # the draw could not take every instance: decide on them all
-        return replace(placement, examined=examined, bounded=True)
+        # built directly: dataclasses.replace reads every field's definition
+        return Placement(
+            placement.request_id,
+            placement.providers,
+            placement.weights,
+            placement.wanted,
+            placement.trace,
+            placement.refusal,
+            examined,
+            placement.scored,
+            True,
+            placement.ranking,
+        )
 
     def _draw(
         self, snapshot: Snapshot, request: Request, wanted: int

@@ -318,9 +318,10 @@ class FeasibilityIndex:
         s = np.zeros(m, dtype=np.float64)
         for k, (j, multiplier) in enumerate(self.proxy):
             scale = self.scale[k]
-            s += multiplier * (np.clip(free[j], 0, scale) / scale)
+            # np.clip's own numbers, without its wrapper's dtype checks
+            s += multiplier * (np.minimum(np.maximum(free[j], 0), scale) / scale)
         steps = np.floor((self.high - s) * (self.levels / (self.high - self.low)))
-        ranks: IntArray = np.clip(steps, 0, self.levels - 1).astype(np.int64)
+        ranks: IntArray = np.minimum(np.maximum(steps, 0), self.levels - 1).astype(np.int64)
         return ranks
 
     def _group(self, provider: Provider, row: int) -> int:
@@ -670,21 +671,30 @@ class FeasibilityIndex:
         mark[changed] = True  # a row per provider, all False between calls
         stay = ~mark[drawn.rows]
         mark[changed] = False
-        keys = self._order_keys(changed)
-        ok = np.ones(len(changed), dtype=np.bool_)
-        if drawn.boundary is not None:
-            ok &= keys <= drawn.boundary
+        # the rows that come back: those that hold the demand (the cheapest
+        # test, first), before the end, in a group the filters let through
         cap = snapshot.capacity_by_class() if capacity is None else capacity
+        back = changed
         for j, amount in demand:
-            ok &= cap[j, changed] - snapshot.used[changed, j] >= amount
-        gids = self.bucket_of[changed] // self.levels
-        if ok.any():
-            passing.admit(np.unique(gids[ok]))  # decides the groups not asked yet
-            ok &= passing.known[gids] > 0
-        rows = np.concatenate((drawn.rows[stay], changed[ok]))
-        merged = np.concatenate((drawn.keys[stay], keys[ok]))
+            back = back[cap[j, back] - snapshot.used[back, j] >= amount]
+        keys = self._order_keys(back)
+        if drawn.boundary is not None:
+            before = keys <= drawn.boundary
+            back, keys = back[before], keys[before]
+        if len(back):
+            gids = self.bucket_of[back] // self.levels
+            passing.admit(np.unique(gids))  # decides the groups not asked yet
+            admitted = passing.known[gids] > 0
+            back, keys = back[admitted], keys[admitted]
+        epoch = self._epoch()
+        if not len(back):  # none come back: what stays is in order already
+            if stay.all():
+                return _Drawn(epoch, drawn.layout, drawn.rows, drawn.keys, drawn.boundary)
+            return _Drawn(epoch, drawn.layout, drawn.rows[stay], drawn.keys[stay], drawn.boundary)
+        rows = np.concatenate((drawn.rows[stay], back))
+        merged = np.concatenate((drawn.keys[stay], keys))
         order = np.argsort(merged, kind="stable")
-        return _Drawn(self._epoch(), drawn.layout, rows[order], merged[order], drawn.boundary)
+        return _Drawn(epoch, drawn.layout, rows[order], merged[order], drawn.boundary)
 
     def _note(self, rows: IntArray) -> None:
         """Note rows re-read, for the walks kept; forget the oldest half
