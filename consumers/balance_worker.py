@@ -3,7 +3,9 @@ their destinations and tells the service that moves instances.
 
 A move's claim holds the instance's resources on the destination under a
 new reservation id, for the same consumer and with the same rules as its
-current claim, so the partition's writer checks the move exactly as it
+current claim, and with the fit the plan chose there (the NUMA cells,
+pinned CPUs, huge pages and PCI devices the instance's request asks, kept
+with its claim), so the partition's writer checks the move exactly as it
 checked the first placement. The proposal goes to ``berth.moves``
 (:class:`~schemas.moves.MoveProposed`, keyed by consumer). The service
 moving the instance then consumes the new reservation and releases the old
@@ -59,7 +61,14 @@ def move_claim(move: Move, reservation_id: str, lease_ms: int, ts_ms: int) -> Cl
         reservation_id=reservation_id,
         consumer_id=instance.consumer_id,
         project_id=instance.project_id,
-        items=(ClaimItem(provider_id=move.destination, resources=dict(instance.resources)),),
+        items=(
+            ClaimItem(
+                provider_id=move.destination,
+                resources=dict(instance.resources),
+                fit=move.fit,
+                guest=None if move.fit is None else instance.guest,
+            ),
+        ),
         lease_ms=lease_ms,
         anti_affinity_group=instance.anti_affinity_group,
         tags=instance.tags,
@@ -165,5 +174,6 @@ def _proposal(claim: MoveClaim, ts_ms: int, partitions: int) -> Append:
         claim_id=claim.reservation_id,
         claim_partition=claim.partition,
         claim_offset=claim.offset,
+        fit=move.fit,
     )
     return Append(partition_for(key, partitions), key, proposed.model_dump_json().encode())

@@ -731,7 +731,14 @@ def _spec(
         project_id=member.project_id,
         items=()
         if provider_id is None
-        else (ClaimItem(provider_id=provider_id, resources=dict(member.resources), fit=fit),),
+        else (
+            ClaimItem(
+                provider_id=provider_id,
+                resources=dict(member.resources),
+                fit=fit,
+                guest=None if fit is None else member.guest_asks(),
+            ),
+        ),
         identifiers=identifiers,
         lease_ms=member.lease_ms,
         anti_affinity_group=group if provider_id is not None else None,

@@ -571,7 +571,14 @@ def _claim(
         reservation_id=f"{r.request_id}.{instance}.{suffix}",
         consumer_id=f"{r.request_id}.{instance}",
         project_id=r.project_id,
-        items=(ClaimItem(provider_id=provider_id, resources=dict(r.resources), fit=fit),),
+        items=(
+            ClaimItem(
+                provider_id=provider_id,
+                resources=dict(r.resources),
+                fit=fit,
+                guest=None if fit is None else r.guest_asks(),
+            ),
+        ),
         lease_ms=r.lease_ms,
         anti_affinity_group=group,
         tags=r.tags,

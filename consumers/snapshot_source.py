@@ -34,6 +34,7 @@ from projections.view.tables import (
 from scheduling.balancers.base import Instance
 from scheduling.model import RESOURCE_ARRAYS, Aggregate, Provider, Snapshot
 from scheduling.topology import free_in
+from schemas.events import GuestAsks
 
 _PROVIDER_COLUMNS = provider_columns()
 """A provider's row, its topology as text (parsed once per distinct text)."""
@@ -110,6 +111,11 @@ def balance_inputs(engine: Engine) -> tuple[Snapshot, list[Instance], list[Insta
                 tags=frozenset(row.tags),
                 require_with_tags=frozenset(row.require_with_tags),
                 require_without_tags=frozenset(row.require_without_tags),
+                guest=(
+                    GuestAsks.model_validate(item["guest"], strict=False)
+                    if "guest" in item
+                    else None
+                ),
             )
         )
     return snapshot, instances, leaving

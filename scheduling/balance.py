@@ -6,7 +6,9 @@ fits), then those the configured balance unit names (see
 :mod:`scheduling.balancers.base`). For each, in order, it tries the unit's
 instances in the unit's order; the placement engine ranks the providers the
 unit allows for that instance, with the instance's own claim rules
-(anti-affinity group, tag requirements), and the first instance that fits
+(anti-affinity group, tag requirements) and what its request asked of NUMA
+cells and PCI devices (fitted as its placement was: the move carries the
+CPUs, pages and devices it takes there), and the first instance that fits
 somewhere is moved, virtually, before the next step. The plan stops when
 nothing is left to relieve, when nothing that is left can move, or at
 ``max_moves``.
@@ -32,7 +34,10 @@ from scheduling.balancers.even_distribution import EvenDistribution
 from scheduling.balancers.even_guest_distribution import EvenGuestDistribution
 from scheduling.balancers.power_saving import PowerSaving
 from scheduling.engine import Engine
+from scheduling.fit import claim_fit, fits_topology
 from scheduling.model import BoolArray, PlacementReason, Request, Snapshot, TagRules
+from schemas.guest_topology import SriovPort
+from schemas.topology import TopologyFit
 
 BALANCE_UNITS: dict[str, type[BalanceUnit]] = {
     cls.name: cls for cls in (EvenDistribution, PowerSaving, EvenGuestDistribution)
@@ -47,9 +52,12 @@ class Move:
     destination: str
     why: str
     """Why the source was relieved."""
+    fit: TopologyFit | None = None
+    """What the instance takes of the destination's NUMA cells and PCI
+    devices (``scheduling.fit``), fitted as its placement was."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "reservation_id": self.instance.reservation_id,
             "consumer_id": self.instance.consumer_id,
             "resources": dict(self.instance.resources),
@@ -57,6 +65,9 @@ class Move:
             "destination": self.destination,
             "why": self.why,
         }
+        if self.fit is not None:
+            out["fit"] = self.fit.model_dump(mode="json", exclude_defaults=True)
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +113,7 @@ class Balancer:
                 move.instance,
                 load.snapshot.row_of[move.source],
                 load.snapshot.row_of[move.destination],
+                move.fit,
             )
         return Plan(tuple(moves), f"stopped at max_moves ({self.max_moves})")
 
@@ -146,21 +158,27 @@ class Balancer:
             return None
         reason: PlacementReason = "evacuation" if source.kind == "evacuating" else "relocation"
         request = request_for(instance, reason, load.provider_id(source.row))
-        placement = self.engine.place(load.snapshot, request, among=rows)
+        snapshot = load.snapshot
+        placement = self.engine.place(snapshot, request, among=rows)
         if not placement.placed:
             return None
-        return Move(
-            instance,
-            load.provider_id(source.row),
-            placement.providers[0],
-            source.why,
-        )
+        destination = placement.providers[0]
+        fit = None
+        if instance.guest is not None and fits_topology(self.engine):
+            # the filters passed it on the cells and devices free there
+            # (with the plan's earlier moves' fits taken): what it takes
+            found = claim_fit(self.engine, snapshot, snapshot.row_of[destination], request)
+            if isinstance(found, str):
+                raise AssertionError(f"{destination}: {found}")
+            fit = found
+        return Move(instance, load.provider_id(source.row), destination, source.why, fit)
 
 
 def request_for(instance: Instance, reason: PlacementReason, source: str | None = None) -> Request:
     """The engine's request for one more copy of ``instance``, elsewhere
     than ``source``, the provider it leaves."""
     group = instance.anti_affinity_group
+    guest = instance.guest
     return Request(
         request_id=f"move-{instance.reservation_id}",
         reason=reason,
@@ -172,5 +190,13 @@ def request_for(instance: Instance, reason: PlacementReason, source: str | None 
         tags=TagRules(
             require_with=instance.require_with_tags,
             require_without=instance.require_without_tags,
+        ),
+        extra_specs={} if guest is None else dict(guest.extra_specs),
+        image_properties={} if guest is None else dict(guest.image_properties),
+        sriov_ports=()
+        if guest is None
+        else tuple(
+            SriovPort(p.physical_network, p.vnic_type, p.numa_affinity_policy)
+            for p in guest.sriov_ports
         ),
     )

@@ -18,7 +18,7 @@ from scheduling.filters.base import HostFilter
 from scheduling.filters.numa_topology import NUMATopologyFilter, numa_fit
 from scheduling.filters.pci_passthrough import PciPassthroughFilter, choose, near_fit
 from scheduling.model import Request, Snapshot
-from scheduling.topology import without
+from scheduling.topology import HostCell, HostDevice, without
 from schemas.topology import CellFit, TopologyFit
 
 
@@ -63,15 +63,7 @@ def claim_fit(
     if topology is None and not wants:
         return None
     provider = snapshot.providers[row]
-    cells, devices = provider.numa_cells, provider.pci_devices
-    if also:
-        cells, devices = without(
-            cells,
-            devices,
-            {cpu for fit in also for c in fit.cells for cpu in c.cpus},
-            _pages(also),
-            {address for fit in also for address in fit.devices},
-        )
+    cells, devices = taken(provider.numa_cells, provider.pci_devices, also)
     ratios = _ratio(snapshot, row, "VCPU"), _ratio(snapshot, row, "MEMORY_MB")
     chosen: list[int] | None = None
     addresses: tuple[str, ...] = ()
@@ -99,6 +91,21 @@ def claim_fit(
     if not cell_part and not addresses:
         return None
     return TopologyFit(cells=cell_part, devices=tuple(sorted(addresses)))
+
+
+def taken(
+    cells: tuple[HostCell, ...], devices: tuple[HostDevice, ...], fits: Sequence[TopologyFit]
+) -> tuple[tuple[HostCell, ...], tuple[HostDevice, ...]]:
+    """``cells`` and ``devices`` once ``fits`` hold what they name."""
+    if not fits:
+        return cells, devices
+    return without(
+        cells,
+        devices,
+        {cpu for fit in fits for c in fit.cells for cpu in c.cpus},
+        _pages(fits),
+        {address for fit in fits for address in fit.devices},
+    )
 
 
 def _pages(fits: Sequence[TopologyFit]) -> dict[tuple[int, int], int]:

@@ -10,7 +10,15 @@ import ipaddress
 import json
 from typing import Annotated, Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from schemas.pool_space import PoolSpace
 from schemas.topology import (
@@ -353,6 +361,33 @@ class ServerGroupDeleted(ServerGroupEvent):
 # --- end of server groups ----------------------------------------------------
 
 
+PciNumaPolicy = Literal["required", "legacy", "preferred", "socket"]
+
+
+class SriovPortSpec(Model):
+    """A Neutron SR-IOV port (Nova's PCI request by physical network): a VF
+    (``direct``, ``macvtap``) or a PF (``direct-physical``) on
+    ``physical_network``, with the port's own NUMA affinity policy if it
+    has one."""
+
+    physical_network: Annotated[str, Field(min_length=1, max_length=255)]
+    vnic_type: Literal["direct", "macvtap", "direct-physical"] = "direct"
+    numa_affinity_policy: PciNumaPolicy | None = None
+
+
+
+class GuestAsks(Model):
+    """What an instance's request asked of NUMA cells, CPU pinning, huge
+    pages and PCI devices (``schemas.guest_topology``: the flavor's and
+    image's NUMA and PCI keys, and its SR-IOV ports), kept with the fit it
+    was given, so that a move of the instance is fitted again exactly as
+    its placement was."""
+
+    extra_specs: dict[str, str] = Field(default_factory=dict, max_length=64)
+    image_properties: dict[str, str] = Field(default_factory=dict, max_length=64)
+    sriov_ports: tuple[SriovPortSpec, ...] = Field(default=(), max_length=16)
+
+
 class ClaimItem(Model):
     provider_id: Identifier
     resources: dict[ResourceClass, Amount] = Field(min_length=1, max_length=64)
@@ -360,6 +395,16 @@ class ClaimItem(Model):
     """The NUMA cells, pinned CPUs, huge pages and PCI devices of the
     provider the claim takes, as the scheduler fitted them: held only if
     every one is still free (``projections/fitting.py``)."""
+    guest: GuestAsks | None = None
+    """What the request asked that gave ``fit`` (with a fit only): what a
+    balance move of the instance fits again on its destination."""
+
+    @field_validator("guest")
+    @classmethod
+    def _with_a_fit(cls, guest: GuestAsks | None, info: ValidationInfo) -> GuestAsks | None:
+        if guest is not None and info.data.get("fit") is None:
+            raise ValueError("guest says what gave a fit: an item without a fit has none")
+        return guest
 
 
 class IdentifierItem(Model):

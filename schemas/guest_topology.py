@@ -79,6 +79,19 @@ def asks_numa(extra_specs: Mapping[str, str], image: Mapping[str, str]) -> bool:
     )
 
 
+def topology_keys(
+    flavor: Mapping[str, str], image: Mapping[str, str]
+) -> tuple[dict[str, str], dict[str, str]]:
+    """The flavor's and the image's keys that say anything of NUMA cells,
+    pinning, pages or PCI devices (what a move fits again), sorted."""
+    mine = ("hw:numa_", "hw:pci_numa_affinity_policy", PCI_ALIAS, *FLAVOR_KEYS)
+    theirs = ("hw_numa_", "hw_pci_numa_affinity_policy", *IMAGE_KEYS)
+    return (
+        {k: flavor[k] for k in sorted(flavor) if k.startswith(mine)},
+        {k: image[k] for k in sorted(image) if k.startswith(theirs)},
+    )
+
+
 def _both(flavor: Mapping[str, str], image: Mapping[str, str], name: str) -> str | None:
     """Nova's rule for a value both may set: they must agree."""
     mine, theirs = flavor.get(f"hw:{name}"), image.get(f"hw_{name}")

@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field
 
 from schemas.events import Amount, Identifier, Model, ResourceClass
+from schemas.topology import TopologyFit
 
 
 class MoveProposed(Model):
@@ -30,3 +31,6 @@ class MoveProposed(Model):
     claim_id: Identifier
     claim_partition: int = Field(ge=0)
     claim_offset: int = Field(ge=0)
+    fit: TopologyFit | None = None
+    """What ``claim_id`` takes of the destination's NUMA cells and PCI
+    devices (the CPUs to pin the instance to there, its pages, its devices)."""

@@ -13,29 +13,17 @@ from schemas.events import (
     MAX_LEASE_MS,
     Amount,
     GroupPolicyName,
+    GuestAsks,
     Identifier,
     IdentifierItem,
     Model,
     ResourceClass,
+    SriovPortSpec,
     Tag,
 )
-from schemas.guest_topology import guest_topology, pci_asks, pci_numa_policy
+from schemas.guest_topology import guest_topology, pci_asks, pci_numa_policy, topology_keys
 
 PlacementReason = Literal["new", "evacuation", "relocation"]
-PciNumaPolicy = Literal["required", "legacy", "preferred", "socket"]
-
-
-class SriovPortSpec(Model):
-    """A Neutron SR-IOV port (Nova's PCI request by physical network): a VF
-    (``direct``, ``macvtap``) or a PF (``direct-physical``) on
-    ``physical_network``, with the port's own NUMA affinity policy if it
-    has one."""
-
-    physical_network: Annotated[str, Field(min_length=1, max_length=255)]
-    vnic_type: Literal["direct", "macvtap", "direct-physical"] = "direct"
-    numa_affinity_policy: PciNumaPolicy | None = None
-
-
 Names = frozenset[Annotated[str, Field(min_length=1, max_length=255)]]
 
 
@@ -134,6 +122,12 @@ class PlacementRequest(Model):
         pci_asks(self.extra_specs)
         pci_numa_policy(self.extra_specs, self.image_properties)
         return self
+
+    def guest_asks(self) -> GuestAsks:
+        """What it asks of NUMA cells and PCI devices, as a claim with a fit
+        keeps it (for a move of the instance to be fitted again)."""
+        flavor, image = topology_keys(self.extra_specs, self.image_properties)
+        return GuestAsks(extra_specs=flavor, image_properties=image, sriov_ports=self.sriov_ports)
 
 
 BatchMode = Literal["all_or_nothing", "at_least", "queue"]

@@ -29,7 +29,8 @@ if TYPE_CHECKING:
     from scheduling.config import SchedulerConfig
     from scheduling.engine import Engine
     from scheduling.model import Request
-    from schemas.requests import PlacementRequest, SriovPortSpec
+    from schemas.events import SriovPortSpec
+    from schemas.requests import PlacementRequest
 
 
 def add_commands(commands: Commands) -> None:
@@ -332,7 +333,7 @@ def _placement_request(args: argparse.Namespace) -> PlacementRequest:
 
 def _port(text: str) -> SriovPortSpec:
     """``--sriov-port PHYSNET[:VNIC_TYPE]``."""
-    from schemas.requests import SriovPortSpec
+    from schemas.events import SriovPortSpec
 
     network, _, vnic = text.partition(":")
     return SriovPortSpec.model_validate(

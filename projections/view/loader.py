@@ -46,7 +46,7 @@ from projections.view.tables import (
     server_group_members,
     server_groups,
 )
-from schemas.events import ClaimItem, ClaimSpec, IdentifierItem, Inventory
+from schemas.events import ClaimItem, ClaimSpec, GuestAsks, IdentifierItem, Inventory
 from schemas.pool_space import PoolSpace
 from schemas.topology import NumaCell, PciDevice, TopologyFit
 
@@ -193,6 +193,7 @@ def _spec_of(row: Any, membership: tuple[str, str] | None = None) -> ClaimSpec:
                 provider_id=i["provider_id"],
                 resources=i["resources"],
                 fit=TopologyFit.model_validate(i["fit"], strict=False) if "fit" in i else None,
+                guest=GuestAsks.model_validate(i["guest"], strict=False) if "guest" in i else None,
             )
             for i in row.items
         ),

@@ -10,7 +10,7 @@ from typing import Any
 from projections.batch import Batch
 from projections.state import PartitionState
 from projections.view.plan import NO_EXPIRY, Plan, compact_json
-from schemas.events import Claim, ClaimItem, ClaimSet, ClaimSpec, TransactionRef
+from schemas.events import Claim, ClaimItem, ClaimSet, ClaimSpec, GuestAsks, TransactionRef
 from schemas.outcomes import Kind, Outcome
 from schemas.topology import TopologyFit
 
@@ -75,8 +75,9 @@ def _resources_json(resources: dict[str, int]) -> str:
 
 def _items_json(items: tuple[ClaimItem, ...]) -> str:
     """A claim's items as JSON; an item's fit, when it carries one, after
-    its resources (``schemas.topology.TopologyFit`` without its defaults)."""
-    if len(items) == 1 and items[0].__dict__["fit"] is None:
+    its resources (``schemas.topology.TopologyFit`` without its defaults),
+    then what the request asked that gave it (``guest``)."""
+    if len(items) == 1 and items[0].__dict__["fit"] is None and items[0].__dict__["guest"] is None:
         # the common case, without the list and join
         item = items[0].__dict__
         return (
@@ -86,13 +87,14 @@ def _items_json(items: tuple[ClaimItem, ...]) -> str:
     parts = [
         f'{{"provider_id":{_string(item.provider_id)},"resources":{_resources_json(item.resources)}'
         + ("" if item.fit is None else f',"fit":{_fit_json(item.fit)}')
+        + ("" if item.guest is None else f',"guest":{_fit_json(item.guest)}')
         + "}"
         for item in items
     ]
     return f"[{','.join(parts)}]"
 
 
-def _fit_json(fit: TopologyFit) -> str:
+def _fit_json(fit: TopologyFit | GuestAsks) -> str:
     return compact_json(fit.model_dump(mode="json", exclude_defaults=True))
 
 

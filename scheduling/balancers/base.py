@@ -27,7 +27,10 @@ from typing import ClassVar, Literal
 import numpy as np
 
 from scheduling.engine import demand_row
+from scheduling.fit import taken
 from scheduling.model import BoolArray, FloatArray, IntArray, Provider, Snapshot
+from schemas.events import GuestAsks
+from schemas.topology import TopologyFit
 
 SourceKind = Literal["over", "under", "crowded", "evacuating"]
 
@@ -36,7 +39,8 @@ SourceKind = Literal["over", "under", "crowded", "evacuating"]
 class Instance:
     """A running instance the balancer may move: a consumed reservation of
     one item, with the rules its claim carried (so its new claim carries them
-    again)."""
+    again) and what its request asked of NUMA cells and PCI devices, when
+    its claim carried a fit (so its destination is fitted again)."""
 
     reservation_id: str
     consumer_id: str
@@ -47,6 +51,7 @@ class Instance:
     tags: frozenset[str] = frozenset()
     require_with_tags: frozenset[str] = frozenset()
     require_without_tags: frozenset[str] = frozenset()
+    guest: GuestAsks | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,9 +146,13 @@ class Load:
         mask[source] = False
         return mask
 
-    def moved(self, instance: Instance, source: int, destination: int) -> Load:
+    def moved(
+        self, instance: Instance, source: int, destination: int, fit: TopologyFit | None = None
+    ) -> Load:
         """This load with ``instance`` planned to move from ``source`` to
-        ``destination``: gone from the source in the units' view only."""
+        ``destination``: gone from the source in the units' view only; what
+        its ``fit`` takes of the destination's cells and devices is taken
+        (its source's stay held until the move is done)."""
         snapshot = self.snapshot
         demand = demand_row(snapshot, instance.resources)
         occupied = snapshot.used.copy()
@@ -154,7 +163,7 @@ class Load:
         counts = self._counts.copy()
         counts[source] -= 1
         counts[destination] += 1
-        records = {destination: _with(snapshot.providers[destination], instance)}
+        records = {destination: _with(snapshot.providers[destination], instance, fit)}
         # a plan moves an instance once: it leaves the movable ones for good
         by_row = list(self.by_row)
         by_row[source] = tuple(i for i in by_row[source] if i is not instance)
@@ -164,7 +173,8 @@ class Load:
 _reservation_id = attrgetter("reservation_id")
 
 
-def _with(provider: Provider, instance: Instance) -> Provider:
+def _with(provider: Provider, instance: Instance, fit: TopologyFit | None) -> Provider:
+    cells, devices = taken(provider.numa_cells, provider.pci_devices, () if fit is None else (fit,))
     groups = Counter(provider.groups)
     tags = Counter(provider.tags)
     if instance.anti_affinity_group:
@@ -172,6 +182,8 @@ def _with(provider: Provider, instance: Instance) -> Provider:
     tags.update(instance.tags)
     return dataclasses.replace(
         provider,
+        numa_cells=cells,
+        pci_devices=devices,
         instances=provider.instances | {instance.consumer_id},
         groups=dict(groups),
         tags=dict(tags),
