@@ -20,6 +20,7 @@ from pydantic import (
     model_validator,
 )
 
+from schemas.guest_topology import guest_topology, pci_asks, pci_numa_policy, topology_keys
 from schemas.pool_space import PoolSpace
 from schemas.topology import (
     MAX_CELLS,
@@ -375,7 +376,6 @@ class SriovPortSpec(Model):
     numa_affinity_policy: PciNumaPolicy | None = None
 
 
-
 class GuestAsks(Model):
     """What an instance's request asked of NUMA cells, CPU pinning, huge
     pages and PCI devices (``schemas.guest_topology``: the flavor's and
@@ -402,8 +402,20 @@ class ClaimItem(Model):
     @field_validator("guest")
     @classmethod
     def _with_a_fit(cls, guest: GuestAsks | None, info: ValidationInfo) -> GuestAsks | None:
-        if guest is not None and info.data.get("fit") is None:
+        """Only with a fit, and meaning what a request's asks would (checked
+        as the edge checks a request's: a move fits it again)."""
+        if guest is None:
+            return None
+        if info.data.get("fit") is None:
             raise ValueError("guest says what gave a fit: an item without a fit has none")
+        flavor, image = guest.extra_specs, guest.image_properties
+        if topology_keys(flavor, image) != (flavor, image):
+            raise ValueError("guest keeps only the NUMA and PCI keys of a flavor and an image")
+        resources = info.data.get("resources", {})
+        vcpus = resources.get("VCPU", 0) + resources.get("PCPU", 0)
+        guest_topology(flavor, image, vcpus, resources.get("MEMORY_MB", 0))
+        pci_asks(flavor)
+        pci_numa_policy(flavor, image)
         return guest
 
 

@@ -7,9 +7,11 @@ is given back; a replay writes the same pinning again."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from sqlalchemy import select
 
 from berth.app import App, Settings
@@ -19,8 +21,10 @@ from consumers.balance_worker import BalanceWorker
 from consumers.partition_writer import catch_up_all
 from consumers.scheduler import OutcomeFollower, Scheduler
 from consumers.snapshot_source import balance_inputs, snapshot_from_view
-from projections.view.tables import providers, reservations
+from ledger.log import Append
+from projections.view.tables import dead_letters, providers, reservations
 from scheduling.balance import Move
+from schemas.codec import EventDecodeError, encode_event
 from schemas.events import GuestAsks
 from schemas.moves import MoveProposed
 from schemas.outcomes import Outcome
@@ -241,3 +245,45 @@ def test_two_moves_of_one_plan_to_one_destination_pin_different_cpus(tmp_path: P
             c.reservation_id for c in claims for _ in range(2)
         )
         assert len(rids) == 2
+
+
+@pytest.mark.parametrize(
+    ("guest", "why"),
+    [
+        ({"extra_specs": {"hw:cpu_policy": "pinned"}}, "hw:cpu_policy"),
+        ({"extra_specs": {"hw:numa_nodes": "2"}}, "2 NUMA cells for 1 vCPUs"),
+        ({"extra_specs": {"pci_passthrough:alias": "vf"}}, "each entry is name:count"),
+        ({"extra_specs": {"hw:watchdog_action": "reset"}}, "only the NUMA and PCI keys"),
+        ({"image_properties": {"hw_disk_bus": "scsi"}}, "only the NUMA and PCI keys"),
+    ],
+)
+def test_asks_a_move_could_not_fit_again_are_refused_at_the_edge_and_in_the_log(
+    tmp_path: Path, guest: dict[str, Any], why: str
+) -> None:
+    good = pinned("good", "n1", fit((0, 0, [2])), ts=3)
+    bad = json.loads(encode_event(pinned("bad", "n1", fit((0, 0, [2])), ts=2)))
+    bad["items"][0]["guest"] = guest
+    alone = json.loads(encode_event(pinned("alone", "n1", None, ts=2)))
+    alone["items"][0]["guest"] = {"extra_specs": {"hw:cpu_policy": "dedicated"}}
+    settings = Settings(data_dir=tmp_path / "data", partitions=1)
+    with App(settings) as app:
+        publisher = Publisher(app.log, app.settings.topics, clock_ms=lambda: NOW_MS)
+        with pytest.raises(EventDecodeError, match=why):
+            publisher.publish([bad])
+        with pytest.raises(EventDecodeError, match="an item without a fit"):
+            publisher.publish([alone])
+        assert app.log.end_offset(app.settings.topics.events, 0) == 0
+        app.log.append(
+            app.settings.topics.events,
+            [
+                *(Append(0, b"n1", encode_event(e)) for e in host("n1")),
+                Append(0, b"n1", json.dumps(bad).encode()),
+                Append(0, b"n1", encode_event(good)),
+            ],
+        )
+        catch_up_all(app.writers())
+        with app.engine.connect() as conn:
+            dead = conn.execute(select(dead_letters.c.reason)).scalar_one()
+            held = conn.execute(select(reservations.c.reservation_id)).scalars().all()
+    assert why in dead
+    assert held == ["good"]
