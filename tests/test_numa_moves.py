@@ -15,6 +15,7 @@ import pytest
 from sqlalchemy import select
 
 from berth.app import App, Settings
+from berth.cli import main
 from berth.client import Publisher
 from berth.replay import replay
 from consumers.balance_worker import BalanceWorker
@@ -287,3 +288,26 @@ def test_asks_a_move_could_not_fit_again_are_refused_at_the_edge_and_in_the_log(
             held = conn.execute(select(reservations.c.reservation_id)).scalars().all()
     assert why in dead
     assert held == ["good"]
+
+
+def test_berth_balance_says_what_a_move_pins(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    settings = Settings(data_dir=tmp_path / "data", partitions=1)
+    with App(settings) as app:
+        publisher = Publisher(app.log, app.settings.topics, clock_ms=lambda: NOW_MS)
+        (rid,) = _running(app, publisher)
+    config = tmp_path / "scheduler.toml"
+    config.write_text(
+        "[filters]\n"
+        'enabled = ["ComputeFilter", "ResourceFilter", "NUMATopologyFilter",'
+        ' "PciPassthroughFilter"]\n'
+        "[[filters.PciPassthroughFilter.alias]]\n"
+        'name = "vf"\nvendor_id = "8086"\nproduct_id = "154c"\ndevice_type = "type-VF"\n'
+    )
+    assert main(["balance", "--data-dir", str(settings.data_dir), "--config", str(config)]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        f"move {rid} (q.0, MEMORY_MB=512,PCPU=2): a -> b; a: evacuating; "
+        f"fit guest cell 0 on host cell 0 (CPUs 2,3), PCI {VF1}",
+        "1 move; no provider is evacuating",
+    ]

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from consumers.balance_worker import MoveClaim
     from consumers.scheduler_worker import SchedulerWorker
     from scheduling.balance import Plan
+    from schemas.topology import TopologyFit
 
 
 def add_commands(commands: Commands) -> None:
@@ -519,6 +520,21 @@ def _warn_if_behind(app: App) -> None:
         )
 
 
+def _fit_text(fit: TopologyFit) -> str:
+    """``guest cell 0 on host cell 1 (CPUs 6,7), PCI 0000:81:00.2``."""
+    parts = []
+    for c in fit.cells:
+        held = [f"CPUs {','.join(str(cpu) for cpu in c.cpus)}"] if c.cpus else []
+        held += [f"{p.count} pages of {p.size_kb} KiB" for p in c.pages]
+        parts.append(
+            f"guest cell {c.guest_cell} on host cell {c.host_cell}"
+            + (f" ({', '.join(held)})" if held else "")
+        )
+    if fit.devices:
+        parts.append("PCI " + " ".join(fit.devices))
+    return ", ".join(parts)
+
+
 def _render_plan(plan: Plan, claims: list[MoveClaim], as_json: bool) -> str:
     if as_json:
         out = plan.to_dict()
@@ -536,6 +552,8 @@ def _render_plan(plan: Plan, claims: list[MoveClaim], as_json: bool) -> str:
             f"move {move.instance.reservation_id} ({move.instance.consumer_id}, {amounts}): "
             f"{move.source} -> {move.destination}; {move.why}"
         )
+        if move.fit is not None:
+            line += f"; fit {_fit_text(move.fit)}"
         if number < len(claims):
             line += f"; claimed as {claims[number].reservation_id}"
         lines.append(line)
