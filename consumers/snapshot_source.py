@@ -116,6 +116,7 @@ def balance_inputs(engine: Engine) -> tuple[Snapshot, list[Instance], list[Insta
                     if "guest" in item
                     else None
                 ),
+                fitted="fit" in item,
             )
         )
     return snapshot, instances, leaving

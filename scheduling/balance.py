@@ -148,6 +148,8 @@ class Balancer:
     def _place(
         self, load: Load, source: Source, instance: Instance, rules: BalanceUnit | None
     ) -> Move | None:
+        if instance.fitted and instance.guest is None:
+            return None  # pinned, with nothing to pin it by elsewhere
         allowed: BoolArray
         if rules is None:
             allowed = load.open_to(source.row)

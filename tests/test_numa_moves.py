@@ -311,3 +311,30 @@ def test_berth_balance_says_what_a_move_pins(
         f"fit guest cell 0 on host cell 0 (CPUs 2,3), PCI {VF1}",
         "1 move; no provider is evacuating",
     ]
+
+
+def test_a_pinned_instance_whose_claim_kept_no_asks_is_not_moved_unpinned(
+    tmp_path: Path,
+) -> None:
+    settings = Settings(data_dir=tmp_path / "data", partitions=1)
+    with App(settings) as app:
+        publisher = Publisher(app.log, app.settings.topics, clock_ms=lambda: NOW_MS)
+        # a claim with a fit and no guest, as claims were before they kept one
+        publisher.publish(
+            [
+                *host("a"),
+                *host("b"),
+                pinned("old", "a", fit((0, 0, [2, 3])), ts=2, PCPU=2),
+                consume("old", ts=2),
+                set_state("a", "evacuating", ts=3),
+            ]
+        )
+        catch_up_all(app.writers())
+        (instance,) = balance_inputs(app.engine)[1]
+        assert instance.fitted and instance.guest is None
+        worker = BalanceWorker(app.engine, publisher, SCHEDULER, claim=True, lease_ms=60_000)
+        step = worker.step()
+    assert step is not None
+    plan, claims = step
+    assert plan.moves == () and claims == []
+    assert plan.stopped == "nothing left can move: a: evacuating"

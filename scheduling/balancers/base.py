@@ -52,6 +52,9 @@ class Instance:
     require_with_tags: frozenset[str] = frozenset()
     require_without_tags: frozenset[str] = frozenset()
     guest: GuestAsks | None = None
+    fitted: bool = False
+    """Its claim carried a fit: without ``guest`` (a claim made before
+    claims kept their asks) it cannot be fitted again, and does not move."""
 
 
 @dataclass(frozen=True, slots=True)
