@@ -738,6 +738,8 @@ def test_a_batch_claims_the_fit_of_each_member_all_or_nothing(tmp_path: Path) ->
     assert first.placed
     fits = sorted((i[0]["fit"]["cells"][0]["cpus"], i[0]["fit"]["devices"]) for i in rows)
     assert fits == [([2, 3], [VF1]), ([6, 7], [VF2])]
+    # each keeps the asks that gave its fit, for a move to fit it again
+    assert [i[0]["guest"]["extra_specs"]["hw:cpu_policy"] for i in rows] == ["dedicated"] * 2
 
 
 def test_a_device_tied_to_the_guests_cell_brings_the_guest_to_that_cell(tmp_path: Path) -> None:
