@@ -85,6 +85,8 @@ def _weighers(multiplier: float) -> list[Weigher]:
     for name, cls in WEIGHERS.items():
         if name == "MetricsWeigher":
             continue  # reports no metrics here; it has no shortcut either
+        if name == "PCIWeigher" and multiplier < 0:
+            continue  # refuses a negative multiplier, as Nova does
         built.append(cls(multiplier))
     return built
 
