@@ -22,7 +22,15 @@ from sqlalchemy import Connection, Engine, Row, select
 
 from consumers.snapshot_source import ACTIVE_STATUSES
 from ledger.log import Log
-from projections.view.tables import inventories, outcomes, pools, providers, reservations
+from projections.view.tables import (
+    inventories,
+    outcomes,
+    pools,
+    provider_row,
+    provider_rows,
+    providers,
+    reservations,
+)
 from schemas.codec import EventDecodeError, decode_event
 from schemas.outcomes import Outcome
 
@@ -135,7 +143,11 @@ def _reservation(row: Row[Any]) -> dict[str, Any]:
 
 
 def _provider(conn: Connection, provider_id: str) -> dict[str, Any] | None:
-    row = conn.execute(select(providers).where(providers.c.provider_id == provider_id)).first()
+    row = conn.execute(
+        select(*provider_row())
+        .select_from(provider_rows)
+        .where(providers.c.provider_id == provider_id)
+    ).first()
     if row is None:
         return None
     data = _plain(row)

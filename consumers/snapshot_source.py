@@ -27,6 +27,8 @@ from projections.view.tables import (
     outcomes,
     partition_offsets,
     provider_columns,
+    provider_rows,
+    provider_usage,
     providers,
     reservations,
     server_group_members,
@@ -47,7 +49,9 @@ ACTIVE_STATUSES = ("held", "consumed", "pending")
 its transaction is decided or its deadline passes)."""
 
 
-_PROVIDERS_BY_ID = select(*_PROVIDER_COLUMNS).order_by(providers.c.provider_id)
+_PROVIDERS_BY_ID = (
+    select(*_PROVIDER_COLUMNS).select_from(provider_rows).order_by(providers.c.provider_id)
+)
 _PROVIDER_COUNT = select(func.count()).select_from(providers)
 _INVENTORIES = select(inventories)
 _PARTITIONS = select(func.max(partition_offsets.c.partitions))
@@ -181,8 +185,10 @@ _PLACED = select(
     *_MEMBER_COLUMNS,
 ).select_from(_WITH_MEMBERS)
 """Reservations, with what a live snapshot keeps of them."""
-_PROVIDERS_IN = select(*_PROVIDER_COLUMNS).where(
-    providers.c.provider_id.in_(bindparam("ids", expanding=True))
+_PROVIDERS_IN = (
+    select(*_PROVIDER_COLUMNS)
+    .select_from(provider_rows)
+    .where(providers.c.provider_id.in_(bindparam("ids", expanding=True)))
 )
 _INVENTORIES_IN = select(inventories).where(
     inventories.c.provider_id.in_(bindparam("ids", expanding=True))
@@ -201,16 +207,20 @@ def _since(moved: tuple[int, ...]) -> tuple[Select[Any], Select[Any]]:
     of the outcomes in [``from_P``, ``next_P``) of each partition P, as
     statements built once per set of partitions (their offsets are bound
     at each call)."""
-    p, o = providers.c, outcomes.c
-    touched = select(*_PROVIDER_COLUMNS).where(
-        or_(
-            *(
-                (p.partition == m)
-                & (
-                    (p.updated_offset > bindparam(f"seen_{m}"))
-                    | (p.metrics_offset > bindparam(f"seen_{m}"))
+    p, u, o = providers.c, provider_usage.c, outcomes.c
+    touched = (
+        select(*_PROVIDER_COLUMNS)
+        .select_from(provider_rows)
+        .where(
+            or_(
+                *(
+                    (p.partition == m)
+                    & (
+                        (u.updated_offset > bindparam(f"seen_{m}"))
+                        | (p.metrics_offset > bindparam(f"seen_{m}"))
+                    )
+                    for m in moved
                 )
-                for m in moved
             )
         )
     )

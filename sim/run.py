@@ -525,7 +525,8 @@ class Run:
 _COMPARED = {
     "inventories": "provider_id, resource_class, total, capacity, held, consumed",
     "reservations": "reservation_id, status, expires_at_ms, consumer_id",
-    "providers": "provider_id, state, active_reservations",
+    "providers": "provider_id, state",
+    "provider_usage": "provider_id, active_reservations",
     "pools": "pool_id, taken, free",
     "reservation_identifiers": "pool_id, value, reservation_id",
     "outcomes": 'partition, "offset", seq, kind, subject',

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine, select, text
 
 from projections.view.engine import make_engine
 from projections.view.migrate import upgrade
-from projections.view.tables import metadata
+from projections.view.tables import metadata, provider_row, provider_rows
 from tests.postgres import scratch_database
 
 
@@ -51,3 +51,46 @@ def test_migrations_build_the_declared_schema(engine: Engine, start: str | None)
         assert compare_metadata(MigrationContext.configure(conn), metadata) == []
     # partial: compare_metadata does not look at an index's WHERE clause
     assert "transaction_id IS NOT NULL" in _transaction_index(engine)
+
+
+def test_usage_moves_to_its_own_table(engine: Engine) -> None:
+    """0013 moves what claims change of a provider out of its providers row:
+    a view written before it reads the same provider after it."""
+    upgrade(engine, "0012")
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                'INSERT INTO providers (provider_id, "partition", name, state, traits, '
+                "aggregates, active_reservations, updated_offset, availability_zone, "
+                "capabilities, metadata, numa_cells, pci_devices, topology_use, metrics, "
+                "num_io_ops, build_failures, metrics_offset) VALUES ('n1', 0, 'node 1', "
+                "'enabled', '[]', '[\"rack-1\"]', 3, 41, 'az1', '{}', '{}', '[]', '[]', "
+                '\'{"cpus": [[2, "r1"]]}\', \'{"cpu": 1.5}\', 2, 0, 39)'
+            )
+        )
+    upgrade(engine)
+    with engine.connect() as conn:
+        row = conn.execute(select(*provider_row()).select_from(provider_rows)).one()
+    assert row._asdict() == {
+        "provider_id": "n1",
+        "partition": 0,
+        "name": "node 1",
+        "state": "enabled",
+        "traits": [],
+        "aggregates": ["rack-1"],
+        "active_reservations": 3,
+        "updated_offset": 41,
+        "availability_zone": "az1",
+        "host": None,
+        "host_ip": None,
+        "capabilities": {},
+        "metadata": {},
+        "numa_cells": [],
+        "pci_devices": [],
+        "topology_use": {"cpus": [[2, "r1"]]},
+        "metrics": {"cpu": 1.5},
+        "metrics_at_ms": None,
+        "num_io_ops": 2,
+        "build_failures": 0,
+        "metrics_offset": 39,
+    }

@@ -28,7 +28,7 @@ from consumers.snapshot_source import LiveSnapshot, snapshot_from_view
 from ledger.log import Append
 from projections.state import PartitionState
 from projections.view.loader import load_state
-from projections.view.tables import dead_letters, providers, reservations
+from projections.view.tables import dead_letters, provider_usage, reservations
 from scheduling.config import SchedulerConfig
 from schemas.codec import EventDecodeError, encode_event
 from schemas.events import (
@@ -410,7 +410,9 @@ def test_the_view_keeps_what_is_held_and_the_snapshot_sees_it_taken(
         catch_up_all(app.writers())
         with app.engine.connect() as conn:
             use = dict(
-                conn.execute(select(providers.c.provider_id, providers.c.topology_use)).all()
+                conn.execute(
+                    select(provider_usage.c.provider_id, provider_usage.c.topology_use)
+                ).all()
             )
             items = dict(
                 conn.execute(select(reservations.c.reservation_id, reservations.c["items"])).all()
@@ -480,8 +482,8 @@ def test_a_replay_reproduces_every_pinning_byte_for_byte(tmp_path: Path) -> None
         def tables() -> tuple[list[Any], list[Any]]:
             with app.engine.connect() as conn:
                 rows = conn.execute(
-                    select(providers.c.provider_id, providers.c.topology_use).order_by(
-                        providers.c.provider_id
+                    select(provider_usage.c.provider_id, provider_usage.c.topology_use).order_by(
+                        provider_usage.c.provider_id
                     )
                 )
                 raw = [tuple(r) for r in rows]

@@ -23,7 +23,7 @@ from consumers.partition_writer import catch_up_all
 from consumers.scheduler import OutcomeFollower, Scheduler
 from consumers.snapshot_source import balance_inputs, snapshot_from_view
 from ledger.log import Append
-from projections.view.tables import dead_letters, providers, reservations
+from projections.view.tables import dead_letters, provider_usage, reservations
 from scheduling.balance import Move
 from schemas.codec import EventDecodeError, encode_event
 from schemas.events import GuestAsks
@@ -89,7 +89,9 @@ def _running(app: App, publisher: Publisher, instances: int = 1) -> list[str]:
 def _held(app: App) -> tuple[dict[str, Any], dict[str, Any]]:
     """Each provider's ``topology_use`` and each reservation's items."""
     with app.engine.connect() as conn:
-        use = dict(conn.execute(select(providers.c.provider_id, providers.c.topology_use)).all())
+        use = dict(
+            conn.execute(select(provider_usage.c.provider_id, provider_usage.c.topology_use)).all()
+        )
         r = reservations.c
         items = dict(conn.execute(select(r.reservation_id, r["items"])).all())
     return use, items

@@ -17,7 +17,7 @@ from berth.app import App, Settings
 from berth.client import Publisher
 from consumers.scheduler import OutcomeFollower, Scheduled, Scheduler
 from consumers.snapshot_source import LiveSnapshot
-from projections.view.tables import providers, reservations
+from projections.view.tables import provider_usage, providers, reservations
 from scheduling.config import SchedulerConfig
 from schemas.requests import PlacementRequest
 from tests.builders import provider
@@ -133,7 +133,9 @@ def test_racing_schedulers_never_pin_a_cpu_twice_nor_give_a_device_twice(tmp_pat
                     )
                 )
             ]
-            found = conn.execute(select(providers.c.provider_id, providers.c.topology_use))
+            found = conn.execute(
+                select(provider_usage.c.provider_id, provider_usage.c.topology_use)
+            )
             use = dict(found.all())
     cpus: Counter[tuple[str, int]] = Counter()
     devices: Counter[tuple[str, str]] = Counter()

@@ -26,7 +26,13 @@ from consumers.snapshot_source import LiveSnapshot, snapshot_from_view
 from ledger.log import Append
 from projections.state import PartitionState, TopologyUse
 from projections.view.loader import load_state
-from projections.view.tables import dead_letters, outcomes, providers
+from projections.view.tables import (
+    dead_letters,
+    outcomes,
+    provider_row,
+    provider_rows,
+    providers,
+)
 from scheduling.topology import HostCell, HostDevice
 from schemas.codec import EventDecodeError, decode_event, encode_event, validate_event
 from schemas.events import Event, ProviderDescribed
@@ -40,6 +46,9 @@ PF = "0000:81:00.0"
 VF1 = "0000:81:00.1"
 VF2 = "0000:81:00.2"
 GPU = "0000:3b:00.0"
+
+_WHOLE = select(*provider_row()).select_from(provider_rows)
+"""Each provider's row, from both of its tables."""
 
 
 def cell(cell_id: int, first: int, count: int = 4, **fields: Any) -> dict[str, Any]:
@@ -384,13 +393,13 @@ def test_a_replay_decides_them_again_exactly(tmp_path: Path) -> None:
             )
         catch_up_all(app.writers())
         with app.engine.connect() as conn:
-            before = sorted(tuple(r) for r in conn.execute(select(providers)))
+            before = sorted(tuple(r) for r in conn.execute(_WHOLE))
             kinds = [r.kind for r in conn.execute(select(outcomes))]
     assert "rejected" in kinds
     result = replay(settings, verify=True)
     assert result.divergence is None and result.verified == result.outcomes > 0
     with App(settings) as app, app.engine.connect() as conn:
-        after = sorted(tuple(r) for r in conn.execute(select(providers)))
+        after = sorted(tuple(r) for r in conn.execute(_WHOLE))
     assert after == before
 
 

@@ -22,7 +22,13 @@ from sqlalchemy import Connection, Engine, and_, func, or_, select
 from berth.placement_api.reads import Provider, provider_rows
 from consumers.snapshot_source import repeatable_read
 from projections.view.loader import committed_offsets
-from projections.view.tables import inventories, placement_providers, providers
+from projections.view.tables import (
+    inventories,
+    placement_providers,
+    provider_usage,
+    providers,
+)
+from projections.view.tables import provider_rows as view_provider_rows
 
 SHARING = "MISC_SHARES_VIA_AGGREGATE"
 
@@ -191,12 +197,14 @@ class LiveIndex:
             *(and_(pp.partition == p, pp.updated_offset > self.seen.get(p, -1)) for p in moved)
         )
         changed = {p.uuid: p for p in provider_rows(conn, since)}
-        b = providers.c
+        b, u = providers.c, provider_usage.c
         used = conn.execute(
-            select(b.provider_id).where(
+            select(b.provider_id)
+            .select_from(view_provider_rows)
+            .where(
                 or_(
                     *(
-                        and_(b.partition == p, b.updated_offset > self.seen.get(p, -1))
+                        and_(b.partition == p, u.updated_offset > self.seen.get(p, -1))
                         for p in moved
                     )
                 )

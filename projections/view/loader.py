@@ -40,6 +40,7 @@ from projections.view.tables import (
     partition_offsets,
     pools,
     provider_columns,
+    provider_rows,
     providers,
     reservation_identifiers,
     reservations,
@@ -94,7 +95,11 @@ def _load_providers(conn: Connection, state: PartitionState) -> None:
             step_size=inv.step_size,
             allocation_ratio=inv.allocation_ratio,
         )
-    query = select(*provider_columns()).where(providers.c.partition == state.partition)
+    query = (
+        select(*provider_columns())
+        .select_from(provider_rows)
+        .where(providers.c.partition == state.partition)
+    )
     parsed: dict[str, Any] = {}  # one hardware model's topology, validated once
     for p in conn.execute(query):
         own = state.layout_for(by_provider.get(p.provider_id, {}))

@@ -64,14 +64,15 @@ metadata = MetaData()
 providers = Table(
     "providers",
     metadata,
+    # what a provider is: rewritten when it changes shape, is described or
+    # reports; what its claims change is in provider_usage, a short row of
+    # its own that a commit rewrites for every provider its claims touched
     Column("provider_id", String(255), primary_key=True),
     Column("partition", Integer, nullable=False, index=True),
     Column("name", String(255), nullable=False),
     Column("state", String(16), nullable=False),
     Column("traits", JSON, nullable=False),
     Column("aggregates", JSON, nullable=False),
-    Column("active_reservations", Integer, nullable=False),
-    Column("updated_offset", BigInteger, nullable=False),
     # its description (provider_described): NULL or empty until one says
     Column("availability_zone", String(255)),
     Column("host", String(255)),
@@ -82,10 +83,6 @@ providers = Table(
     # (schemas/topology.py): sorted by cell id and by address
     Column("numa_cells", JSON, nullable=False, server_default="[]"),
     Column("pci_devices", JSON, nullable=False, server_default="[]"),
-    # what its reservations hold of them (projections/fitting.py use_json):
-    # {"cpus": [[cpu, reservation]], "devices": [[address, reservation]],
-    # "pages": [[cell, size_kb, count]]}, each part only when not empty
-    Column("topology_use", JSON, nullable=False, server_default="{}"),
     # its latest metrics report (metrics_reported), as of metrics_at_ms
     Column("metrics", JSON, nullable=False, server_default="{}"),
     Column("metrics_at_ms", BigInteger),
@@ -97,15 +94,67 @@ providers = Table(
     Column("metrics_offset", BigInteger, nullable=False, server_default="0"),
 )
 
+provider_usage = Table(
+    "provider_usage",
+    metadata,
+    # one row per row of providers, written with it; a claim's commit
+    # updates only this one (its length does not depend on the description)
+    Column("provider_id", String(255), primary_key=True),
+    Column("active_reservations", Integer, nullable=False),
+    Column("updated_offset", BigInteger, nullable=False),
+    # what its reservations hold of them (projections/fitting.py use_json):
+    # {"cpus": [[cpu, reservation]], "devices": [[address, reservation]],
+    # "pages": [[cell, size_kb, count]]}, each part only when not empty
+    Column("topology_use", JSON, nullable=False, server_default="{}"),
+)
+
+provider_rows = providers.join(
+    provider_usage, provider_usage.c.provider_id == providers.c.provider_id
+)
+"""A provider's whole row: select a column list below from this."""
+
+_PROVIDER_ORDER = (
+    "provider_id",
+    "partition",
+    "name",
+    "state",
+    "traits",
+    "aggregates",
+    "active_reservations",
+    "updated_offset",
+    "availability_zone",
+    "host",
+    "host_ip",
+    "capabilities",
+    "metadata",
+    "numa_cells",
+    "pci_devices",
+    "topology_use",
+    "metrics",
+    "metrics_at_ms",
+    "num_io_ops",
+    "build_failures",
+    "metrics_offset",
+)
+
+
+def provider_row() -> list[Any]:
+    """A provider's columns from both of its tables, in one order (select
+    them from :data:`provider_rows`)."""
+    return [
+        providers.c[name] if name in providers.c else provider_usage.c[name]
+        for name in _PROVIDER_ORDER
+    ]
+
 
 def provider_columns() -> list[Any]:
-    """The providers table's columns, its NUMA cells and PCI devices (and
+    """:func:`provider_row`, its NUMA cells and PCI devices (and
     what is held of them) as the
     JSON text the writer wrote rather than parsed: a reader that meets the
     same text on many providers (one hardware model) parses it once."""
     topology = ("numa_cells", "pci_devices", "topology_use")
-    return [c for c in providers.c if c.name not in topology] + [
-        cast(providers.c[name], Text).label(name) for name in topology
+    return [c for c in provider_row() if c.name not in topology] + [
+        cast(c, Text).label(c.name) for c in provider_row() if c.name in topology
     ]
 
 

@@ -14,7 +14,7 @@ from projections.batch import Batch
 from projections.fitting import use_json
 from projections.state import PartitionState, ProviderState
 from projections.view.plan import Plan, chunks
-from projections.view.tables import aggregates, inventories, pools, providers
+from projections.view.tables import aggregates, inventories, pools, provider_usage, providers
 from schemas.events import PoolDefined
 from schemas.outcomes import Kind
 
@@ -22,10 +22,12 @@ _UPDATE_USAGE = (
     "UPDATE inventories SET held = ?, consumed = ?, free = ? "
     "WHERE provider_id = ? AND resource_class = ?"
 )
+# a claim changes only its providers' short rows (provider_usage): their
+# descriptions and metrics, in providers, stay where they are on disk
 _UPDATE_ACTIVE = (
-    "UPDATE providers SET active_reservations = ?, updated_offset = ? WHERE provider_id = ?"
+    "UPDATE provider_usage SET active_reservations = ?, updated_offset = ? WHERE provider_id = ?"
 )
-_UPDATE_TOPOLOGY_USE = "UPDATE providers SET topology_use = ? WHERE provider_id = ?"
+_UPDATE_TOPOLOGY_USE = "UPDATE provider_usage SET topology_use = ? WHERE provider_id = ?"
 
 
 def write_providers(
@@ -99,9 +101,13 @@ def _write_metrics(plan: Plan, state: PartitionState, metered: list[str], offset
 
 _INSERT_PROVIDER = (
     'INSERT INTO providers (provider_id, "partition", name, state, traits, aggregates, '
-    "active_reservations, updated_offset, availability_zone, host, host_ip, capabilities, "
-    "metadata, numa_cells, pci_devices, topology_use, metrics, metrics_at_ms, num_io_ops, "
-    "build_failures) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    "availability_zone, host, host_ip, capabilities, metadata, numa_cells, pci_devices, "
+    "metrics, metrics_at_ms, num_io_ops, build_failures) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_INSERT_USAGE = (
+    "INSERT INTO provider_usage (provider_id, active_reservations, updated_offset, "
+    "topology_use) VALUES (?, ?, ?, ?)"
 )
 _INSERT_INVENTORY = (
     'INSERT INTO inventories (provider_id, resource_class, "partition", total, reserved, '
@@ -116,17 +122,22 @@ _json_column = json.dumps
 def _rewrite_providers(plan: Plan, state: PartitionState, reshaped: list[str], offset: int) -> None:
     for chunk in chunks(reshaped, 500):
         plan.execute(delete(inventories).where(inventories.c.provider_id.in_(chunk)))
+        plan.execute(delete(provider_usage).where(provider_usage.c.provider_id.in_(chunk)))
         plan.execute(delete(providers).where(providers.c.provider_id.in_(chunk)))
     present = [state.providers[pid] for pid in reshaped if pid in state.providers]
     partition = state.partition
-    plan.bulk(_INSERT_PROVIDER, [_provider_row(p, partition, offset) for p in present])
+    plan.bulk(_INSERT_PROVIDER, [_provider_row(p, partition) for p in present])
+    plan.bulk(
+        _INSERT_USAGE,
+        [(p.provider_id, p.active, offset, use_json(p.topology_use)) for p in present],
+    )
     plan.bulk(
         _INSERT_INVENTORY,
         [row for p in present for row in _inventory_rows(p, partition)],
     )
 
 
-def _provider_row(provider: ProviderState, partition: int, offset: int) -> tuple[Any, ...]:
+def _provider_row(provider: ProviderState, partition: int) -> tuple[Any, ...]:
     described = provider.description
     metrics = provider.metrics
     return (
@@ -136,8 +147,6 @@ def _provider_row(provider: ProviderState, partition: int, offset: int) -> tuple
         provider.state,
         _json_column(sorted(provider.traits)),
         _json_column(sorted(provider.aggregates)),
-        provider.active,
-        offset,
         described.availability_zone,
         described.host,
         described.host_ip,
@@ -145,7 +154,6 @@ def _provider_row(provider: ProviderState, partition: int, offset: int) -> tuple
         _json_column(described.metadata),
         described.numa_cells_json,
         described.pci_devices_json,
-        use_json(provider.topology_use),
         _json_column(metrics.values),
         metrics.at_ms,
         metrics.num_io_ops,

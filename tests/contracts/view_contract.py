@@ -26,6 +26,7 @@ from projections.view.tables import (
     outcomes,
     partition_offsets,
     pools,
+    provider_usage,
     providers,
     reservation_identifiers,
     reservations,
@@ -617,7 +618,7 @@ def _assert_identifiers_match(engine: Engine, state: PartitionState) -> None:
     assert counts == {pid: (p.taken, float(p.free.count)) for pid, p in state.pools.items()}
 
 
-BATCH_DEPENDENT = {"providers": {"updated_offset"}, "pools": {"updated_offset"}}
+BATCH_DEPENDENT = {"provider_usage": {"updated_offset"}, "pools": {"updated_offset"}}
 """Columns that say in which batch a row last changed (the end offset of the
 batch): for ``_dump`` to leave out when views written in batches of other
 sizes are compared."""
@@ -630,6 +631,7 @@ def _dump(
     names, by table)."""
     tables: list[Table] = [
         providers,
+        provider_usage,
         inventories,
         reservations,
         reservation_identifiers,
