@@ -74,18 +74,20 @@ def _cpu_list(cpus: Sequence[int]) -> str:
     return ("CPU " if len(cpus) == 1 else "CPUs ") + ",".join(str(cpu) for cpu in cpus)
 
 
+def _power_of_two_kib(size_kb: int) -> int:
+    """A page size's validator: NUMA cells and claims both name page sizes."""
+    if size_kb & (size_kb - 1):
+        raise ValueError(f"a page size is a power of two KiB, not {size_kb}")
+    return size_kb
+
+
 class HugePages(_Frozen):
     """The pages of one size a cell has (Nova's ``mempages`` entry)."""
 
     size_kb: int = Field(ge=4, le=16 * 1024 * 1024)
     total: int = Field(ge=0, le=2**40)
 
-    @field_validator("size_kb")
-    @classmethod
-    def _a_power_of_two(cls, size_kb: int) -> int:
-        if size_kb & (size_kb - 1):
-            raise ValueError(f"a page size is a power of two KiB, not {size_kb}")
-        return size_kb
+    _a_power_of_two = field_validator("size_kb")(_power_of_two_kib)
 
 
 class NumaCell(_Frozen):
@@ -273,12 +275,7 @@ class PageCount(_Frozen):
     size_kb: int = Field(gt=4, le=16 * 1024 * 1024)
     count: int = Field(ge=1, le=2**40)
 
-    @field_validator("size_kb")
-    @classmethod
-    def _a_power_of_two(cls, size_kb: int) -> int:
-        if size_kb & (size_kb - 1):
-            raise ValueError(f"a page size is a power of two KiB, not {size_kb}")
-        return size_kb
+    _a_power_of_two = field_validator("size_kb")(_power_of_two_kib)
 
 
 class CellFit(_Frozen):
