@@ -27,7 +27,10 @@ _UPDATE_USAGE = (
 _UPDATE_ACTIVE = (
     "UPDATE provider_usage SET active_reservations = ?, updated_offset = ? WHERE provider_id = ?"
 )
-_UPDATE_TOPOLOGY_USE = "UPDATE provider_usage SET topology_use = ? WHERE provider_id = ?"
+_UPDATE_ACTIVE_PINNED = (
+    "UPDATE provider_usage SET active_reservations = ?, updated_offset = ?, topology_use = ? "
+    "WHERE provider_id = ?"
+)
 
 
 def write_providers(
@@ -68,15 +71,16 @@ def write_usage(plan: Plan, state: PartitionState, changed: list[tuple[str, int]
         for i, rc in enumerate(layout.classes):
             free = layout.limits[i].capacity - held[i] - consumed[i]
             usage.append((held[i], consumed[i], free, pid, rc))
-        active.append((provider.active, offset, pid))
-        if provider.topology_use is not None:
+        if provider.topology_use is None:
+            active.append((provider.active, offset, pid))
+        else:
             # once a claim held some of its topology, each change of its usage
-            # writes what is held (an empty use too: given back)
-            pinned.append((use_json(provider.topology_use), pid))
+            # writes what is held (an empty use too: given back), in the same
+            # statement as the rest of the row
+            pinned.append((provider.active, offset, use_json(provider.topology_use), pid))
     plan.bulk(_UPDATE_USAGE, usage)
     plan.bulk(_UPDATE_ACTIVE, active)
-    if pinned:
-        plan.bulk(_UPDATE_TOPOLOGY_USE, pinned)
+    plan.bulk(_UPDATE_ACTIVE_PINNED, pinned)
 
 
 _UPDATE_METRICS = (
