@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from consumers.coordinator import Coordinator, Part, Txn, TxnResult, Vote
+from consumers.policies import Policy
 from consumers.scheduler import OutcomeFollower, Versioned, engine_request
 from consumers.server_groups import GroupRule, RuleSource, group_refusal
 from ledger.partitioner import partition_for
@@ -72,6 +73,9 @@ class BatchResult:
     offsets: dict[int, int] = field(default_factory=dict)
     """How far into each partition the view its last plan ranked on had
     applied the log (with a versioned snapshot source), for ``explain``."""
+    policy: str = ""
+    """The policy that placed a lone request (``name@version``); a batch of
+    several is placed by the default."""
 
     @property
     def placed(self) -> bool:
@@ -104,6 +108,7 @@ class BatchResult:
             "unplaced": self.unplaced,
             **({"waiting": self.waiting, "priority": self.priority} if self.waiting else {}),
             **({"offsets": {str(p): o for p, o in self.offsets.items()}} if self.offsets else {}),
+            **({"policy": self.policy} if self.policy else {}),
         }
 
     @classmethod
@@ -129,6 +134,7 @@ class BatchResult:
             waiting=data.get("waiting", {}),
             priority=data.get("priority", 0),
             offsets={int(p): o for p, o in data.get("offsets", {}).items()},
+            policy=data.get("policy", ""),
         )
 
 
@@ -202,6 +208,8 @@ class _Alone:
     plan: _Planned = field(default_factory=lambda: _Planned([], {}))
     """The last attempt's plan, and its instances' reservation ids."""
     rids: dict[tuple[int, int], list[tuple[str, str]]] = field(default_factory=dict)
+    policy: Policy | None = None
+    """The policy that places it (None: the default)."""
 
 
 class BatchScheduler:
@@ -264,7 +272,9 @@ class BatchScheduler:
                 result.waiting[shape] = result.waiting.get(shape, 0) + member.num_instances
         return result
 
-    def place_alone(self, batches: Sequence[BatchRequest]) -> list[BatchResult]:
+    def place_alone(
+        self, batches: Sequence[BatchRequest], policies: Sequence[Policy | None] = ()
+    ) -> list[BatchResult]:
         """Place independent one-member batches (the scheduler worker's
         requests that join a server group or take identifiers) side by side,
         each held or refused on its own, as :meth:`place` would: in rounds,
@@ -275,16 +285,21 @@ class BatchScheduler:
         after, to plan on where its group's members went); a request refused
         by a writer is planned again in the next round, without the
         providers that refused it, up to ``max_attempts``. A queued batch,
-        or one of several members, is placed by :meth:`place`."""
+        or one of several members, is placed by :meth:`place`. ``policies``:
+        the policy that places each lone request (None: the default)."""
         results: dict[str, BatchResult] = {}
         waiting: list[_Alone] = []
-        for batch in batches:
+        chosen = list(policies) or [None] * len(batches)
+        for batch, policy in zip(batches, chosen, strict=True):
             if batch.mode == "queue" or len(batch.members) != 1:
                 results[batch.batch_id] = self.place(batch)
             else:
-                waiting.append(_Alone(batch, {0: set()}))
+                waiting.append(_Alone(batch, {0: set()}, policy=policy))
         while waiting:
             waiting = self._round(waiting, results)
+        for batch, policy in zip(batches, chosen, strict=True):
+            if policy is not None:
+                results[batch.batch_id].policy = policy.label
         return [results[b.batch_id] for b in batches]
 
     def _round(self, waiting: list[_Alone], results: dict[str, BatchResult]) -> list[_Alone]:
@@ -332,7 +347,8 @@ class BatchScheduler:
         None when too few instances can be placed."""
         batch = alone.batch
         low, high = batch.bounds
-        alone.plan = self._plan(batch, alone.tried, high, rules, board)
+        engine = None if alone.policy is None else alone.policy.engine
+        alone.plan = self._plan(batch, alone.tried, high, rules, board, engine)
         alone.attempts += 1
         if len(alone.plan.instances) < low:
             return None
@@ -352,7 +368,8 @@ class BatchScheduler:
             return done
         alone.votes, alone.reason = result.no_votes, result.reason
         _exclude(alone.tried, result.no_votes)
-        if alone.attempts < self.max_attempts:
+        limit = self.max_attempts if alone.policy is None else alone.policy.config.max_attempts
+        if alone.attempts < limit:
             return None
         return BatchResult(
             batch.batch_id,
@@ -495,9 +512,12 @@ class BatchScheduler:
         most: int,
         rules: Mapping[str, GroupRule],
         board: _Board | None = None,
+        engine: Engine | None = None,
     ) -> _Planned:
         """Plan ``batch`` on ``board`` (a fresh one by default), whose usage
-        then counts what the plan placed."""
+        then counts what the plan placed, with ``engine`` (by default the
+        default policy's)."""
+        engine = engine or self.engine
         if board is None:
             board = self._board()
         snapshot, used, working = board.snapshot, board.used, board.working
@@ -511,21 +531,21 @@ class BatchScheduler:
                 break
             group = planned.groups.get(member.group_id) if member.group_id else None
             request = engine_request(member, wanted, frozenset(tried[m]), group)
-            placement = self.engine.place(working, request, explain=explain or member.explain)
+            placement = engine.place(working, request, explain=explain or member.explain)
             if not placement.placed:
                 planned.unplaced[m] = placement
                 if batch.mode == "queue" and not planned.alone and _only_room_helps(member):
                     # on the snapshot itself, without the members before it
                     planned.alone = not planned.instances or not (
-                        self.engine.place(snapshot, request).placed
+                        engine.place(snapshot, request).placed
                     )
                 if batch.mode != "at_least" or not placement.providers:
                     continue  # all or nothing: plan the rest only to explain them
             demand = demand_row(snapshot, member.resources)
-            fitting = fits_topology(self.engine)
+            fitting = fits_topology(engine)
             for i, pid in enumerate(placement.providers):
                 if fitting:
-                    fit = self._fit(board, rows[pid], request, pid)
+                    fit = self._fit(board, rows[pid], request, pid, engine)
                     if fit is not None:
                         planned.fits[(m, i)] = fit
                 planned.instances.append((m, i, pid))
@@ -535,14 +555,16 @@ class BatchScheduler:
         board.working = working
         return planned
 
-    def _fit(self, board: _Board, row: int, request: Request, pid: str) -> TopologyFit | None:
+    def _fit(
+        self, board: _Board, row: int, request: Request, pid: str, engine: Engine
+    ) -> TopologyFit | None:
         """What the instance takes of the provider's cells and devices, on
         top of what the board's earlier plans took there; if that leaves too
         little, the fit on the snapshot alone, for the writer to judge (a
         claim it refuses is retried elsewhere)."""
-        found = claim_fit(self.engine, board.snapshot, row, request, board.fits.get(pid, ()))
+        found = claim_fit(engine, board.snapshot, row, request, board.fits.get(pid, ()))
         if isinstance(found, str):
-            found = claim_fit(self.engine, board.snapshot, row, request)
+            found = claim_fit(engine, board.snapshot, row, request)
         if isinstance(found, str):  # the filters passed it on this snapshot
             raise AssertionError(f"{pid}: {found}")
         if found is not None:

@@ -310,6 +310,16 @@ class Scheduler:
             ready.extend(p for p in wave if not self._settle(p))
         return [p.result for p in pending if p.result is not None]
 
+    def policy_for(self, request: PlacementRequest) -> Policy | None:
+        """The policy that places ``request`` (None: no policy book, this
+        scheduler's engine); :class:`PolicyError` if no policy may."""
+        if self.policies is None:
+            return None
+        aggregates: list[str] = []
+        if request.availability_zone and self.policies.aggregates:
+            aggregates = _zones(self.snapshot()).get(request.availability_zone, [])
+        return self.policies.for_request(request.project_id, request.policy, aggregates)
+
     def _choose_policy(self, p: _Pending, zones: Mapping[str, list[str]]) -> None:
         if self.policies is None:
             return

@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from consumers.batches import BatchResult, BatchScheduler
+from consumers.policies import Policy, PolicyError
 from consumers.scheduler import Scheduled, Scheduler
 from consumers.server_groups import GroupRule, group_refusal
 from ledger.log import Append, Log, Record, Watches
@@ -121,13 +122,15 @@ class SchedulerWorker:
             self.queued_at[batch.batch_id] = (partition, offset)
         return result
 
-    def _alone(self, batches: list[BatchRequest]) -> list[BatchResult]:
+    def _alone(
+        self, batches: list[BatchRequest], policies: list[Policy | None]
+    ) -> list[BatchResult]:
         if self.batches is None:
             return [
                 BatchResult(b.batch_id, "failed", reason="this worker places no batches")
                 for b in batches
             ]
-        return self.batches.place_alone(batches)
+        return self.batches.place_alone(batches, policies)
 
     def _rules(self) -> Mapping[str, GroupRule]:
         source = None if self.batches is None else self.batches.groups
@@ -164,7 +167,8 @@ class SchedulerWorker:
                 read.append((partition, records[-1].offset, self._sort(partition, records)))
                 answered += len(records)
         transactions = [batch for _, _, s in read for _, batch in s.transactions]
-        held = iter(self._alone(transactions) if transactions else ())
+        chosen = [policy for _, _, s in read for policy in s.policies]
+        held = iter(self._alone(transactions, chosen) if transactions else ())
         for partition, last, sorted_ in read:
             results = sorted_.results
             results.extend((offset, next(held)) for offset, _ in sorted_.transactions)
@@ -179,7 +183,7 @@ class SchedulerWorker:
     def _sort(self, partition: int, records: list[Record]) -> _Sorted:
         """A partition's requests: answered already (refused, resubmitted, a
         batch placed), single requests for the scheduler, and transactions."""
-        out = _Sorted([], [], [])
+        out = _Sorted([], [], [], [])
         rules: Mapping[str, GroupRule] | None = None  # read at the first grouped request
         seen: set[str] = set()
         for record in records:
@@ -212,14 +216,22 @@ class SchedulerWorker:
                 out.results.append((record.offset, again))
                 continue
             seen.add(request.request_id)
+            if request.group_id is None and not request.identifiers:
+                out.valid.append((record.offset, request))
+                continue
+            try:  # its project's policy places it, whichever way it goes
+                policy = self.scheduler.policy_for(request)
+            except PolicyError as refused:
+                out.results.append((record.offset, self._failed(request, str(refused))))
+                continue
             grouped = False
             if request.group_id is not None:
                 if rules is None:
                     rules = self._rules()
                 rule = rules.get(request.group_id)
-                refused = group_refusal(request, rule)
-                if refused:
-                    failed = Scheduled(request.request_id, False, (), 0, refused)
+                refused_by_group = group_refusal(request, rule)
+                if refused_by_group:
+                    failed = self._failed(request, refused_by_group, policy)
                     out.results.append((record.offset, failed))
                     continue
                 grouped = rule is not None
@@ -232,9 +244,15 @@ class SchedulerWorker:
                     explain=request.explain,
                 )
                 out.transactions.append((record.offset, alone))
+                out.policies.append(policy)
                 continue
             out.valid.append((record.offset, request))
         return out
+
+    @staticmethod
+    def _failed(request: PlacementRequest, reason: str, policy: Policy | None = None) -> Scheduled:
+        label = "" if policy is None else policy.label
+        return Scheduled(request.request_id, False, (), 0, reason, policy=label)
 
 
 @dataclass(slots=True)
@@ -246,6 +264,8 @@ class _Sorted:
     """Single requests, for the scheduler's waves."""
     transactions: list[tuple[int, BatchRequest]]
     """Requests that are a transaction each, as one-member batches."""
+    policies: list[Policy | None]
+    """The policy that places each of ``transactions``."""
 
 
 def _generation(log_: Log, topics: Topics) -> str:

@@ -36,6 +36,7 @@ REPLAY = "replay --verify equality"
 LIVENESS = "every request answered once the faults stop"
 DAMAGE = "storage damage detected, never an acknowledged record lost"
 ANTI_AFFINITY = "no two instances of an anti-affinity group on one provider"
+SERVER_GROUPS = "a server group's hard rule holds across requests"
 LEASES = "no hold outlives its lease"
 UNHANDLED = "no component fails on what the system may do to it"
 POLICY = "every answer names the policy its project was given"
@@ -52,6 +53,7 @@ INVARIANTS = (
     LIVENESS,
     DAMAGE,
     ANTI_AFFINITY,
+    SERVER_GROUPS,
     LEASES,
     UNHANDLED,
     POLICY,
@@ -181,9 +183,10 @@ class Checker:
                 holder[key] = rid
 
     def _rules_and_leases(self, state: PartitionState) -> None:
-        """Anti-affinity holds on every provider; a hold whose lease the
-        partition's clock has passed was expired before anything else was
-        decided (holds expire first)."""
+        """Anti-affinity holds on every provider, and server groups' hard
+        rules in their partitions; a hold whose lease the partition's clock
+        has passed was expired before anything else was decided (holds
+        expire first)."""
         groups: set[tuple[str, str]] = set()
         groups_of = self.workload.groups  # the group the request asked for
         for rid, reservation in state.reservations.items():
@@ -201,6 +204,31 @@ class Checker:
                 if key in groups:
                     raise Violation(ANTI_AFFINITY, f"group {key[1]} twice on {key[0]}")
                 groups.add(key)
+        self._server_groups(state)
+
+    @staticmethod
+    def _server_groups(state: PartitionState) -> None:
+        """The groups created in this partition, counted from the members it
+        holds (not from the writer's own tally): an affinity group's on one
+        provider, an anti-affinity group's at most its rule on each."""
+        hosts: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+        for reservation in state.reservations.values():
+            if reservation.membership is not None:
+                gid, host = reservation.membership
+                hosts[gid][host] += 1
+        for gid, counted in hosts.items():
+            group = state.groups.get(gid)
+            if group is None:
+                raise Violation(SERVER_GROUPS, f"members of {gid}, a group deleted or never made")
+            if group.policy == "affinity" and len(counted) > 1:
+                raise Violation(SERVER_GROUPS, f"affinity group {gid} on {sorted(counted)}")
+            most = max(counted.values())
+            if group.policy == "anti-affinity" and most > group.max_server_per_host:
+                raise Violation(
+                    SERVER_GROUPS,
+                    f"anti-affinity group {gid}: {most} on one provider, "
+                    f"max_server_per_host {group.max_server_per_host}",
+                )
 
     def _answers(self) -> None:
         """A batch answered committed holds every instance it says (at least
@@ -259,8 +287,10 @@ class Checker:
                 continue  # given again, to the same id asked again
             self.first_answers.add(rid)
             asked = self.workload.asked.get(rid)
-            if answer.get("batch") or asked is None:
+            if asked is None or (answer.get("batch") and asked.mode != "single"):
                 continue  # a batch (placed by the default policy), or not the workload's
+            # a single request held as a transaction (a group's member,
+            # identifiers) is answered as a batch, by its project's policy too
             named, expected = answer.get("policy", ""), self._policy_of(asked.project_id)
             if expected is None and not answer["placed"] and not named:
                 continue  # refused: its project's policy is not set

@@ -34,6 +34,7 @@ from consumers.policies import PolicyBook
 from consumers.reaper import Reaper
 from consumers.scheduler import OutcomeFollower, Scheduler
 from consumers.scheduler_worker import SchedulerWorker
+from consumers.server_groups import LiveRules
 from consumers.snapshot_source import LiveSnapshot
 from ledger.publisher import Publisher
 from projections.batch import Batch
@@ -215,6 +216,7 @@ class System:
             publisher.partitions,
             pump=self.pump,
             max_attempts=self.config.max_attempts,
+            groups=LiveRules(self.engine),
         )
         # its generation names what a crash while starting abandons
         self.starting[index] = scheduler

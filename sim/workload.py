@@ -1,6 +1,7 @@
 """What the simulated users do, drawn from the run's random generator:
 register providers and change their inventories, retire them, define
-identifier pools, ask for single placements and batches of the three
+identifier pools, create and delete server groups, ask for single
+placements (some of them a group's members) and batches of the three
 modes, and consume, renew and release what was placed, or delete a
 consumer with everything it holds; and what the operator does: set,
 assign and delete scheduling policies.
@@ -89,9 +90,11 @@ class Workload:
     consumers: list[str] = field(default_factory=list)
     skews: tuple[int, ...] = ()
     answered: list[str] = field(default_factory=list)
-    groups: dict[str, str] = field(default_factory=dict)
-    """Request id -> its anti-affinity group."""
     """Requests answered since the checker last looked."""
+    groups: dict[str, str] = field(default_factory=dict)
+    """Request id -> its ad-hoc anti-affinity group (none created in the log)."""
+    server_groups: dict[str, tuple[str, str | None]] = field(default_factory=dict)
+    """Server groups created in the log and not deleted: id -> (policy, project)."""
     events: int = 0
     published: int = 0
     policies: Callable[[dict[str, Any]], int] | None = None
@@ -133,9 +136,11 @@ class Workload:
             return self.renew()
         if roll < 0.94:
             return self.delete_consumer()
-        if roll < 0.96:
+        if roll < 0.955:
             return self.move()
-        if roll < 0.98:
+        if roll < 0.97:
+            return self.server_group()
+        if roll < 0.985:
             return self.policy()
         return self.resubmit()
 
@@ -274,11 +279,25 @@ class Workload:
     def request(self) -> str:
         rid = self.next_id("r")
         request = self._member(rid, identifiers=self.rng.random() < 0.15)
-        if request.num_instances > 1 and self.rng.random() < 0.3:
+        roll = self.rng.random()
+        if request.num_instances > 1 and roll < 0.3:
             # each instance on its own provider, a rule the writers hold too
             spread = {"group_id": f"group-{rid}", "group_policy": "anti-affinity"}
             request = request.model_copy(update=spread)
             self.groups[rid] = spread["group_id"]
+        elif self.server_groups and roll < 0.7:
+            # a member of a group created in the log, whose partition holds
+            # its rule across requests, whatever partitions their providers
+            # are in; mostly a group its project may join, now and then not
+            mine = [
+                gid
+                for gid, (_, owner) in sorted(self.server_groups.items())
+                if owner in (None, request.project_id)
+            ]
+            gid = self.rng.choice(mine or sorted(self.server_groups))
+            if self.rng.random() < 0.1:
+                gid = self.rng.choice(sorted(self.server_groups))
+            request = request.model_copy(update={"group_id": gid})
         self.edge.submit([request])  # asked once acknowledged: a torn append never was
         instances = request.num_instances
         self.asked[rid] = Asked("single", instances, instances, project_id=request.project_id)
@@ -309,6 +328,31 @@ class Workload:
         self.edge.submit([batch])
         self.asked[bid] = Asked(mode, total, least)
         return "batch"
+
+    def server_group(self) -> str:
+        """Create a server group (any of Nova's policies, perhaps of one
+        project, perhaps allowing two per host), or delete one: its
+        memberships go with it."""
+        rng = self.rng
+        if self.server_groups and (len(self.server_groups) >= 6 or rng.random() < 0.2):
+            gid = rng.choice(sorted(self.server_groups))
+            del self.server_groups[gid]
+            self.publish([{"type": "server_group_deleted", **self._base(gid), "group_id": gid}])
+            return "group deleted"
+        gid = self.next_id("g")
+        policy = rng.choice(("affinity", "anti-affinity", "soft-affinity", "soft-anti-affinity"))
+        event: dict[str, Any] = {
+            "type": "server_group_created",
+            **self._base(gid),
+            "group_id": gid,
+            "policy": policy,
+            "project_id": rng.choice((None, None, *PROJECTS)),
+        }
+        if policy == "anti-affinity" and rng.random() < 0.3:
+            event["max_server_per_host"] = 2
+        self.publish([event])
+        self.server_groups[gid] = (policy, event["project_id"])
+        return "group"
 
     def resubmit(self) -> str:
         """The same request id again: it must keep its first answer."""

@@ -148,6 +148,23 @@ def test_a_running_server_places_by_the_policy_in_force(tmp_path: Path, cli: Cli
         assert cli("policy", "use", "spread", "--project", "p2", "--data-dir", str(data))[0] == 0
         assert place(_request("p2-a", "p2"))["reservations"][0][1] == "large"  # type: ignore[index]
         assert place(_request("p1-b", "p1"))["reservations"][0][1] == "small"  # type: ignore[index]
+
+        # a server group's member is a transaction of its own, placed by its
+        # project's policy all the same, and its answer names it
+        for group, policy in (("g-spread", "soft-anti-affinity"), ("g-pack", "soft-affinity")):
+            code, _, err = cli(
+                "group", "create", group, "--policy", policy, "--wait", "--data-dir", str(data)
+            )
+            assert code == 0, err
+        member = place(_request("p2-g", "p2").model_copy(update={"group_id": "g-spread"}))
+        assert member["batch"] is True and member["placed"] is True
+        assert member["reservations"][0][1] == "large"  # type: ignore[index]
+        assert str(member["policy"]).startswith("spread@")
+        member = place(_request("p1-g", "p1").model_copy(update={"group_id": "g-pack"}))
+        assert member["reservations"][0][1] == "small"  # type: ignore[index]
+        assert member["policy"] == f"default@{version}"
+        nowhere = place(_request("p2-x", "p2").model_copy(update={"group_id": "no-such"}))
+        assert nowhere["placed"] is False and str(nowhere["policy"]).startswith("spread@")
         refused = place(_request("p1-c", "p1", policy="spread"))
         assert refused["placed"] is False
         assert "not the one project 'p1' may use" in str(refused["reason"])

@@ -21,6 +21,7 @@ from sqlalchemy import text
 
 import consumers.partition_writer as partition_writer
 import consumers.scheduler as scheduler
+import projections.claims as claims
 import sim.invariants as invariants
 import sim.system as system
 from consumers.coordinator import Coordinator
@@ -231,6 +232,12 @@ def _groups_ignored(mp: pytest.MonkeyPatch) -> None:
     mp.setattr(scheduler, "_claim", claim)
 
 
+def _group_rules_ignored(mp: pytest.MonkeyPatch) -> None:
+    """A projector that admits every member to its server group, whatever
+    the group's policy says (in the writers and the checker's shadow)."""
+    mp.setattr(claims, "membership_refused", lambda state, spec: None)
+
+
 def _assignments_ignored(mp: pytest.MonkeyPatch) -> None:
     """A scheduler that places every request by the default policy, whatever
     its project was given."""
@@ -340,6 +347,9 @@ VARIANTS = (
         lambda mp: mp.setattr(partition_writer, "decide", _holds_never_expire(decide)),
     ),
     Variant("anti-affinity dropped", invariants.ANTI_AFFINITY, 5, 1000, _groups_ignored),
+    Variant(
+        "server groups' rules ignored", invariants.SERVER_GROUPS, 3, 1000, _group_rules_ignored
+    ),
     Variant("projects' policies ignored", invariants.POLICY, 3, 1000, _assignments_ignored),
     Variant(
         "the view's capacity halved",
