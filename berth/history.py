@@ -227,6 +227,8 @@ def render(history: History) -> str:
         for item in r["items"]:
             amounts = ",".join(f"{rc}={n}" for rc, n in sorted(item["resources"].items()))
             lines.append(f"    {item['provider_id']}: {amounts}")
+            if item.get("fit"):
+                lines.append(f"      fit: {fit_text(item['fit'])}")
         lines.append(f"    lease {r['lease_ms']} ms, expires at {r['expires_at_ms']}")
     if history.provider is not None:
         p = history.provider
@@ -335,7 +337,34 @@ def _held(use: dict[str, Any]) -> list[str]:
         lines.append(f"    held by {rid}: " + ", ".join(parts))
     for cell, size_kb, count in use.get("pages", ()):
         lines.append(f"    NUMA cell {cell}: {count} pages of {size_kb} KiB held")
+    memory = dict(use.get("memory", ()))
+    vcpus = dict(use.get("vcpus", ()))
+    for cell in sorted(memory.keys() | vcpus.keys()):
+        lines.append(
+            f"    NUMA cell {cell}: {memory.get(cell, 0)} MB of small pages and "
+            f"{vcpus.get(cell, 0)} floating vCPUs held"
+        )
     return lines
+
+
+def fit_text(fit: dict[str, Any]) -> str:
+    """A claim's fit (its JSON form) in a line: ``guest cell 0 on host cell
+    1 (CPUs 6,7, 1024 MB of small pages), PCI 0000:81:00.2``."""
+    parts = []
+    for c in fit.get("cells", ()):
+        held = [f"CPUs {','.join(str(cpu) for cpu in c['cpus'])}"] if c.get("cpus") else []
+        held += [f"{p['count']} pages of {p['size_kb']} KiB" for p in c.get("pages", ())]
+        if c.get("memory_mb"):
+            held.append(f"{c['memory_mb']} MB of small pages")
+        if c.get("vcpus"):
+            held.append(f"{c['vcpus']} floating vCPUs")
+        parts.append(
+            f"guest cell {c['guest_cell']} on host cell {c['host_cell']}"
+            + (f" ({', '.join(held)})" if held else "")
+        )
+    if fit.get("devices"):
+        parts.append("PCI " + " ".join(fit["devices"]))
+    return ", ".join(parts)
 
 
 def _ranges(ids: list[int]) -> str:

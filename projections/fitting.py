@@ -7,7 +7,11 @@ claim carries the fit it chose (``schemas.topology.TopologyFit``). Here, in
 log order, that fit is checked against the provider's description and what
 earlier reservations hold (``ProviderState.topology_use``): every CPU must be
 a dedicated CPU of its host cell and pinned by no one, every page size one
-the cell has with enough pages left, every device one the provider
+the cell has with enough pages left, the memory a guest cell takes of the
+cell's small pages and its floating vCPUs within what the cell's other
+guests leave of its small pages and shared CPUs times the provider's
+allocation ratios (as the engine's NUMATopologyFilter judges them, by
+``schemas.topology.cell_room_lack``), every device one the provider
 describes and held by no one (nor its PF or one of its VFs). A claim whose
 fit does not hold is rejected, naming what: ``TOPOLOGY_NOT_PROVIDED`` for
 what the provider does not have, ``TOPOLOGY_TAKEN`` for what another
@@ -25,7 +29,14 @@ from collections.abc import Sequence
 from projections.state import Fits, ProviderState, TopologyUse
 from schemas.events import ClaimItem
 from schemas.outcomes import Code, Reason
-from schemas.topology import TopologyFit
+from schemas.topology import (
+    CellFit,
+    NumaCell,
+    TopologyFit,
+    cell_limit,
+    cell_room_lack,
+    small_memory_mb,
+)
 
 NO_FITS: Fits = ()
 
@@ -89,8 +100,51 @@ def fit_reasons(provider: ProviderState, fit: TopologyFit) -> list[Reason]:
                         f"{where}: {total - held} of its {total} pages of {pages.size_kb} KiB free",
                     )
                 )
+        if part.memory_mb or part.vcpus:
+            reasons.extend(_room_reasons(provider, host, part, where))
     if fit.devices:
         reasons.extend(_device_reasons(provider, fit.devices, use))
+    return reasons
+
+
+def _ratio(provider: ProviderState, resource_class: str) -> float:
+    """The provider's allocation ratio of a class, its aggregates' included
+    (1.0 without the class), as the engine's snapshot has it."""
+    layout = provider.layout
+    i = layout.index.get(resource_class)
+    return 1.0 if i is None else layout.limits[i].allocation_ratio
+
+
+def _room_reasons(
+    provider: ProviderState, host: NumaCell, part: CellFit, where: str
+) -> list[Reason]:
+    """Why the host cell's small pages or shared CPUs cannot take the guest
+    cell's memory or floating vCPUs beside what its other guests hold."""
+    use = provider.topology_use
+    small = small_memory_mb(host.memory_mb, ((p.size_kb, p.total) for p in host.huge_pages))
+    asks = (
+        ("MEMORY_MB", part.memory_mb, small, use.memory if use else {}, "MB of small pages"),
+        ("VCPU", part.vcpus, len(host.shared), use.vcpus if use else {}, "shared vCPUs"),
+    )
+    reasons = []
+    for rc, wanted, have, held, what in asks:
+        used = held.get(part.host_cell, 0)
+        ratio = _ratio(provider, rc)
+        if not wanted or not cell_room_lack(wanted, used, have, ratio):
+            continue
+        limit = cell_limit(have, ratio)
+        alone = cell_room_lack(wanted, 0, have, ratio)
+        left = max(0, int(limit) - used)
+        reasons.append(
+            Reason(
+                Code.TOPOLOGY_NOT_PROVIDED if alone else Code.TOPOLOGY_TAKEN,
+                provider.provider_id,
+                rc,
+                wanted,
+                left,
+                f"{where}: {used} of its {limit:g} {what} held, wanted {wanted}",
+            )
+        )
     return reasons
 
 
@@ -170,6 +224,11 @@ def take_fit(provider: ProviderState, fit: TopologyFit, reservation_id: str) -> 
         for pages in part.pages:
             key = (part.host_cell, pages.size_kb)
             use.pages[key] = use.pages.get(key, 0) + pages.count
+        cell = part.host_cell
+        if part.memory_mb:
+            use.memory[cell] = use.memory.get(cell, 0) + part.memory_mb
+        if part.vcpus:
+            use.vcpus[cell] = use.vcpus.get(cell, 0) + part.vcpus
     for address in fit.devices:
         use.devices[address] = reservation_id
 
@@ -189,15 +248,30 @@ def give_fit(provider: ProviderState, fit: TopologyFit) -> None:
                 use.pages[key] = left
             else:
                 del use.pages[key]
+        _give(use.memory, part.host_cell, part.memory_mb)
+        _give(use.vcpus, part.host_cell, part.vcpus)
     for address in fit.devices:
         del use.devices[address]
+
+
+def _give(held: dict[int, int], cell: int, amount: int) -> None:
+    """Give back ``amount`` of what ``held`` counts for ``cell``."""
+    if amount:
+        left = held[cell] - amount
+        if left:
+            held[cell] = left
+        else:
+            del held[cell]
 
 
 def use_json(use: TopologyUse | None) -> str:
     """What a provider's reservations hold of its topology, as the view's
     ``topology_use`` column holds it: pinned CPUs and held devices with
-    their reservation, huge pages held per (cell, size), each sorted."""
-    if use is None or not (use.cpus or use.devices or use.pages):
+    their reservation, huge pages held per (cell, size), small-page memory
+    and floating vCPUs held per cell, each sorted (the last two left out
+    when none are held, so a provider's text is what it was before they
+    were counted)."""
+    if use is None or not (use.cpus or use.devices or use.pages or use.memory or use.vcpus):
         return "{}"
     out: dict[str, object] = {}
     if use.cpus:
@@ -206,4 +280,8 @@ def use_json(use: TopologyUse | None) -> str:
         out["devices"] = sorted([address, rid] for address, rid in use.devices.items())
     if use.pages:
         out["pages"] = sorted([cell, size, count] for (cell, size), count in use.pages.items())
+    if use.memory:
+        out["memory"] = sorted([cell, mb] for cell, mb in use.memory.items())
+    if use.vcpus:
+        out["vcpus"] = sorted([cell, n] for cell, n in use.vcpus.items())
     return json.dumps(out)

@@ -111,20 +111,23 @@ class Description:
 
 class TopologyUse:
     """What reservations hold of a provider's NUMA cells and PCI devices:
-    device address -> reservation id, pinned CPU id -> reservation id, and
-    (cell id, page size in KiB) -> huge pages held. A description may not
-    take away what is held (``projections/topology.py``).
+    device address -> reservation id, pinned CPU id -> reservation id,
+    (cell id, page size in KiB) -> huge pages held, and per cell id the
+    small-page memory (MB) and the floating vCPUs its guest cells hold. A
+    description may not take away what is held (``projections/topology.py``).
 
     Claims that carry their fit count it in here as ``ProviderState.take``
     counts amounts (``projections/fitting.py``), and the loader rebuilds it
     from the reservations' rows."""
 
-    __slots__ = ("cpus", "devices", "pages")
+    __slots__ = ("cpus", "devices", "memory", "pages", "vcpus")
 
     def __init__(self) -> None:
         self.devices: dict[str, str] = {}
         self.cpus: dict[int, str] = {}
         self.pages: dict[tuple[int, int], int] = {}
+        self.memory: dict[int, int] = {}
+        self.vcpus: dict[int, int] = {}
 
 
 class Metrics:

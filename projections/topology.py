@@ -7,7 +7,10 @@ knows is checked here: the cells and devices held together with those
 given (one may change without the other), and what reservations hold of
 them (``ProviderState.topology_use``), which a description may not take
 away: a device held stays, with its type, parent and cell; a pinned CPU
-stays dedicated in its cell; a cell keeps at least the huge pages held.
+stays dedicated in its cell; a cell keeps at least the huge pages held; a
+cell whose guests hold memory or floating vCPUs stays described (its
+memory or shared CPUs may shrink: over-subscribed, as a lowered allocation
+ratio may leave them).
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ def topology_reasons(
             for line in _devices_taken(use, held[1], devices)
             + _cpus_taken(use, held[0], cells)
             + _pages_taken(use, cells)
+            + _cells_taken(use, cells)
         )
     return reasons
 
@@ -88,3 +92,15 @@ def _pages_taken(use: TopologyUse, cells: Sequence[NumaCell]) -> list[str]:
                 f"cell {cell_id} has {count} pages of {size_kb} KiB held: it cannot have {total}"
             )
     return lines
+
+
+def _cells_taken(use: TopologyUse, cells: Sequence[NumaCell]) -> list[str]:
+    """A cell whose guests hold memory or floating vCPUs stays described."""
+    known = {c.cell_id for c in cells}
+    held = sorted(set(use.memory) | set(use.vcpus))
+    return [
+        f"cell {cell_id} holds {use.memory.get(cell_id, 0)} MB and "
+        f"{use.vcpus.get(cell_id, 0)} floating vCPUs of guests: it cannot be removed"
+        for cell_id in held
+        if cell_id not in known
+    ]

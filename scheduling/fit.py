@@ -105,7 +105,21 @@ def taken(
         {cpu for fit in fits for c in fit.cells for cpu in c.cpus},
         _pages(fits),
         {address for fit in fits for address in fit.devices},
+        _cell_use(fits),
     )
+
+
+def _cell_use(fits: Sequence[TopologyFit]) -> tuple[dict[int, int], dict[int, int]]:
+    """The small-page memory and floating vCPUs ``fits`` hold, by host cell."""
+    memory: dict[int, int] = {}
+    vcpus: dict[int, int] = {}
+    for fit in fits:
+        for c in fit.cells:
+            if c.memory_mb:
+                memory[c.host_cell] = memory.get(c.host_cell, 0) + c.memory_mb
+            if c.vcpus:
+                vcpus[c.host_cell] = vcpus.get(c.host_cell, 0) + c.vcpus
+    return memory, vcpus
 
 
 def _pages(fits: Sequence[TopologyFit]) -> dict[tuple[int, int], int]:

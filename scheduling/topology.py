@@ -21,13 +21,16 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from schemas.topology import small_memory_mb
+
 
 @dataclass(frozen=True, slots=True)
 class HostCell:
     """One host NUMA cell: its CPUs, those for pinned guests (``dedicated``)
     and for floating ones (``shared``), its hardware-thread siblings, its
-    memory, its huge pages (page size in KiB -> pages) and the CPU socket
-    it is on (None: not known)."""
+    memory, its huge pages (page size in KiB -> pages), the CPU socket
+    it is on (None: not known), and what its guest cells hold of its small
+    pages (``memory_used_mb``) and of its shared CPUs (``vcpus_used``)."""
 
     cell_id: int
     cpus: frozenset[int]
@@ -37,6 +40,13 @@ class HostCell:
     memory_mb: int = 0
     huge_pages: Mapping[int, int] = field(default_factory=dict)
     socket: int | None = None
+    memory_used_mb: int = 0
+    vcpus_used: int = 0
+
+    @property
+    def small_mb(self) -> int:
+        """Its memory in small pages (less every huge page, held or not)."""
+        return small_memory_mb(self.memory_mb, self.huge_pages.items())
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,21 +114,28 @@ def devices_in(text: str) -> tuple[HostDevice, ...]:
     return devices_of(json.loads(text)) if text != "[]" else ()
 
 
+NO_CELL_USE: tuple[Mapping[int, int], Mapping[int, int]] = ({}, {})
+
+
 def without(
     cells: tuple[HostCell, ...],
     devices: tuple[HostDevice, ...],
     cpus: frozenset[int] | set[int],
     pages: Mapping[tuple[int, int], int],
     addresses: frozenset[str] | set[str],
+    cell_use: tuple[Mapping[int, int], Mapping[int, int]] = NO_CELL_USE,
 ) -> tuple[tuple[HostCell, ...], tuple[HostDevice, ...]]:
     """The cells and devices as a new guest may have them, once ``cpus``
-    are pinned, ``pages`` (by (cell id, size in KiB)) held and the devices
-    at ``addresses`` given: a pinned CPU is no longer among its cell's
-    dedicated ones, a cell counts only its free huge pages, and a device
-    held is gone, with the VFs of a PF held and the PF of a VF held (as
-    Nova's PCI tracker has it). The memory of the pages held goes with
-    them, so the cell's small pages stay what they were."""
-    if cpus or pages:
+    are pinned, ``pages`` (by (cell id, size in KiB)) held, the small-page
+    memory and floating vCPUs of ``cell_use`` (each by cell id) held and
+    the devices at ``addresses`` given: a pinned CPU is no longer among its
+    cell's dedicated ones, a cell counts only its free huge pages and adds
+    the memory and vCPUs held to its ``memory_used_mb`` and ``vcpus_used``,
+    and a device held is gone, with the VFs of a PF held and the PF of a VF
+    held (as Nova's PCI tracker has it). The memory of the pages held goes
+    with them, so the cell's small pages stay what they were."""
+    memory, vcpus = cell_use
+    if cpus or pages or memory or vcpus:
         cells = tuple(
             dataclasses.replace(
                 c,
@@ -128,6 +145,8 @@ def without(
                 huge_pages={
                     kb: total - pages.get((c.cell_id, kb), 0) for kb, total in c.huge_pages.items()
                 },
+                memory_used_mb=c.memory_used_mb + memory.get(c.cell_id, 0),
+                vcpus_used=c.vcpus_used + vcpus.get(c.cell_id, 0),
             )
             for c in cells
         )
@@ -160,6 +179,7 @@ def free_in(
         {cpu for cpu, _ in use.get("cpus", ())},
         {(cell, kb): count for cell, kb, count in use.get("pages", ())},
         {address for address, _ in use.get("devices", ())},
+        (dict(use.get("memory", ())), dict(use.get("vcpus", ()))),
     )
     return _interned(free_cells, free_devices)
 
@@ -184,6 +204,8 @@ def _interned(
                 c.memory_mb,
                 tuple(sorted(c.huge_pages.items())),
                 c.socket,
+                c.memory_used_mb,
+                c.vcpus_used,
             )
             for c in cells
         ),

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Annotated, Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -265,6 +265,29 @@ def _view_form(item: NumaCell | PciDevice) -> dict[str, Any]:
     return form
 
 
+def small_memory_mb(memory_mb: int, huge_pages: Iterable[tuple[int, int]]) -> int:
+    """A cell's memory in small pages: its memory less all its huge pages
+    (``(size_kb, total)`` pairs), held or not: what a guest cell that no
+    huge page backs takes its memory from."""
+    return memory_mb - sum(kb * total for kb, total in huge_pages) // 1024
+
+
+def cell_limit(have: int, ratio: float) -> float:
+    """How much of a cell's small-page memory or shared CPUs (``have``)
+    the guest cells on it may take together, over-subscribed by the
+    provider's allocation ratio (Nova's NUMATopologyFilter limits: usage
+    plus the new cell within ``have * ratio``); one guest cell alone never
+    takes more than ``have``. The engine's filter and the writer both
+    judge with it."""
+    return have * ratio
+
+
+def cell_room_lack(wanted: int, used: int, have: int, ratio: float) -> bool:
+    """Whether ``wanted`` more does not fit a cell that has ``have``, of
+    which guest cells hold ``used``, under ``ratio``."""
+    return wanted > have or used + wanted > cell_limit(have, ratio)
+
+
 # --- what a claim takes of them ---------------------------------------------
 
 
@@ -280,13 +303,19 @@ class PageCount(_Frozen):
 
 class CellFit(_Frozen):
     """Where one guest NUMA cell goes: its host cell, the dedicated CPU ids
-    pinned to it there (none for a floating guest) and the huge pages it
-    takes there."""
+    pinned to it there (none for a floating guest), the huge pages it takes
+    there, the memory it takes of the cell's small pages (``memory_mb``:
+    its memory when no huge pages back it) and its floating vCPUs on the
+    cell's shared CPUs (``vcpus``). The last two are over-subscribable by
+    the provider's allocation ratios (:func:`cell_limit`); a claim
+    recorded before they were counted names neither (0)."""
 
     guest_cell: CellId
     host_cell: CellId
     cpus: tuple[CpuId, ...] = Field(default=(), max_length=MAX_CPUS_PER_CELL)
     pages: tuple[PageCount, ...] = Field(default=(), max_length=16)
+    memory_mb: int = Field(default=0, ge=0, le=2**40)
+    vcpus: int = Field(default=0, ge=0, le=MAX_CPUS_PER_CELL)
 
     @field_validator("cpus")
     @classmethod

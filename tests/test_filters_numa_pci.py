@@ -102,7 +102,9 @@ NUMA_CASES = [
         NUMA,
         host(numa_cells=(cell(0, shared=8, mb=2048),)),
         guest(2, 4096, **{"hw:numa_nodes": "1"}),
-        expected="guest cell 0 fits no host cell: host cell 0 has 2048 MB, wanted 4096",
+        expected=(
+            "guest cell 0 fits no host cell: host cell 0 has 2048 MB of small pages, wanted 4096"
+        ),
     ),
     Case(
         "2 MiB pages cover the memory",
@@ -187,7 +189,7 @@ def test_memory_per_cell_not_over_the_cell_even_with_a_ratio() -> None:
     ctx = Context.start(_ratio_snapshot(1.0, 0.5), guest(2, 4096, **{"hw:numa_nodes": "1"}))
     assert (
         NUMA.reject(ctx, 0)
-        == "guest cell 0 fits no host cell: host cell 0 has 2048 MB, wanted 4096"
+        == "guest cell 0 fits no host cell: host cell 0 has 2048 MB of small pages, wanted 4096"
     )
 
 

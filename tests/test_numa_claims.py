@@ -783,6 +783,6 @@ def test_a_device_tied_to_the_guests_cell_brings_the_guest_to_that_cell(tmp_path
             (items,) = conn.execute(select(reservations.c["items"])).scalars().all()
     assert result.placed
     assert items[0]["fit"] == {
-        "cells": [{"guest_cell": 0, "host_cell": 1, "cpus": [6, 7]}],
+        "cells": [{"guest_cell": 0, "host_cell": 1, "cpus": [6, 7], "memory_mb": 512}],
         "devices": [VF1],
     }

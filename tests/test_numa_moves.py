@@ -138,7 +138,7 @@ def test_a_pinned_instance_moved_pins_its_cpus_and_device_at_the_destination(
         assert (move.source, move.destination) == ("a", "b")
         assert move.fit is not None
         assert move.fit.model_dump(mode="json", exclude_defaults=True) == {
-            "cells": [{"guest_cell": 0, "host_cell": 1, "cpus": [6, 7]}],
+            "cells": [{"guest_cell": 0, "host_cell": 1, "cpus": [6, 7], "memory_mb": 512}],
             "devices": [VF2],
         }
         catch_up_all(app.writers())
@@ -147,15 +147,20 @@ def test_a_pinned_instance_moved_pins_its_cpus_and_device_at_the_destination(
         assert use["b"] == {
             "cpus": [[2, "other"], [3, "other"], [6, claimed], [7, claimed]],
             "devices": [[VF1, "other"], [VF2, claimed]],
+            "memory": [[1, 512]],
         }
         # the source keeps its pinning until the move is done
-        assert use["a"] == {"cpus": [[2, rid], [3, rid]], "devices": [[VF1, rid]]}
+        assert use["a"] == {
+            "cpus": [[2, rid], [3, rid]],
+            "devices": [[VF1, rid]],
+            "memory": [[0, 512]],
+        }
         assert items[claimed] == [
             {
                 "provider_id": "b",
                 "resources": {"PCPU": 2, "MEMORY_MB": 512},
                 "fit": {
-                    "cells": [{"guest_cell": 0, "host_cell": 1, "cpus": [6, 7]}],
+                    "cells": [{"guest_cell": 0, "host_cell": 1, "cpus": [6, 7], "memory_mb": 512}],
                     "devices": [VF2],
                 },
                 "guest": {"extra_specs": ASKS},
@@ -237,8 +242,14 @@ def test_two_moves_of_one_plan_to_one_destination_pin_different_cpus(tmp_path: P
         # the first move's fit is taken before the second is fitted
         fits = [m.fit.model_dump(mode="json", exclude_defaults=True) for m in plan.moves if m.fit]
         assert fits == [
-            {"cells": [{"guest_cell": 0, "host_cell": 0, "cpus": [2, 3]}], "devices": [VF1]},
-            {"cells": [{"guest_cell": 0, "host_cell": 1, "cpus": [6, 7]}], "devices": [VF2]},
+            {
+                "cells": [{"guest_cell": 0, "host_cell": 0, "cpus": [2, 3], "memory_mb": 512}],
+                "devices": [VF1],
+            },
+            {
+                "cells": [{"guest_cell": 0, "host_cell": 1, "cpus": [6, 7], "memory_mb": 512}],
+                "devices": [VF2],
+            },
         ]
         catch_up_all(app.writers())
         decided = _outcomes(app)
@@ -310,7 +321,7 @@ def test_berth_balance_says_what_a_move_pins(
     assert main(["balance", "--data-dir", str(settings.data_dir), "--config", str(config)]) == 0
     assert capsys.readouterr().out.splitlines() == [
         f"move {rid} (q.0, MEMORY_MB=512,PCPU=2): a -> b; a: evacuating; "
-        f"fit guest cell 0 on host cell 0 (CPUs 2,3), PCI {VF1}",
+        f"fit guest cell 0 on host cell 0 (CPUs 2,3, 512 MB of small pages), PCI {VF1}",
         "1 move; no provider is evacuating",
     ]
 

@@ -26,6 +26,7 @@ from berth.cli.common import (
     stop_on_sigterm,
     worker_options,
 )
+from berth.history import fit_text
 from consumers.partition_writer import catch_up_all, step_all
 from ledger.log import Watches, merged
 from projections.view.ownership import OwnershipLost
@@ -522,17 +523,7 @@ def _warn_if_behind(app: App) -> None:
 
 def _fit_text(fit: TopologyFit) -> str:
     """``guest cell 0 on host cell 1 (CPUs 6,7), PCI 0000:81:00.2``."""
-    parts = []
-    for c in fit.cells:
-        held = [f"CPUs {','.join(str(cpu) for cpu in c.cpus)}"] if c.cpus else []
-        held += [f"{p.count} pages of {p.size_kb} KiB" for p in c.pages]
-        parts.append(
-            f"guest cell {c.guest_cell} on host cell {c.host_cell}"
-            + (f" ({', '.join(held)})" if held else "")
-        )
-    if fit.devices:
-        parts.append("PCI " + " ".join(fit.devices))
-    return ", ".join(parts)
+    return fit_text(fit.model_dump(mode="json"))
 
 
 def _render_plan(plan: Plan, claims: list[MoveClaim], as_json: bool) -> str:

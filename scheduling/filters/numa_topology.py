@@ -13,22 +13,25 @@ all). A guest cell fits a host cell when:
   documented meaning: hosts with hardware threads required, or forbidden;
   ``prefer``, the default, takes either);
 - floating (``shared``, or ``mixed``'s other vCPUs): no more than the cell
-  has shared CPUs, nor than those times the provider's VCPU allocation
-  ratio;
-- with a page size: the pages of that size cover its memory (``large``: some
-  huge page size does, ``any``: huge or small), never over-subscribed;
-  without: its memory is within the cell's, and within the cell's times the
-  MEMORY_MB allocation ratio.
+  has shared CPUs, and with the floating vCPUs the cell's other guests hold,
+  within its shared CPUs times the provider's VCPU allocation ratio;
+- with a huge page size: the pages of that size cover its memory
+  (``large``: some huge page size does, ``any``: huge or small), never
+  over-subscribed; in small pages (no page size, ``small``, or ``any``
+  falling back to them): its memory is within the cell's small pages (its
+  memory less its huge pages), and with the memory the cell's other guests
+  hold there, within them times the MEMORY_MB allocation ratio.
 
 Judged against the snapshot's cells less what earlier claims hold of them
-(their pinned CPUs and huge pages, ``scheduling.topology.free_in``); the
-memory of floating guests is not counted per cell, and the provider-wide
-usage stays the ResourceFilter's to judge.
+(their pinned CPUs, huge pages, small-page memory and floating vCPUs,
+``scheduling.topology.free_in``), with the limits the writer judges by
+(``schemas.topology.cell_room_lack``); the provider-wide usage stays the
+ResourceFilter's to judge.
 
 The same fitting gives the claim its fit (:func:`numa_fit`): the host cell
-of each guest cell, the dedicated CPUs it pins there (the lowest free ones)
-and the huge pages it takes, which the partition's writer holds or refuses
-(``projections/fitting.py``).
+of each guest cell, the dedicated CPUs it pins there (the lowest free ones),
+the huge pages or the small-page memory it takes and its floating vCPUs,
+which the partition's writer holds or refuses (``projections/fitting.py``).
 """
 
 from __future__ import annotations
@@ -48,7 +51,7 @@ from schemas.guest_topology import (
     asks_numa,
     guest_topology,
 )
-from schemas.topology import CellFit, PageCount
+from schemas.topology import CellFit, PageCount, cell_limit, cell_room_lack
 
 
 def _ratio(ctx: Context, row: int, name: str) -> float:
@@ -58,17 +61,11 @@ def _ratio(ctx: Context, row: int, name: str) -> float:
     )
 
 
-def _pages_lack(host: HostCell, guest: GuestCell, size: PageSize) -> str | None:
-    """Why the cell's pages of ``size`` cannot back the guest cell's memory."""
-    found = page_choice(host, guest, size)
-    return found if isinstance(found, str) else None
-
-
 def page_choice(host: HostCell, guest: GuestCell, size: PageSize) -> int | str:
     """The page size (KiB) that backs the guest cell's memory on the cell,
     the largest that does for ``large`` and ``any``; or why none does."""
     huge = {kb: pages for kb, pages in host.huge_pages.items() if kb > SMALL_PAGE_KB}
-    small_mb = host.memory_mb - sum(kb * pages for kb, pages in huge.items()) // 1024
+    small_mb = host.small_mb
     sizes: list[int]
     if size == "small":
         sizes = [SMALL_PAGE_KB]
@@ -120,16 +117,28 @@ def cell_lack(
         if threads is not None:
             return threads
     if floating:
-        limit = min(len(host.shared), int(len(host.shared) * cpu_ratio))
-        if floating > limit:
+        shared = len(host.shared)
+        if cell_room_lack(floating, host.vcpus_used, shared, cpu_ratio):
             said = "" if not pinned else " floating"
-            return f"{limit} shared vCPUs, wanted {floating}{said}"
+            return _room(host.vcpus_used, shared, cpu_ratio, "shared vCPUs", floating) + said
     if topology.page_size is not None:
-        return _pages_lack(host, guest, topology.page_size)
-    limit = min(host.memory_mb, int(host.memory_mb * ram_ratio))
-    if guest.memory_mb > limit:
-        return f"{limit} MB, wanted {guest.memory_mb}"
+        found = page_choice(host, guest, topology.page_size)
+        if isinstance(found, str):
+            return found
+        if found > SMALL_PAGE_KB:
+            return None
+    used, small = host.memory_used_mb, host.small_mb
+    if cell_room_lack(guest.memory_mb, used, small, ram_ratio):
+        return _room(used, small, ram_ratio, "MB of small pages", guest.memory_mb)
     return None
+
+
+def _room(used: int, have: int, ratio: float, what: str, wanted: int) -> str:
+    """What a cell has left of its small pages or shared CPUs."""
+    limit = cell_limit(have, ratio)
+    if not used:
+        return f"{min(have, int(limit))} {what}, wanted {wanted}"
+    return f"{used} of {limit:g} {what} held, wanted {wanted}"
 
 
 def matching(fits: Sequence[Sequence[int]], hosts: int) -> list[int] | None:
@@ -229,6 +238,8 @@ def numa_fit(
                 host_cell=host.cell_id,
                 cpus=pinned_cpus(host, pinned, topology.thread_policy) if pinned else (),
                 pages=pages,
+                memory_mb=0 if pages else guest.memory_mb,
+                vcpus=len(guest.cpus) - pinned,
             )
         )
     return tuple(out)
