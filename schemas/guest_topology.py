@@ -4,7 +4,8 @@ devices, in Nova's extra-spec and image-property names.
 Nova's CPU topologies and PCI passthrough guides define them:
 ``hw:numa_nodes``, ``hw:numa_cpus.N``, ``hw:numa_mem.N``,
 ``hw:cpu_policy`` (shared / dedicated / mixed, with ``hw:cpu_dedicated_mask``
-naming a mixed guest's pinned vCPUs), ``hw:cpu_thread_policy`` (prefer /
+naming a mixed guest's pinned vCPUs, or with ``hw:cpu_realtime=yes`` its
+``hw:cpu_realtime_mask``), ``hw:cpu_thread_policy`` (prefer /
 isolate / require), ``hw:mem_page_size`` (small / large / any / a size),
 ``pci_passthrough:alias`` (``name:count,...``) and
 ``hw:pci_numa_affinity_policy``; images say the same with ``hw_`` names
@@ -31,8 +32,17 @@ FLAVOR_KEYS = (
     "hw:mem_page_size",
     "hw:cpu_thread_policy",
     "hw:cpu_dedicated_mask",
+    "hw:cpu_realtime",  # and hw:cpu_realtime_mask
 )
-IMAGE_KEYS = ("hw_numa_nodes", "hw_cpu_policy", "hw_mem_page_size", "hw_cpu_thread_policy")
+IMAGE_KEYS = (
+    "hw_numa_nodes",
+    "hw_cpu_policy",
+    "hw_mem_page_size",
+    "hw_cpu_thread_policy",
+    "hw_cpu_realtime_mask",
+)
+_YES = ("yes", "true", "1", "on", "y", "t")
+_NO = ("no", "false", "0", "off", "n", "f")
 CPU_POLICIES = ("shared", "dedicated", "mixed")
 THREAD_POLICIES = ("prefer", "isolate", "require")
 PCI_ALIAS = "pci_passthrough:alias"
@@ -84,7 +94,13 @@ def topology_keys(
 ) -> tuple[dict[str, str], dict[str, str]]:
     """The flavor's and the image's keys that say anything of NUMA cells,
     pinning, pages or PCI devices (what a move fits again), sorted."""
-    mine = ("hw:numa_", "hw:pci_numa_affinity_policy", PCI_ALIAS, *FLAVOR_KEYS)
+    mine = (
+        "hw:numa_",
+        "hw:pci_numa_affinity_policy",
+        "hw:emulator_threads_policy",  # what lets every vCPU be real-time
+        PCI_ALIAS,
+        *FLAVOR_KEYS,
+    )
     theirs = ("hw_numa_", "hw_pci_numa_affinity_policy", *IMAGE_KEYS)
     return (
         {k: flavor[k] for k in sorted(flavor) if k.startswith(mine)},
@@ -131,29 +147,98 @@ def thread_policy(flavor: Mapping[str, str], image: Mapping[str, str], policy: s
     return found
 
 
-def dedicated_mask(flavor: Mapping[str, str], policy: str, vcpus: int) -> frozenset[int]:
+def dedicated_mask(
+    flavor: Mapping[str, str], policy: str, vcpus: int, realtime: frozenset[int] = frozenset()
+) -> frozenset[int]:
     """A ``mixed`` guest's pinned vCPUs, from ``hw:cpu_dedicated_mask``:
-    ids and ranges, or only exclusions (``^0-1``: every vCPU but 0 and 1).
-    At least one vCPU pinned and one floating, each one of the guest's."""
+    ids and ranges, or only exclusions (``^0-1``: every vCPU but 0 and 1);
+    without it, its ``realtime`` vCPUs (Nova: a mixed guest's pinned vCPUs
+    are given by one mask or the other, not both). At least one vCPU pinned
+    and one floating, each one of the guest's."""
     text = flavor.get("hw:cpu_dedicated_mask")
     if policy != "mixed":
         if text is not None:
             raise ValueError("hw:cpu_dedicated_mask is for hw:cpu_policy=mixed")
         return frozenset()
+    if text is None and realtime:
+        return realtime
     if text is None:
-        raise ValueError("hw:cpu_policy=mixed needs hw:cpu_dedicated_mask, the pinned vCPUs")
-    parts = [p.strip() for p in text.split(",")]
-    only_excluded = all(p.startswith("^") for p in parts)
-    pinned = cpu_set(f"0-{vcpus - 1},{text}" if only_excluded and vcpus else text)
-    outside = sorted(pinned - set(range(vcpus)))
-    if outside:
-        raise ValueError(f"hw:cpu_dedicated_mask names vCPUs {outside}, beyond 0..{vcpus - 1}")
+        raise ValueError(
+            "hw:cpu_policy=mixed needs hw:cpu_dedicated_mask (or hw:cpu_realtime_mask),"
+            " the pinned vCPUs"
+        )
+    if realtime:
+        raise ValueError(
+            "hw:cpu_dedicated_mask and hw:cpu_realtime_mask both name a mixed guest's"
+            " pinned vCPUs: give one"
+        )
+    pinned = _mask(text, vcpus, "hw:cpu_dedicated_mask")
     if not pinned or len(pinned) == vcpus:
         raise ValueError(
             f"hw:cpu_dedicated_mask {text!r} pins {len(pinned)} of {vcpus} vCPUs:"
             " a mixed guest pins some and floats some"
         )
     return pinned
+
+
+def _mask(text: str, vcpus: int, name: str) -> frozenset[int]:
+    """A vCPU mask: ids and ranges, or only exclusions (``^0-1``: every
+    vCPU but 0 and 1), each one of the guest's."""
+    parts = [p.strip() for p in text.split(",")]
+    only_excluded = all(p.startswith("^") for p in parts)
+    found = cpu_set(f"0-{vcpus - 1},{text}" if only_excluded and vcpus else text)
+    outside = sorted(found - set(range(vcpus)))
+    if outside:
+        raise ValueError(f"{name} names vCPUs {outside}, beyond 0..{vcpus - 1}")
+    return found
+
+
+def realtime_vcpus(
+    flavor: Mapping[str, str], image: Mapping[str, str], policy: str, vcpus: int
+) -> frozenset[int]:
+    """The guest's real-time vCPUs (empty: not a real-time guest), Nova's
+    ``hw:cpu_realtime`` (the flavor's only) with ``hw:cpu_realtime_mask``
+    (the flavor's, else the image's ``hw_cpu_realtime_mask``): a mask of
+    only exclusions names the vCPUs that are *not* real-time (``^0``), one
+    without ``^`` those that are. Only for pinned guests (``dedicated`` or
+    ``mixed``); at least one vCPU real-time and, unless
+    ``hw:emulator_threads_policy`` gives the emulator threads CPUs of their
+    own (then the mask may be left out: all are), one that is not."""
+    flag = flavor.get("hw:cpu_realtime")
+    text = flavor.get("hw:cpu_realtime_mask", image.get("hw_cpu_realtime_mask"))
+    on = _yes(flag) if flag is not None else False
+    if not on:
+        if text is not None:
+            raise ValueError("hw:cpu_realtime_mask is only valid with hw:cpu_realtime=yes")
+        return frozenset()
+    if policy == "shared":
+        raise ValueError("hw:cpu_realtime=yes needs pinned vCPUs: hw:cpu_policy dedicated or mixed")
+    emulator = "hw:emulator_threads_policy" in flavor
+    if text is None:
+        if not emulator:
+            raise ValueError(
+                "hw:cpu_realtime=yes needs hw:cpu_realtime_mask (at least one vCPU not"
+                " real-time), or hw:emulator_threads_policy"
+            )
+        return frozenset(range(vcpus))
+    found = _mask(text, vcpus, "hw:cpu_realtime_mask")
+    if not found:
+        raise ValueError(f"hw:cpu_realtime_mask {text!r} leaves no vCPU real-time")
+    if len(found) == vcpus and not emulator:
+        raise ValueError(
+            f"hw:cpu_realtime_mask {text!r} makes every vCPU real-time: at least one is not,"
+            " unless hw:emulator_threads_policy is set"
+        )
+    return found
+
+
+def _yes(text: str) -> bool:
+    """A boolean extra spec as Nova reads one."""
+    if text.strip().lower() in _YES:
+        return True
+    if text.strip().lower() in _NO:
+        return False
+    raise ValueError(f"hw:cpu_realtime is {text!r}, not yes or no")
 
 
 _UNITS = {"": 1, "k": 1, "kb": 1, "kib": 1, "m": 1024, "mb": 1024, "mib": 1024}
@@ -272,7 +357,7 @@ def guest_topology(
     if nodes_text is not None and not (nodes_text.isdigit() and int(nodes_text) >= 1):
         raise ValueError(f"hw:numa_nodes is {nodes_text!r}, not a count of cells")
     threads = thread_policy(flavor, image, policy)
-    mask = dedicated_mask(flavor, policy, vcpus)
+    mask = dedicated_mask(flavor, policy, vcpus, realtime_vcpus(flavor, image, policy, vcpus))
     nodes = int(nodes_text) if nodes_text else 1
     cpus, memory = _per_node(flavor, image, "numa_cpus"), _per_node(flavor, image, "numa_mem")
     if nodes_text is None and (cpus or memory):

@@ -47,6 +47,7 @@ def guest(vcpus: int, image: Mapping[str, str] | None = None, /, **specs: str) -
 
 
 PIN = {"hw:cpu_policy": "dedicated"}
+REALTIME = {"hw:cpu_realtime": "yes"}
 THREADED = (smt(0, cores=2),)  # 4 dedicated CPUs: 0+1, 2+3
 PLAIN = (smt(0, cores=4, threads=1),)  # 4 dedicated CPUs, no siblings
 
@@ -171,6 +172,20 @@ CASES = [
         expected="guest cell 0 fits no host cell: host cell 0 has no hardware thread siblings"
         " (thread policy require)",
     ),
+    Case(
+        "mixed by the realtime mask: the real-time vCPUs pinned, the rest floating",
+        NUMA,
+        host(numa_cells=(smt(0, cores=3, shared=1, threads=1),)),
+        guest(4, **{"hw:cpu_policy": "mixed", **REALTIME, "hw:cpu_realtime_mask": "^0"}),
+    ),
+    Case(
+        "mixed by the realtime mask: too few dedicated CPUs for the real-time vCPUs",
+        NUMA,
+        host(numa_cells=(smt(0, cores=1, shared=3, threads=1),)),
+        guest(4, **{"hw:cpu_policy": "mixed", **REALTIME, "hw:cpu_realtime_mask": "^0"}),
+        expected="guest cell 0 fits no host cell: host cell 0 has 1 dedicated CPUs,"
+        " wanted 3 pinned",
+    ),
 ]
 
 
@@ -192,6 +207,32 @@ def test_mixed_topology_and_the_mask_forms() -> None:
         PIN | {"hw:cpu_thread_policy": "isolate"}, {"hw_cpu_thread_policy": "isolate"}, 2, 512
     )
     assert agreed is not None and agreed.thread_policy == "isolate"
+
+
+def test_the_realtime_mask_in_nova_s_two_forms() -> None:
+    """``^`` excludes (the vCPUs that are not real-time), no ``^`` names
+    the real-time ones (Nova since Victoria); a mixed guest's real-time
+    vCPUs are its pinned ones; the flavor's mask over the image's."""
+    mixed = {"hw:cpu_policy": "mixed", **REALTIME}
+    excluded = guest_topology(mixed | {"hw:cpu_realtime_mask": "^0-1"}, {}, 4, 1024)
+    assert excluded is not None and excluded.dedicated_mask == {2, 3}
+    named = guest_topology(mixed | {"hw:cpu_realtime_mask": "1,3"}, {}, 4, 1024)
+    assert named is not None and named.dedicated_mask == {1, 3}
+    image = guest_topology(mixed, {"hw_cpu_realtime_mask": "^0"}, 4, 1024)
+    assert image is not None and image.dedicated_mask == {1, 2, 3}
+    both = guest_topology(
+        mixed | {"hw:cpu_realtime_mask": "^3"}, {"hw_cpu_realtime_mask": "^0"}, 4, 1024
+    )
+    assert both is not None and both.dedicated_mask == {0, 1, 2}
+    # a dedicated guest pins every vCPU, real-time or not
+    pinned = guest_topology(PIN | REALTIME | {"hw:cpu_realtime_mask": "^0"}, {}, 2, 512)
+    assert pinned is not None and pinned.dedicated
+    # with the emulator threads on CPUs of their own, every vCPU may be real-time
+    emulator = PIN | REALTIME | {"hw:emulator_threads_policy": "isolate"}
+    assert guest_topology(emulator, {}, 2, 512) is not None
+    # realtime off: no mask, nothing changes
+    off = guest_topology(PIN | {"hw:cpu_realtime": "no"}, {}, 2, 512)
+    assert off is not None and off.dedicated
 
 
 def _edge(specs: dict[str, str], image: dict[str, str] | None = None, vcpus: int = 4) -> str:
@@ -230,6 +271,20 @@ MIXED = {"hw:cpu_policy": "mixed"}
         (PIN | {"hw:cpu_dedicated_mask": "0"}, {}, "is for hw:cpu_policy=mixed"),
         ({"hw:cpu_policy": "shared"}, {"hw_cpu_policy": "mixed"}, "policy is shared"),
         (MIXED | {"hw:cpu_dedicated_mask": "0"}, {"hw_cpu_policy": "dedicated"}, "policy is mixed"),
+        (PIN | {"hw:cpu_realtime_mask": "^0"}, {}, "only valid with hw:cpu_realtime=yes"),
+        (PIN, {"hw_cpu_realtime_mask": "^0"}, "only valid with hw:cpu_realtime=yes"),
+        (REALTIME | {"hw:cpu_realtime_mask": "^0"}, {}, "needs pinned vCPUs"),
+        (PIN | REALTIME, {}, "needs hw:cpu_realtime_mask"),
+        (PIN | REALTIME | {"hw:cpu_realtime_mask": "0-3"}, {}, "makes every vCPU real-time"),
+        (PIN | REALTIME | {"hw:cpu_realtime_mask": "^0-3"}, {}, "leaves no vCPU real-time"),
+        (PIN | REALTIME | {"hw:cpu_realtime_mask": "4"}, {}, "beyond 0..3"),
+        (PIN | {"hw:cpu_realtime": "maybe"}, {}, "not yes or no"),
+        (
+            MIXED | REALTIME | {"hw:cpu_realtime_mask": "^0", "hw:cpu_dedicated_mask": "1"},
+            {},
+            "give one",
+        ),
+        (MIXED | REALTIME | {"hw:cpu_realtime_mask": "^0-3"}, {}, "leaves no vCPU real-time"),
     ],
 )
 def test_bad_policies_are_refused_at_the_edge(
