@@ -39,13 +39,15 @@ from schemas.events import (
     TransactionRef,
 )
 from schemas.requests import BatchRequest, PlacementRequest
-from schemas.topology import TopologyFit
+from schemas.topology import TopologyFit, small_memory_mb
 from tests.builders import briefs, consume, fresh_state, provider, release, run, tick
 from tests.builders import topology as described
 from tests.test_numa_topology import GPU, PF, VF1, VF2, cell, nic
 
 NOW_MS = 10**12
 LEASE_MS = 1000
+RATIOS = {"VCPU": 2.0, "MEMORY_MB": 1.5}
+"""The allocation ratios of the Hypothesis test's providers."""
 VF_ALIAS = {"name": "vf", "vendor_id": "8086", "product_id": "154c", "device_type": "type-VF"}
 SCHEDULER = SchedulerConfig.from_mapping(
     {
@@ -564,6 +566,7 @@ def _topology(data: st.DataObject, pid: str) -> list[Any]:
                 "cell_id": c,
                 "cpus": cpus,
                 "dedicated": dedicated,
+                "shared": [cpu for cpu in cpus if cpu not in dedicated][:2],
                 "memory_mb": 1024,
                 "huge_pages": [{"size_kb": 2048, "total": pages}] if pages else [],
             }
@@ -582,7 +585,9 @@ def _topology(data: st.DataObject, pid: str) -> list[Any]:
     for g in range(data.draw(st.integers(0, 2))):
         devices.append({"address": f"0000:3{g}:00.0", "vendor_id": "10de", "product_id": "1db4"})
     return [
-        *provider(pid, ts=1, PCPU=64),
+        *provider(
+            pid, ts=1, PCPU=64, VCPU=(64, RATIOS["VCPU"]), MEMORY_MB=(65536, RATIOS["MEMORY_MB"])
+        ),
         described(pid, ts=1, numa_cells=cells, pci_devices=devices),
     ]
 
@@ -605,6 +610,9 @@ def _a_fit(data: st.DataObject, state: PartitionState, pid: str) -> dict[str, An
                 "host_cell": h,
                 "cpus": chosen[n :: len(hosts)],
                 "pages": [{"size_kb": 2048, "count": pages}] if pages else [],
+                # small-page memory and floating vCPUs, which cells over-subscribe
+                "memory_mb": 0 if pages else data.draw(st.sampled_from([0, 300, 700, 1100])),
+                "vcpus": data.draw(st.integers(0, 3)),
             }
         )
     devices = data.draw(st.lists(st.sampled_from(addresses), unique=True, max_size=3))
@@ -614,12 +622,14 @@ def _a_fit(data: st.DataObject, state: PartitionState, pid: str) -> dict[str, An
 
 
 def _check(state: PartitionState) -> None:
-    """No CPU, page or device given beyond what the provider has, and what
-    each provider holds is exactly its active reservations' fits."""
+    """No CPU, page or device given beyond what the provider has, no cell's
+    small pages or shared CPUs beyond their limit, and what each provider
+    holds is exactly its active reservations' fits."""
     for pid, p in state.providers.items():
         cpus: dict[int, str] = {}
         devices: dict[str, str] = {}
         pages: dict[tuple[int, int], int] = {}
+        room: dict[str, dict[int, int]] = {"MEMORY_MB": {}, "VCPU": {}}
         for r in state.reservations.values():
             for provider_, the_fit in r.fits:
                 if provider_ is not p:
@@ -631,6 +641,10 @@ def _check(state: PartitionState) -> None:
                     for pg in part.pages:
                         key = (part.host_cell, pg.size_kb)
                         pages[key] = pages.get(key, 0) + pg.count
+                    for rc, amount in (("MEMORY_MB", part.memory_mb), ("VCPU", part.vcpus)):
+                        if amount:
+                            held_ = room[rc]
+                            held_[part.host_cell] = held_.get(part.host_cell, 0) + amount
                 for address in the_fit.devices:
                     assert address not in devices, f"device {address} of {pid} given twice"
                     devices[address] = r.reservation_id
@@ -644,6 +658,15 @@ def _check(state: PartitionState) -> None:
         for address in devices:
             assert parents.get(address) not in devices, f"{address} and its PF both given"
         assert held(state, pid) == (cpus, devices, pages)
+        for cell_id, mb in room["MEMORY_MB"].items():
+            c = cells[cell_id]
+            small = small_memory_mb(c.memory_mb, ((hp.size_kb, hp.total) for hp in c.huge_pages))
+            assert mb <= small * RATIOS["MEMORY_MB"], f"cell {cell_id} of {pid}: {mb} MB"
+        for cell_id, n in room["VCPU"].items():
+            assert n <= len(cells[cell_id].shared) * RATIOS["VCPU"], f"cell {cell_id}: {n} vCPUs"
+        use = p.topology_use
+        kept = ({}, {}) if use is None else (use.memory, use.vcpus)
+        assert kept == (room["MEMORY_MB"], room["VCPU"])
 
 
 @settings(max_examples=150, deadline=None, derandomize=True, database=None)
