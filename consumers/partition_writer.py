@@ -16,7 +16,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from ledger.log import Append, CorruptLog, Log, LogError, Record, Watches
 from ledger.topics import DEFAULT_TOPICS, Topics
@@ -72,6 +72,9 @@ class PartitionWriter:
         self.publish = publish
         self.until = until
         """The offset to stop before (a replay as of a time); None for the log's end."""
+        self.on_commit: Callable[[Batch], object] | None = None
+        """Told of each batch once the view has committed it (an API in this
+        process hands its waiting callers their decisions: no polling)."""
         self.generation: int | None = None
         """The partition's generation this writer took it over at, when it
         was given an ``owner`` (a consumer group's worker): its commits are
@@ -147,6 +150,8 @@ class PartitionWriter:
             self._publish(batch)
         self.view.commit(state, batch, self.generation)
         self.next_offset = batch.end
+        if self.on_commit is not None:
+            self.on_commit(batch)
         return batch
 
     def _publish(self, batch: Batch) -> None:

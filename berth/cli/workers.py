@@ -27,7 +27,7 @@ from berth.cli.common import (
     worker_options,
 )
 from berth.history import fit_text
-from consumers.partition_writer import catch_up_all, step_all
+from consumers.partition_writer import PartitionWriter, catch_up_all, step_all
 from ledger.log import Watches, merged
 from projections.view.ownership import OwnershipLost
 from schemas.events import DEFAULT_LEASE_MS, MAX_LEASE_MS
@@ -221,7 +221,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             is None
         ):
             return 2
-        if args.placement_api is not None and _start_placement_api(app, args) is None:
+        if args.placement_api is not None and _start_placement_api(app, args, writers) is None:
             return 2
         tune_gc()
         logging.info("serving %d partitions", len(writers))
@@ -398,14 +398,17 @@ def _start_api(
     return bound_host, bound_port
 
 
-def _start_placement_api(app: App, args: argparse.Namespace) -> tuple[str, int] | None:
+def _start_placement_api(
+    app: App, args: argparse.Namespace, writers: list[PartitionWriter]
+) -> tuple[str, int] | None:
     """Serve the Placement API on ``app`` from a thread; where it listens, or
-    None (said on stderr)."""
+    None (said on stderr). The writer of Placement's partition, one of
+    ``writers``, hands the API's writes their decisions as it commits them."""
     from berth.placement_api.cors import Cors
     from berth.placement_api.keystone import KeystoneVerifier, read_options
     from berth.placement_api.policy import Policy
     from berth.placement_api.server import PlacementServer
-    from berth.placement_api.service import PlacementService
+    from berth.placement_api.service import Handoff, PlacementService
 
     listen = args.placement_api
     address = parse_address(listen, "the Placement API listens on")
@@ -426,9 +429,17 @@ def _start_placement_api(app: App, args: argparse.Namespace) -> tuple[str, int] 
             print(f"berth: {error}", file=sys.stderr)
             return None
         verifier = KeystoneVerifier(options)
+    handoff = Handoff()
+    service = PlacementService(app, handoff=handoff)
+    for writer in writers:
+        if writer.partition == service.partition:
+            writer.on_commit = handoff.committed
+            break
+    else:
+        service.handoff = None  # decided in another process: from the log
     try:
         server = PlacementServer(
-            PlacementService(app), *address, policy, cors, verifier.caller if verifier else None
+            service, *address, policy, cors, verifier.caller if verifier else None
         )
         bound = server.start()
     except RuntimeError as error:

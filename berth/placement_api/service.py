@@ -1,10 +1,16 @@
 """What the Placement API does without HTTP: append a Placement event, wait
 for its writer's decision and for the view to hold it (read-your-writes),
 and read the view. Every method blocks: the app calls them from worker
-threads."""
+threads.
+
+When the writer of Placement's partition runs in this process (``berth
+serve``), it hands each committed batch's decisions to the waiting writes
+(:class:`Handoff`); otherwise a write follows the outcomes topic and polls
+the view."""
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Mapping
@@ -16,9 +22,10 @@ from berth.app import App
 from berth.client import Decisions, Publisher, PublishError
 from berth.placement_api.errors import PlacementError
 from ledger.publisher import wall_clock_ms
+from projections.batch import Batch
 from projections.view.tables import partition_offsets
 from schemas.codec import EventDecodeError, validate_event
-from schemas.events import PLACEMENT_KEY
+from schemas.events import PLACEMENT_KEY, Event
 from schemas.outcomes import Code, Kind, Outcome
 
 DECISION_TIMEOUT_S = 30.0
@@ -36,16 +43,74 @@ class Refused(Exception):
         self.detail = detail
 
 
-class PlacementService:
-    """Placement's writes and reads on one :class:`App` (its log and view)."""
+class Handoff:
+    """The decisions of the writer of one partition that runs in this
+    process, handed to the writes waiting for them as it commits each batch
+    (:attr:`PartitionWriter.on_commit`): once handed over, a decision is
+    also in the view, and no write polls for either."""
 
-    def __init__(self, app: App, timeout_s: float = DECISION_TIMEOUT_S) -> None:
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._waiting: dict[str, list[Outcome] | None] = {}
+        """Event id -> its record's outcomes, once committed."""
+        self._end = 0
+        """The offset after the last batch committed."""
+
+    def expect(self, event_id: str) -> None:
+        """Keep the outcomes of ``event_id``'s record (before it is appended)."""
+        with self._changed:
+            self._waiting[event_id] = None
+
+    def committed(self, batch: Batch) -> None:
+        """The writer committed ``batch``: its decisions for those who wait."""
+        with self._changed:
+            if self._waiting:
+                for applied in batch.applied:
+                    event_id = applied.event.event_id
+                    if event_id in self._waiting:
+                        self._waiting[event_id] = applied.outcomes
+            self._end = batch.end
+            self._changed.notify_all()
+
+    def wait(self, event_id: str, offset: int, timeout_s: float) -> list[Outcome] | None:
+        """The outcomes of ``event_id``'s record at ``offset`` once its batch
+        is committed; None when the writer committed past it without a
+        decision (a dead letter) or ``timeout_s`` passed first."""
+        deadline = time.monotonic() + timeout_s
+        with self._changed:
+            try:
+                while True:
+                    found = self._waiting[event_id]
+                    if found is not None:
+                        return found
+                    left = deadline - time.monotonic()
+                    if self._end > offset or left <= 0:
+                        return None
+                    self._changed.wait(left)
+            finally:
+                del self._waiting[event_id]
+
+    def forget(self, event_id: str) -> None:
+        """``event_id`` was not appended after all."""
+        with self._changed:
+            self._waiting.pop(event_id, None)
+
+
+class PlacementService:
+    """Placement's writes and reads on one :class:`App` (its log and view);
+    given a :class:`Handoff`, the writer of Placement's partition runs in
+    this process and hands it its decisions."""
+
+    def __init__(
+        self, app: App, timeout_s: float = DECISION_TIMEOUT_S, handoff: Handoff | None = None
+    ) -> None:
         self.app = app
         self.engine = app.engine
         self.topics = app.settings.topics
         self.publisher = Publisher(app.log, self.topics)
         self.partition = self.publisher.partition_of(PLACEMENT_KEY)
         self.timeout_s = timeout_s
+        self.handoff = handoff
 
     def write(self, fields: Mapping[str, Any]) -> Outcome:
         """Append one Placement event and return the writer's decision once
@@ -61,23 +126,50 @@ class PlacementService:
             event = validate_event(data)
         except EventDecodeError as error:
             raise PlacementError(400, f"JSON does not validate: {error}") from None
-        decisions = Decisions(self.app.log, self.topics)  # before the append: see Decisions
-        try:
-            [(partition, offset)] = self.publisher.publish([event])
-        except PublishError as error:
-            raise PlacementError(400, str(error)) from None
-        pending = decisions.wait([event_id], self.timeout_s, partitions={partition})
-        if pending:
-            raise PlacementError(
-                503, f"the write was appended ({partition}, {offset}) but not decided yet"
-            )
-        own = [o for o in decisions.found[event_id] if o.subject and o.kind != Kind.EXPIRED]
+        outcomes = self._decided_from_log(event) if self.handoff is None else self._handed(event)
+        own = [o for o in outcomes if o.subject and o.kind != Kind.EXPIRED]
         decision = own[-1]
-        self._wait_view(partition, offset)
         if decision.kind == Kind.REJECTED:
             reason = decision.reasons[0]
             raise Refused(reason.code, reason.detail)
         return decision
+
+    def _append(self, event: Event) -> tuple[int, int]:
+        try:
+            [(partition, offset)] = self.publisher.publish([event])
+        except PublishError as error:
+            raise PlacementError(400, str(error)) from None
+        return partition, offset
+
+    def _handed(self, event: Event) -> list[Outcome]:
+        """The record's outcomes, handed over by the writer in this process
+        once its batch is committed (decided, and in the view)."""
+        assert self.handoff is not None
+        self.handoff.expect(event.event_id)
+        try:
+            partition, offset = self._append(event)
+        except BaseException:
+            self.handoff.forget(event.event_id)
+            raise
+        outcomes = self.handoff.wait(event.event_id, offset, self.timeout_s)
+        if not outcomes:
+            raise PlacementError(
+                503, f"the write was appended ({partition}, {offset}) but not decided yet"
+            )
+        return outcomes
+
+    def _decided_from_log(self, event: Event) -> list[Outcome]:
+        """The record's outcomes from the outcomes topic, once the view has
+        committed them too (a writer in another process)."""
+        decisions = Decisions(self.app.log, self.topics)  # before the append: see Decisions
+        partition, offset = self._append(event)
+        pending = decisions.wait([event.event_id], self.timeout_s, partitions={partition})
+        if pending:
+            raise PlacementError(
+                503, f"the write was appended ({partition}, {offset}) but not decided yet"
+            )
+        self._wait_view(partition, offset)
+        return decisions.found[event.event_id]
 
     def _wait_view(self, partition: int, offset: int) -> None:
         """Until the view has committed the record at ``offset`` (an outcome
