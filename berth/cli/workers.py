@@ -226,16 +226,29 @@ def cmd_serve(args: argparse.Namespace) -> int:
         tune_gc()
         logging.info("serving %d partitions", len(writers))
 
+        scheduled = False  # the scheduler worker answered requests since it last idled
+
         def step() -> bool:
+            nonlocal scheduled
             busy = step_all(writers)
-            busy = bool(worker.step()) or busy
-            return bool(queue.step()) or busy
+            answered = bool(worker.step())
+            scheduled = scheduled or answered
+            return bool(queue.step()) or answered or busy
+
+        def idle() -> None:
+            # the scheduler's view read ahead for its next request, when it
+            # has requests to answer: not after writes alone (the Placement
+            # API's), which would read it again after every batch
+            nonlocal scheduled
+            if scheduled:
+                scheduled = False
+                worker.idle()
 
         def watches() -> Watches:
             return merged(*(w.watches() for w in writers), worker.watches(), queue.watches())
 
         with _checkpointing(app, args):
-            return _run(app, args, step, watches, worker.idle)
+            return _run(app, args, step, watches, idle)
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
