@@ -62,8 +62,11 @@ def _spec(req: Req, uuid: str, data: dict[str, Any], allocations: dict[str, Any]
     return spec
 
 
-def _check_providers(req: Req, allocations: dict[str, Any]) -> None:
-    known = existing_uuids(req.service.engine, sorted(allocations))
+def _check_providers(req: Req, allocations: dict[str, Any], known: set[str] | None = None) -> None:
+    """400 unless every provider ``allocations`` names exists (of those
+    ``known`` to, when the caller has read them already)."""
+    if known is None:
+        known = existing_uuids(req.service.engine, sorted(allocations))
     for uuid in allocations:
         if uuid not in known:
             raise bad_request(f"Allocation for resource provider '{uuid}' that does not exist.")
@@ -101,9 +104,10 @@ def put_consumer_allocations(req: Req, consumer_uuid: str) -> Resp:
     else:
         allocations = {rp: a["resources"] for rp, a in listed.items()}
     spec = _spec(req, uuid, data, allocations)
-    if set(allocations) - existing_uuids(req.service.engine, sorted(allocations)):
+    known = existing_uuids(req.service.engine, sorted(allocations))
+    if set(allocations) - known:
         _check_consumer_generation(req, spec)
-    _check_providers(req, allocations)
+    _check_providers(req, allocations, known)
     _write(req, [spec], uuid)
     return Resp(204)
 

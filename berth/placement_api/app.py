@@ -7,15 +7,14 @@ every error as Placement's error body."""
 from __future__ import annotations
 
 import json
+import logging
 import re
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from functools import partial
 from typing import Any
 from urllib.parse import parse_qs
 
-from fastapi import FastAPI, Request
-from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
 from berth.placement_api import allocations, providers, registry
@@ -27,7 +26,6 @@ from berth.placement_api.policy import RULES, Policy
 from berth.placement_api.service import PlacementService
 from berth.placement_api.versions import (
     HEADER,
-    MAX_VERSION,
     Version,
     max_version,
     min_version,
@@ -35,6 +33,7 @@ from berth.placement_api.versions import (
 )
 
 Handler = Callable[..., Resp]
+log = logging.getLogger(__name__)
 _NAME = "(?P<{}>[^/]+)"
 
 
@@ -292,40 +291,68 @@ class PlacementApp:
         return error.status, out, f"{error.status} {title}\n\n{detail}".encode()
 
 
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+Asgi = Callable[[Scope, Receive, Send], Awaitable[None]]
+NO_BODY = frozenset({204, 304})
+
+
 def create_app(
     service: PlacementService,
     policy: Policy | None = None,
     cors: Cors | None = None,
     caller_of: Callable[[Mapping[str, str]], Caller | None] | None = None,
-) -> FastAPI:
-    """The Placement API on ``service``, at the root of its address; callers
-    by noauth2 unless ``caller_of`` says who they are."""
+) -> Asgi:
+    """The Placement API on ``service`` as a plain ASGI app, at the root of
+    its address; callers by noauth2 unless ``caller_of`` says who they are.
+    :meth:`PlacementApp.respond` does all the routing, so no framework sits
+    between uvicorn and it (a framework's middleware and router cost more
+    than the rest of the HTTP stack on a write)."""
     placement = PlacementApp(service, policy, cors, caller_of)
-    app = FastAPI(
-        title="Berth: OpenStack Placement API",
-        version=f"1.0-{MAX_VERSION[0]}.{MAX_VERSION[1]}",
-        docs_url=None,
-        redoc_url=None,
-        openapi_url=None,
-    )
 
-    @app.api_route(
-        "/{path:path}",
-        methods=["GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "HEAD"],
-        include_in_schema=False,
-    )
-    async def everything(request: Request, path: str) -> Response:
-        body = await request.body()
-        headers = {k.lower(): v for k, v in request.headers.items()}
-        headers[":method"] = request.method
-        status, out, content = await run_in_threadpool(
-            placement.respond,
-            request.method,
-            "/" + path if path else "",
-            request.url.query,
-            headers,
-            body,
-        )
-        return Response(content=content, status_code=status, headers=out)
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return  # no lifespan, no websockets
+        body = await _body(receive)
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        headers[":method"] = method = scope["method"]
+        path = scope["path"]
+        try:
+            status, out, content = await run_in_threadpool(
+                placement.respond,
+                method,
+                "" if path == "/" else path,
+                scope["query_string"].decode("latin-1"),
+                headers,
+                body,
+            )
+        except Exception:
+            log.exception("placement-api: %s %s failed", method, path)
+            status, out, content = 500, {"content-type": "text/plain"}, b"Internal Server Error"
+        await _answer(send, status, out, content)
 
     return app
+
+
+async def _body(receive: Receive) -> bytes:
+    chunks = []
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            break  # the client went away
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            break
+    return b"".join(chunks)
+
+
+async def _answer(send: Send, status: int, headers: dict[str, str], content: bytes) -> None:
+    """The response as it goes out: a content-length unless it has no body."""
+    if status in NO_BODY or status < 200:
+        content = b""
+    else:
+        headers = {**headers, "content-length": str(len(content))}
+    raw = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
+    await send({"type": "http.response.start", "status": status, "headers": raw})
+    await send({"type": "http.response.body", "body": content})

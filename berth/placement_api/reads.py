@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, Engine, select
+from sqlalchemy import ColumnElement, Connection, Engine, bindparam, select
 
 from projections.view.tables import (
     inventories,
@@ -108,15 +108,19 @@ def provider(engine: Engine, uuid: str) -> Provider | None:
     return found
 
 
+_EXISTING = select(placement_providers.c.uuid).where(
+    placement_providers.c.uuid.in_(bindparam("uuids", expanding=True))
+)
+"""Built once: building the statement cost more than running it (every write
+of allocations asks)."""
+
+
 def existing_uuids(engine: Engine, uuids: list[str]) -> set[str]:
     """Which of ``uuids`` are providers."""
     if not uuids:
         return set()
     with engine.connect() as conn:
-        rows = conn.execute(
-            select(placement_providers.c.uuid).where(placement_providers.c.uuid.in_(uuids))
-        )
-        return {uuid for (uuid,) in rows}
+        return {uuid for (uuid,) in conn.execute(_EXISTING, {"uuids": uuids})}
 
 
 def _consumer(row: Any) -> Consumer:
