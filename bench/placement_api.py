@@ -20,9 +20,10 @@ A reference Placement (``bench.placement_reference``: the installed
 - **race** (``bench.placement_race``): ``--clients`` concurrent clients
   ``PUT /allocations/{consumer}`` of 1 VCPU against ``--providers``
   providers of 8 VCPU (400 slots with the defaults), ``--requests`` in
-  all; placed, overcommitted providers and placements per second, Berth
-  first, then Placement (its WSGI server takes one request at a time:
-  threaded, on SQLite, a third of the writes fail on the database's lock).
+  all (on ``http.client``, or ``--client httpx``); placed, overcommitted
+  providers and placements per second, Berth first, then Placement (its
+  WSGI server takes one request at a time: threaded, on SQLite, a third of
+  the writes fail on the database's lock).
 
 The load average is read before and after each part. Progress goes to
 stderr; the figures are one JSON object on the last line."""
@@ -46,7 +47,7 @@ import httpx
 
 from bench.common import note
 from bench.placement_gabbits import berth_server
-from bench.placement_race import race_at
+from bench.placement_race import CLIENTS, race_at
 from bench.placement_reference import reference_server
 from berth.app import App, Settings
 from berth.client import Publisher
@@ -183,6 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--providers", type=int, default=50)
     parser.add_argument("--requests", type=int, default=600)
+    parser.add_argument("--client", choices=CLIENTS, default=CLIENTS[0], help="the racers' HTTP")
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
     figures: dict[str, Any] = {"query": QUERY, "load_average_start": load_average()}
@@ -231,7 +233,9 @@ def _race(name: str, work: Path, args: argparse.Namespace) -> dict[str, Any]:
     else:
         server = reference_server(work / "race-placement.db")
     with server as (host, port):
-        found = race_at(f"http://{host}:{port}", args.clients, args.providers, args.requests)
+        found = race_at(
+            f"http://{host}:{port}", args.clients, args.providers, args.requests, args.client
+        )
     return {**found, "load_average": [start_load, load_average()]}
 
 
