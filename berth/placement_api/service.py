@@ -43,56 +43,73 @@ class Refused(Exception):
         self.detail = detail
 
 
+class _Waiting:
+    """One write waiting for its record's outcomes."""
+
+    __slots__ = ("outcomes", "woken")
+
+    def __init__(self) -> None:
+        self.outcomes: list[Outcome] | None = None
+        self.woken = threading.Event()
+
+
 class Handoff:
     """The decisions of the writer of one partition that runs in this
     process, handed to the writes waiting for them as it commits each batch
     (:attr:`PartitionWriter.on_commit`): once handed over, a decision is
-    also in the view, and no write polls for either."""
+    also in the view, and no write polls for either. Each write is woken
+    alone, when its own record's batch is committed (or, rarely, when a
+    batch had a record that did not decode)."""
 
     def __init__(self) -> None:
-        self._changed = threading.Condition()
-        self._waiting: dict[str, list[Outcome] | None] = {}
-        """Event id -> its record's outcomes, once committed."""
+        self._lock = threading.Lock()
+        self._waiting: dict[str, _Waiting] = {}
+        """Event id -> the write waiting for its record's outcomes."""
         self._end = 0
         """The offset after the last batch committed."""
 
-    def expect(self, event_id: str) -> None:
+    def expect(self, event_id: str) -> _Waiting:
         """Keep the outcomes of ``event_id``'s record (before it is appended)."""
-        with self._changed:
-            self._waiting[event_id] = None
+        waiting = _Waiting()
+        with self._lock:
+            self._waiting[event_id] = waiting
+        return waiting
 
     def committed(self, batch: Batch) -> None:
         """The writer committed ``batch``: its decisions for those who wait."""
-        with self._changed:
-            if self._waiting:
-                for applied in batch.applied:
-                    event_id = applied.event.event_id
-                    if event_id in self._waiting:
-                        self._waiting[event_id] = applied.outcomes
+        with self._lock:
             self._end = batch.end
-            self._changed.notify_all()
+            if not self._waiting:
+                return
+            for applied in batch.applied:
+                waiting = self._waiting.pop(applied.event.event_id, None)
+                if waiting is not None:
+                    waiting.outcomes = applied.outcomes
+                    waiting.woken.set()
+            if batch.dead:  # whose record it was is unknown: each looks at its offset
+                for waiting in self._waiting.values():
+                    waiting.woken.set()
 
-    def wait(self, event_id: str, offset: int, timeout_s: float) -> list[Outcome] | None:
+    def wait(
+        self, event_id: str, waiting: _Waiting, offset: int, timeout_s: float
+    ) -> list[Outcome] | None:
         """The outcomes of ``event_id``'s record at ``offset`` once its batch
         is committed; None when the writer committed past it without a
         decision (a dead letter) or ``timeout_s`` passed first."""
         deadline = time.monotonic() + timeout_s
-        with self._changed:
-            try:
-                while True:
-                    found = self._waiting[event_id]
-                    if found is not None:
-                        return found
-                    left = deadline - time.monotonic()
-                    if self._end > offset or left <= 0:
-                        return None
-                    self._changed.wait(left)
-            finally:
-                del self._waiting[event_id]
+        try:
+            while waiting.woken.wait(max(0.0, deadline - time.monotonic())):
+                with self._lock:
+                    if waiting.outcomes is not None or self._end > offset:
+                        return waiting.outcomes
+                    waiting.woken.clear()  # another record's dead letter
+            return None
+        finally:
+            self.forget(event_id)
 
     def forget(self, event_id: str) -> None:
-        """``event_id`` was not appended after all."""
-        with self._changed:
+        """``event_id`` waits no more (not appended after all, or timed out)."""
+        with self._lock:
             self._waiting.pop(event_id, None)
 
 
@@ -145,13 +162,13 @@ class PlacementService:
         """The record's outcomes, handed over by the writer in this process
         once its batch is committed (decided, and in the view)."""
         assert self.handoff is not None
-        self.handoff.expect(event.event_id)
+        waiting = self.handoff.expect(event.event_id)
         try:
             partition, offset = self._append(event)
         except BaseException:
             self.handoff.forget(event.event_id)
             raise
-        outcomes = self.handoff.wait(event.event_id, offset, self.timeout_s)
+        outcomes = self.handoff.wait(event.event_id, waiting, offset, self.timeout_s)
         if not outcomes:
             raise PlacementError(
                 503, f"the write was appended ({partition}, {offset}) but not decided yet"
