@@ -166,7 +166,17 @@ def _projecting(writers: list[PartitionWriter], stop: threading.Event) -> None:
             stop.wait(0.0005)
 
 
-def _projectors(settings: Settings, processes: int) -> list[subprocess.Popen[bytes]]:
+def _python(profile: str, name: str) -> list[str]:
+    """The interpreter's command line, under cProfile writing ``profile/name.prof``
+    when ``profile`` names a directory."""
+    if not profile:
+        return [sys.executable]
+    return [sys.executable, "-m", "cProfile", "-o", str(Path(profile) / f"{name}.prof")]
+
+
+def _projectors(
+    settings: Settings, processes: int, profile: str = ""
+) -> list[subprocess.Popen[bytes]]:
     """``berth projector`` processes sharing the partitions between them."""
     where = (
         ["--log", settings.log_url] if settings.log_url else ["--data-dir", str(settings.data_dir)]
@@ -176,7 +186,7 @@ def _projectors(settings: Settings, processes: int) -> list[subprocess.Popen[byt
     return [
         subprocess.Popen(
             [
-                sys.executable,
+                *_python(profile, f"projector-{k}"),
                 "-m",
                 "berth.cli",
                 "projector",
@@ -192,23 +202,28 @@ def _projectors(settings: Settings, processes: int) -> list[subprocess.Popen[byt
     ]
 
 
+def _view_holds_log(
+    app: App, projectors: list[subprocess.Popen[bytes]], timeout_s: float = 120
+) -> None:
+    """Wait until the view reflects every record of the events topic so far."""
+    settings = app.settings
+    deadline = time.monotonic() + timeout_s
+    while True:
+        ends = [app.log.end_offset(settings.topics.events, p) for p in range(settings.partitions)]
+        with app.engine.connect() as conn:
+            done = committed_offsets(conn)
+        if all(done.get(p, 0) >= end for p, end in enumerate(ends)):
+            return
+        if time.monotonic() > deadline or any(p.poll() is not None for p in projectors):
+            raise RuntimeError("the projector processes did not catch up")
+        time.sleep(0.05)
+
+
 def _caught_up(app: App, projectors: list[subprocess.Popen[bytes]], timeout_s: float = 120) -> None:
     """Wait until the view reflects every record of the events topic, then stop
     the projector processes."""
-    settings = app.settings
-    deadline = time.monotonic() + timeout_s
     try:
-        while True:
-            ends = [
-                app.log.end_offset(settings.topics.events, p) for p in range(settings.partitions)
-            ]
-            with app.engine.connect() as conn:
-                done = committed_offsets(conn)
-            if all(done.get(p, 0) >= end for p, end in enumerate(ends)):
-                return
-            if time.monotonic() > deadline or any(p.poll() is not None for p in projectors):
-                raise RuntimeError("the projector processes did not catch up")
-            time.sleep(0.05)
+        _view_holds_log(app, projectors, timeout_s)
     finally:
         for projector in projectors:
             projector.send_signal(signal.SIGTERM)
@@ -325,11 +340,17 @@ def _race_figures(
 
 
 def race(
-    kafka: str = "", publishers: int = 8, providers: int = 50, window: int = 1
+    kafka: str = "",
+    publishers: int = 8,
+    providers: int = 50,
+    window: int = 1,
+    profile: str = "",
 ) -> dict[str, Any]:
     """The race as the issue states it: publisher processes, each with its own
     scheduler, and a projector process, on the embedded log and SQLite, or
-    with ``kafka`` on a Kafka-protocol broker and PostgreSQL."""
+    with ``kafka`` on a Kafka-protocol broker and PostgreSQL. With ``profile``
+    (a directory) every process runs under cProfile and leaves its
+    ``.prof`` file there."""
     from contextlib import ExitStack
 
     from tests.kafka_broker import running_tansu
@@ -349,12 +370,15 @@ def race(
             how = f"{publishers} processes (window {window}), embedded log + SQLite"
         app = stack.enter_context(App(settings))
         Publisher(app.log, clock_ms=lambda: NOW_MS).publish(_cluster(providers, (4, 32_768, 160)))
-        projectors = _projectors(settings, 1)
+        projectors = _projectors(settings, 1, profile)
         spawned = time.perf_counter()
+        # the publishers' schedulers start on a view that holds the cluster
+        # (on a loaded machine the projector may take seconds to start)
+        _view_holds_log(app, projectors)
         runs = [
             subprocess.Popen(
                 [
-                    sys.executable,
+                    *_python(profile, f"publisher-{k}"),
                     "-m",
                     "bench.race_publisher",
                     "--log",
@@ -432,6 +456,11 @@ def main() -> None:
         default=1,
         help="race: requests each publisher's scheduler keeps in flight",
     )
+    parser.add_argument(
+        "--profile",
+        default="",
+        help="race: a directory where every process leaves its cProfile figures",
+    )
     args = parser.parse_args()
     tune_gc()
     if args.scenario == "race":
@@ -440,7 +469,9 @@ def main() -> None:
             f"race: 600 requests, {args.publishers} publisher processes "
             f"(window {args.window}), 50 providers, {on} ..."
         )
-        print(json.dumps(race(args.kafka, args.publishers, window=args.window)))
+        print(
+            json.dumps(race(args.kafka, args.publishers, window=args.window, profile=args.profile))
+        )
         return
     figures: dict[str, Any] = {
         "providers": args.providers,
