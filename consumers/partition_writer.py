@@ -122,6 +122,14 @@ class PartitionWriter:
 
     def step(self) -> Batch | None:
         """Apply and commit the next batch of records; None at the end of the log."""
+        records = self.fetch()
+        if not records:
+            return None
+        return self.write(records)
+
+    def fetch(self) -> list[Record]:
+        """The next batch of records to decide, from :attr:`next_offset`;
+        empty at the end of the log (or of ``until``)."""
         if self.halted is not None:
             raise PartitionHalted(self.halted)
         topic = self.topics.events
@@ -129,56 +137,71 @@ class PartitionWriter:
         if self.until is not None:
             wanted = min(wanted, self.until - self.next_offset)
             if wanted <= 0:
-                return None
+                return []
         try:
-            records = self.log.read(topic, self.partition, self.next_offset, wanted)
+            return self.log.read(topic, self.partition, self.next_offset, wanted)
         except CorruptLog as damaged:
             self.halted = damaged.damage
             raise PartitionHalted(self.halted) from damaged
-        if not records:
-            return None
-        return self.write(records)
 
     def write(self, records: list[Record]) -> Batch:
         """Decide, publish and commit ``records``, which must start at
         :attr:`next_offset` and follow each other (a consumer fetched them)."""
+        batch = self.decide(records)
+        if self.publish:
+            outcomes, dead = self.appends(batch)
+            if outcomes:
+                self.log.append(self.topics.outcomes, outcomes)
+            if dead:
+                self.log.append(self.topics.dead_letters, dead)
+        self.commit(batch)
+        return batch
+
+    def decide(self, records: list[Record]) -> Batch:
+        """Decide ``records`` on the partition's state (changing it): what
+        :meth:`commit` writes once the outcomes are published."""
         if self.halted is not None:
             raise PartitionHalted(self.halted)
-        state: PartitionState = self.state
-        batch = decide(state, records)
-        if self.publish:
-            self._publish(batch)
-        self.view.commit(state, batch, self.generation)
+        return decide(self.state, records)
+
+    def commit(self, batch: Batch) -> None:
+        """Commit a decided ``batch`` to the view, with the offset it ends at."""
+        self.view.commit(self.state, batch, self.generation)
         self.next_offset = batch.end
         if self.on_commit is not None:
             self.on_commit(batch)
-        return batch
 
-    def _publish(self, batch: Batch) -> None:
+    def reload(self) -> None:
+        """The state again from the view, as of its offset: after a batch
+        was decided but not committed."""
+        with self.view.engine.connect() as conn:
+            self.state, self.next_offset = load_state(conn, self.partition, self.partitions)
+        self.state.touched.clear()
+        self.state.reshaped.clear()
+
+    def appends(self, batch: Batch) -> tuple[list[Append], list[Append]]:
+        """What publishing ``batch`` appends: its outcomes (to the outcomes
+        topic) and its dead letters (to the dead-letter topic), each said
+        in the log of the writer's process."""
         partition = self.partition
         outcomes = [
             Append(partition, o.subject.encode(), o.to_json())
             for applied in batch.applied
             for o in applied.outcomes
         ]
-        if outcomes:
-            self.log.append(self.topics.outcomes, outcomes)
-        if batch.dead:
-            for dead in batch.dead:
-                log.warning(
-                    "dead letter: partition %d offset %d: %s", partition, dead.offset, dead.reason
-                )
-            self.log.append(
-                self.topics.dead_letters,
-                [
-                    Append(
-                        0,
-                        f"{partition}:{d.offset}".encode(),
-                        dead_letter_value(partition, d.offset, d.reason, d.value),
-                    )
-                    for d in batch.dead
-                ],
+        for dead in batch.dead:
+            log.warning(
+                "dead letter: partition %d offset %d: %s", partition, dead.offset, dead.reason
             )
+        dead_letters = [
+            Append(
+                0,
+                f"{partition}:{d.offset}".encode(),
+                dead_letter_value(partition, d.offset, d.reason, d.value),
+            )
+            for d in batch.dead
+        ]
+        return outcomes, dead_letters
 
     def catch_up(self) -> int:
         """Apply every record up to the partition's current end; return how many."""
@@ -191,25 +214,61 @@ class PartitionWriter:
 def step_all(writers: Iterable[PartitionWriter]) -> bool:
     """One batch from every writer that has records waiting; whether any had.
     Every writer gets its turn each round, so no partition waits on another,
-    nor on one that has halted (said once, in the log)."""
-    busy = False
-    for writer in writers:
-        if writer.halted is None:
-            try:
-                busy = writer.step() is not None or busy
-            except PartitionHalted as halted:
-                log.error("partition %d stopped: %s", writer.partition, halted)
-    return busy
+    nor on one that has halted (said once, in the log). The round's
+    outcomes are appended together, one group commit for them all, before
+    any of its batches commits to the view."""
+    return _round(writers) > 0
 
 
 def catch_up_all(writers: Iterable[PartitionWriter]) -> int:
-    """Every writer that has not halted up to its partition's current end;
-    how many records that took."""
+    """Every writer that has not halted up to its partition's current end,
+    in rounds as :func:`step_all` makes them; how many records that took."""
+    writers = list(writers)
     total = 0
+    while decided := _round(writers):
+        total += decided
+    return total
+
+
+def _round(writers: Iterable[PartitionWriter]) -> int:
+    """A round of :func:`step_all`; how many records it decided."""
+    fetched: list[tuple[PartitionWriter, list[Record]]] = []
     for writer in writers:
         if writer.halted is None:
             try:
-                total += writer.catch_up()
+                records = writer.fetch()
             except PartitionHalted as halted:
                 log.error("partition %d stopped: %s", writer.partition, halted)
-    return total
+                continue
+            if records:
+                fetched.append((writer, records))
+    decided = [(writer, writer.decide(records)) for writer, records in fetched]
+    committed = 0
+    try:
+        _publish_together(decided)
+        for writer, batch in decided:
+            writer.commit(batch)
+            committed += 1
+    except Exception:
+        for writer, _ in decided[committed:]:
+            writer.reload()  # decided, not committed: its state is ahead of the view
+        raise
+    return sum(len(records) for _, records in fetched)
+
+
+def _publish_together(decided: list[tuple[PartitionWriter, Batch]]) -> None:
+    """Append the outcomes and dead letters of the batches of a round,
+    one append per log and topic."""
+    appends: dict[tuple[int, str], tuple[Log, list[Append]]] = {}
+    for writer, batch in decided:
+        if not writer.publish:
+            continue
+        outcomes, dead = writer.appends(batch)
+        for topic, records in (
+            (writer.topics.outcomes, outcomes),
+            (writer.topics.dead_letters, dead),
+        ):
+            if records:
+                appends.setdefault((id(writer.log), topic), (writer.log, []))[1].extend(records)
+    for (_, topic), (log_, records) in appends.items():
+        log_.append(topic, records)

@@ -127,20 +127,20 @@ def _drifting_count(decide: Decide) -> Decide:
     return broken
 
 
-def _publish_without(kind: str) -> Callable[[PartitionWriter, Batch], None]:
+def _publish_without(
+    kind: str,
+) -> Callable[[PartitionWriter, Batch], tuple[list[Append], list[Append]]]:
     """A writer that never publishes outcomes of one kind."""
-    real = PartitionWriter._publish
+    real = PartitionWriter.appends
 
-    def broken(self: PartitionWriter, batch: Batch) -> None:
+    def broken(self: PartitionWriter, batch: Batch) -> tuple[list[Append], list[Append]]:
         outcomes = [
             Append(self.partition, o.subject.encode(), o.to_json())
             for applied in batch.applied
             for o in applied.outcomes
             if o.kind != kind
         ]
-        if outcomes:
-            self.log.append(self.topics.outcomes, outcomes)
-        real(self, Batch(batch.partition, batch.start, batch.end, [], batch.dead))
+        return outcomes, real(self, batch)[1]
 
     return broken
 
@@ -322,7 +322,7 @@ VARIANTS = (
         invariants.REPLAY,
         3,
         600,
-        lambda mp: mp.setattr(PartitionWriter, "_publish", _publish_without(Kind.RENEWED)),
+        lambda mp: mp.setattr(PartitionWriter, "appends", _publish_without(Kind.RENEWED)),
     ),
     Variant(
         "a scheduler that never reads one partition's decisions",

@@ -1,0 +1,135 @@
+"""The writers' rounds (``step_all``): a round's outcomes, every partition's,
+are one append, durable before any of its batches commits to the view; a
+round that fails between the two leaves no writer ahead of the view."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+
+from berth.app import App, Settings
+from berth.client import Publisher
+from consumers.partition_writer import PartitionWriter, catch_up_all, step_all
+from ledger.log import Append
+from ledger.partitioner import partition_for
+from projections.batch import Batch
+from projections.state import PartitionState
+from projections.view.loader import committed_offsets
+from projections.view.tables import inventories
+from projections.view.writer import ViewWriter
+from schemas.outcomes import Kind, Outcome
+from tests.builders import claim, provider
+
+NOW_MS = 10**12
+PARTITIONS = 4
+
+
+def _one_provider_a_partition(app: App) -> list[str]:
+    """A provider of 4 VCPU in each partition, decided; their ids by partition."""
+    ids: dict[int, str] = {}
+    n = 0
+    while len(ids) < PARTITIONS:
+        pid = f"n{n}"
+        ids.setdefault(partition_for(pid.encode(), PARTITIONS), pid)
+        n += 1
+    publisher = Publisher(app.log, clock_ms=lambda: NOW_MS)
+    publisher.publish([e for pid in ids.values() for e in provider(pid, ts=1, VCPU=4)])
+    catch_up_all(app.writers())
+    return [ids[p] for p in range(PARTITIONS)]
+
+
+def _counting_appends(
+    monkeypatch: pytest.MonkeyPatch, app: App, writers: Sequence[PartitionWriter]
+) -> Counter[str]:
+    """Count the writers' appends by topic."""
+    appends: Counter[str] = Counter()
+    real = app.log.append
+
+    def append(topic: str, records: Sequence[Append]) -> list[int]:
+        appends[topic] += 1
+        return real(topic, records)
+
+    monkeypatch.setattr(app.log, "append", append)
+    for writer in writers:
+        assert writer.log is app.log
+    return appends
+
+
+def test_a_round_appends_every_partitions_outcomes_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with App(Settings(data_dir=tmp_path, partitions=PARTITIONS)) as app:
+        pids = _one_provider_a_partition(app)
+        writers = app.writers()
+        publisher = Publisher(app.log, clock_ms=lambda: NOW_MS)
+        publisher.publish([claim(f"r-{pid}", pid, ts=2, VCPU=3) for pid in pids])
+        appends = _counting_appends(monkeypatch, app, writers)
+        assert step_all(writers)
+        assert appends == Counter({app.settings.topics.outcomes: 1})
+        assert not step_all(writers)
+        outcomes = [
+            Outcome.from_json(r.value)
+            for p in range(PARTITIONS)
+            for r in app.log.read(app.settings.topics.outcomes, p, 0, 100)
+        ]
+        accepted = {o.subject for o in outcomes if o.kind == Kind.ACCEPTED}
+        assert accepted == {f"r-{pid}" for pid in pids}
+        with app.engine.connect() as conn:
+            held = conn.execute(select(inventories.c.held)).scalars().all()
+        assert sorted(held) == [3] * PARTITIONS
+
+
+class _FailingOnce:
+    """A view whose first commit fails (its disk full, say)."""
+
+    def __init__(self, view: ViewWriter) -> None:
+        self.view = view
+        self.engine = view.engine
+        self.failed = False
+
+    def commit(self, state: PartitionState, batch: Batch, generation: int | None = None) -> bool:
+        if not self.failed:
+            self.failed = True
+            raise OSError("the view's disk is full")
+        return self.view.commit(state, batch, generation)
+
+
+def test_a_round_whose_commit_fails_leaves_no_writer_ahead_of_the_view(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with App(Settings(data_dir=tmp_path, partitions=PARTITIONS)) as app:
+        pids = _one_provider_a_partition(app)
+        writers = app.writers()
+        publisher = Publisher(app.log, clock_ms=lambda: NOW_MS)
+        # 3 of 4 VCPU each: a second decision of the same claim would reject it
+        publisher.publish([claim(f"r-{pid}", pid, ts=2, VCPU=3) for pid in pids])
+        failing = writers[2]
+        monkeypatch.setattr(failing, "view", _FailingOnce(failing.view))
+        with pytest.raises(OSError):
+            step_all(writers)
+        with app.engine.connect() as conn:
+            done = committed_offsets(conn)
+        # the writers before the failing one committed; it and those after it
+        # are back where the view is, and decide their records again
+        assert [w.next_offset for w in writers] == [done.get(w.partition, 0) for w in writers]
+        assert step_all(writers)
+        assert not step_all(writers)
+        with app.engine.connect() as conn:
+            held = conn.execute(select(inventories.c.held)).scalars().all()
+        assert sorted(held) == [3] * PARTITIONS
+        decided = Counter(
+            (o.subject, o.kind)
+            for p in range(PARTITIONS)
+            for r in app.log.read(app.settings.topics.outcomes, p, 0, 100)
+            if (o := Outcome.from_json(r.value)).subject.startswith("r-")
+        )
+        # each claim accepted, the failed ones published twice (at least
+        # once), never rejected by a state that had already applied them
+        assert {subject for subject, kind in decided if kind == Kind.ACCEPTED} == {
+            f"r-{pid}" for pid in pids
+        }
+        assert all(kind == Kind.ACCEPTED for _, kind in decided)
