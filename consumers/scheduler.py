@@ -297,18 +297,33 @@ class Scheduler:
             if p.result is None:
                 self._refuse(p)
         ready = deque(p for p in pending if p.result is None)
-        flight: deque[tuple[list[_Pending], list[str]]] = deque()
+        flight: list[tuple[list[_Pending], list[str]]] = []
         while ready or flight:
             if ready and len(flight) < self.depth:
                 size = min(self.wave or len(ready), len(ready))
                 wave = [ready.popleft() for _ in range(size)]
                 flight.append((wave, self._propose(wave)))
                 continue
-            wave, proposed = flight.popleft()
-            if proposed:
-                self._await(proposed)
-            ready.extend(p for p in wave if not self._settle(p))
+            flight = self._land(flight, ready)
         return [p.result for p in pending if p.result is not None]
+
+    def _land(
+        self, flight: list[tuple[list[_Pending], list[str]]], ready: deque[_Pending]
+    ) -> list[tuple[list[_Pending], list[str]]]:
+        """Wait for the oldest wave's decisions, then settle every wave in
+        ``flight`` decided by then (the writers may have decided several),
+        its unfinished requests put back in ``ready`` to be ranked again
+        together; the waves still in flight."""
+        if flight[0][1]:
+            self._await(flight[0][1])
+        decided = self.follower.decided
+        still = []
+        for wave, proposed in flight:
+            if all(rid in decided for rid in proposed):
+                ready.extend(p for p in wave if not self._settle(p))
+            else:
+                still.append((wave, proposed))
+        return still
 
     def policy_for(self, request: PlacementRequest) -> Policy | None:
         """The policy that places ``request`` (None: no policy book, this
