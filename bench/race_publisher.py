@@ -2,6 +2,7 @@
 its own scheduler, against Kafka and PostgreSQL (see bench.end_to_end).
 
     python -m bench.race_publisher --log kafka://HOST:PORT --db URL --index K --of 8
+                                   [--window W] [--waves D]
 
 Once ready (its log, view and scheduler set up, the view read once), it
 prints ``ready`` and waits for a line on stdin: the race starts for every
@@ -14,10 +15,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
+from dataclasses import replace
 
 from berth.app import Settings, open_log
 from berth.client import Publisher
-from consumers.scheduler import OutcomeFollower, Scheduler
+from consumers.scheduler import OutcomeFollower, Scheduled, Scheduler
 from consumers.snapshot_source import LiveSnapshot
 from projections.view.engine import make_engine
 from scheduling.config import SchedulerConfig
@@ -39,7 +42,14 @@ def main() -> None:
         default=1,
         help="requests in flight at once: the next ranked while the writer decides the last",
     )
+    parser.add_argument(
+        "--waves",
+        type=int,
+        default=2,
+        help="waves the window is ranked in, each on one snapshot, its claims one append",
+    )
     args = parser.parse_args()
+    depth = max(1, min(args.waves, args.window))
     settings = Settings(log_url=args.log, db_url=args.db)
     log = open_log(settings)
     engine = make_engine(args.db)
@@ -51,12 +61,13 @@ def main() -> None:
         max_attempts=10,
         decision_timeout_s=60.0,
         poll_interval_s=0.002,
-        wave=1,
-        depth=args.window,
+        wave=-(-args.window // depth),
+        depth=depth,
     )
     scheduler.snapshot()  # a running scheduler has read the view once
     print("ready", flush=True)
     sys.stdin.readline()
+    cpu_started = time.process_time()
     requests = [
         PlacementRequest(
             request_id=f"race-{i}",
@@ -66,15 +77,18 @@ def main() -> None:
         )
         for i in range(args.index, args.requests, args.of)
     ]
-    results: list[dict[str, object]] = []
+    scheduled: list[Scheduled] = []
     if args.window == 1:  # one request at a time, each waiting for its decision
         for request in requests:
-            results.extend(r.to_dict() for r in scheduler.schedule([request]))
+            scheduled.extend(scheduler.schedule([request]))
     else:
-        results.extend(r.to_dict() for r in scheduler.schedule(requests))
+        scheduled.extend(scheduler.schedule(requests))
+    # what the race's figures read: no ranking to work out for the answers
+    results = [replace(r, ranking=None).to_dict() for r in scheduled]
     log.close()
     engine.dispose()
-    print(json.dumps(results))
+    cpu_s = time.process_time() - cpu_started
+    print(json.dumps({"results": results, "cpu_s": cpu_s}))
 
 
 if __name__ == "__main__":
