@@ -531,18 +531,24 @@ class LiveSnapshot:
             else np.full(shape, 1 if name == "step_size" else 0, dtype=np.int64)
             for name in RESOURCE_ARRAYS
         }
-        for inv in usage:
-            j = snapshot.column(inv.resource_class)
-            if j is None:
+        if usage:
+            # each column of the rows at once, read by position: a Row's
+            # attribute costs about a microsecond, a numpy item assignment more
+            column = {c: j for j, c in enumerate(snapshot.classes)}
+            of = dict(zip(usage[0]._fields, zip(*usage, strict=True), strict=True))
+            if not column.keys() >= set(of["resource_class"]):
                 return None
-            k = index[inv.provider_id]
-            blocks["total"][k, j] = inv.total
-            blocks["reserved"][k, j] = inv.reserved
-            blocks["used"][k, j] = inv.held + inv.consumed
-            blocks["allocation_ratio"][k, j] = inv.allocation_ratio
-            blocks["min_unit"][k, j] = inv.min_unit
-            blocks["max_unit"][k, j] = inv.max_unit
-            blocks["step_size"][k, j] = max(inv.step_size, 1)
+            at = (
+                [index[pid] for pid in of["provider_id"]],
+                [column[rc] for rc in of["resource_class"]],
+            )
+            blocks["total"][at] = of["total"]
+            blocks["reserved"][at] = of["reserved"]
+            blocks["used"][at] = np.add(of["held"], of["consumed"])
+            blocks["allocation_ratio"][at] = of["allocation_ratio"]
+            blocks["min_unit"][at] = of["min_unit"]
+            blocks["max_unit"][at] = of["max_unit"]
+            blocks["step_size"][at] = np.maximum(of["step_size"], 1)
         arrays: dict[str, Any] = {}
         for name, block in blocks.items():
             current = getattr(snapshot, name)

@@ -18,7 +18,7 @@ from scheduling.config import SchedulerConfig
 from scheduling.model import RESOURCE_ARRAYS
 from schemas.codec import encode_event
 from schemas.events import Event
-from tests.builders import claim, consume, provider, release, set_state, traits
+from tests.builders import claim, consume, inventory, provider, release, set_state, traits
 
 
 def _view(tmp_path: Path) -> Engine:
@@ -82,6 +82,7 @@ def test_a_live_snapshot_matches_a_full_read_as_the_view_changes(
             assert live_now.classes == full.classes
             for name in RESOURCE_ARRAYS:
                 assert (getattr(live_now, name) == getattr(full, name)).all(), name
+                assert getattr(live_now, name).dtype == getattr(full, name).dtype, name
 
         edge.publish([e for n in range(6) for e in provider(f"n{n}", ts=1, VCPU=8, DISK_GB=100)])
         settle()
@@ -94,6 +95,16 @@ def test_a_live_snapshot_matches_a_full_read_as_the_view_changes(
             [
                 set_state("n1", "disabled", ts=3),
                 consume("r0", ts=3).model_copy(update={"partition_key": "n0"}),
+            ]
+        )
+        settle()
+        same()
+        # every column of an inventory, read back by a live update
+        spec = {"total": 12, "reserved": 1, "allocation_ratio": 2.5, "min_unit": 2}
+        edge.publish(
+            [
+                inventory("n2", VCPU={**spec, "max_unit": 6, "step_size": 2}, DISK_GB=100, ts=3),
+                inventory("n4", VCPU=8, DISK_GB={"total": 90, "reserved": 10}, ts=3),
             ]
         )
         settle()
