@@ -371,6 +371,7 @@ class Scheduler:
         for unseen in self._unseen.values():
             if unseen.fit is not None:
                 mine.setdefault(unseen.provider_id, []).append(unseen.fit)
+        fitting: dict[int, bool] = {}  # engine -> whether it fits cells and devices, asked once
         for p in wave:
             p.attempts += 1
             p.proposed.clear()
@@ -385,10 +386,12 @@ class Scheduler:
                 continue
             demand = _demand(snapshot, p.request.resources, demands)
             picked = []
-            fitting = fits_topology(engine)
+            fits = fitting.get(id(engine))
+            if fits is None:
+                fits = fitting[id(engine)] = fits_topology(engine)
             for instance, pid in zip(p.left, placement.providers, strict=True):
                 fit = None
-                if fitting:
+                if fits:
                     found = claim_fit(engine, snapshot, rows[pid], request, mine.get(pid, ()))
                     if isinstance(found, str):
                         # this scheduler's own claims took what it needs: next wave
