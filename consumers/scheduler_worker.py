@@ -53,6 +53,13 @@ class SchedulerWorker:
         self.scheduler = scheduler
         self.batches = batches
         self.refresh = refresh
+        self.on_answers: Callable[[list[dict[str, Any]]], object] | None = None
+        """Told of every answer (as appended, without its ``source``) once
+        the log holds it durably: an API in this process hands them to
+        its waiting callers (:mod:`berth.api.handoff`)."""
+        self.before_idle: Callable[[], object] | None = None
+        """Waited on before :meth:`idle` reads the view's changes: the API's
+        replies to the answers just given, which then go out first."""
         self.queued_at: dict[str, tuple[int, int]] = {}
         """Queued batch id -> its request's (partition, offset)."""
         self.next_offsets = self._resume()
@@ -104,6 +111,7 @@ class SchedulerWorker:
 
     def _publish(self, partition: int, results: list[tuple[int, Scheduled | BatchResult]]) -> None:
         appends = []
+        answers = []
         for offset, result in results:
             answer = result.to_dict()  # a ranking is worked out here, once
             if isinstance(result, Scheduled) or result.status != "queued":
@@ -112,7 +120,10 @@ class SchedulerWorker:
             data: dict[str, Any] = {**answer, "source": [partition, offset]}
             key = data["request_id"].encode()
             appends.append(Append(partition, key, json.dumps(data).encode()))
+            answers.append(answer)
         self.log.append(self.topics.placements, appends)
+        if self.on_answers is not None:
+            self.on_answers(answers)  # durable now
 
     def _batch(self, partition: int, offset: int, batch: BatchRequest) -> BatchResult:
         if self.batches is None:
@@ -141,6 +152,8 @@ class SchedulerWorker:
         waits: read the view's changes now (``refresh``), so that the next
         request does not wait for them to be read (2 ms of a placement's
         round trip on 200 providers)."""
+        if self.before_idle is not None:
+            self.before_idle()
         if self.refresh is not None:
             self.refresh()
 

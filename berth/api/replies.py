@@ -6,9 +6,11 @@ path); these say what it is."""
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.background import BackgroundTask
 from starlette.responses import Response
 
 Position = Annotated[list[int], Field(min_length=2, max_length=2)]
@@ -118,9 +120,14 @@ class AggregateOut(Reply):
     members: list[str] = Field(description="the providers in it, by id")
 
 
-def json_reply(status: int, reply: Any) -> Response:
-    """``reply`` as JSON, written directly (no reply model is built)."""
-    return Response(json.dumps(reply), status, media_type="application/json")
+def json_reply(
+    status: int, reply: Any, sent: Callable[[], Awaitable[object]] | None = None
+) -> Response:
+    """``reply`` as JSON, written directly (no reply model is built);
+    ``sent`` is awaited once it has gone out (a coroutine: a plain function
+    would be run from the thread pool)."""
+    after = None if sent is None else BackgroundTask(sent)
+    return Response(json.dumps(reply), status, media_type="application/json", background=after)
 
 
 class GroupMember(Reply):

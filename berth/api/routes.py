@@ -146,7 +146,12 @@ def create_app(api: Api) -> FastAPI:
     )
     async def post_requests(request: Request, who: Who, wait: Wait = None) -> Response:
         raw = await request.body()
-        return json_reply(*await run_in_threadpool(api.post_requests, raw, wait, who))
+        status, reply = await run_in_threadpool(api.post_requests, raw, wait, who)
+        # a reply the in-process hand-over woke: say when it is out
+        return json_reply(status, reply, replied if wait is not None and api.hub else None)
+
+    async def replied() -> None:
+        api.replied()
 
     AggregateId = Annotated[str, Path(min_length=1, max_length=255)]
 

@@ -16,6 +16,7 @@ from pydantic import Discriminator, Field, Tag, TypeAdapter, ValidationError
 
 from berth.api.credentials import Caller, Credentials
 from berth.api.groups import Groups
+from berth.api.handoff import AnswerHub
 from berth.api.problems import Problem, forbidden, invalid, json_body
 from berth.api.visibility import Visibility
 from berth.app import App
@@ -119,8 +120,13 @@ class Api:
         app: App,
         config: SchedulerConfig | None = None,
         credentials: Credentials | None = None,
+        hub: AnswerHub | None = None,
     ) -> None:
+        """``hub``: the answers handed over by the scheduler worker of this
+        process, when it answers every request partition (``berth serve
+        --api``); without it, answers are read back from the log."""
         self.app = app
+        self.hub = hub
         self.credentials = credentials or Credentials()
         self.topics = app.settings.topics
         self.publisher = Publisher(app.log, self.topics)
@@ -215,20 +221,44 @@ class Api:
         for r in requests:
             _may_request(caller, r)
         self.groups.check_named(requests, single)
+        ids = [request_key(r) for r in requests]
+        if wait is not None and self.hub is not None:
+            return self._submit_handed(requests, ids, wait, self.hub)
         answers = None if wait is None else Answers(self.app.log, self.topics)  # as above
         submitted = self.publisher.submit(requests)
         positions = [list(at) for at in submitted]
         if answers is None or wait is None:
             return HTTPStatus.ACCEPTED, {"submitted": positions}
-        ids = [request_key(r) for r in requests]
         pending = answers.wait(ids, wait, partitions={p for p, _ in submitted})
         reply = {
             "submitted": positions,
             "answers": {rid: answers.found[rid] for rid in ids if rid in answers.found},
         }
-        if pending:
-            return HTTPStatus.ACCEPTED, {**reply, "pending": pending}
-        return HTTPStatus.OK, reply
+        return _answered(reply, pending)
+
+    def _submit_handed(
+        self,
+        requests: list[PlacementRequest | BatchRequest],
+        ids: list[str],
+        wait: float,
+        hub: AnswerHub,
+    ) -> tuple[int, Any]:
+        """Submit, then wait for the answers the worker hands over (durable
+        ones only); the caller then owes the hub its reply (``replied``)."""
+        hub.expect(ids)  # before the submission: an answer cannot come before it
+        try:
+            submitted = self.publisher.submit(requests)
+        except BaseException:
+            hub.drop(ids)
+            raise
+        found, pending = hub.wait(ids, wait)
+        reply = {"submitted": [list(at) for at in submitted], "answers": found}
+        return _answered(reply, pending)
+
+    def replied(self) -> None:
+        """A reply to a waiting submission went out (see :class:`AnswerHub`)."""
+        if self.hub is not None:
+            self.hub.replied()
 
     def history(self, subject: str, records: bool, caller: Caller) -> dict[str, Any]:
         log = self.app.log if records else None
@@ -283,6 +313,12 @@ class Api:
         with self._snapshot_lock:  # the live snapshot is one object, updated in place
             snapshot = self._live()
         return headroom(self.placement, snapshot, request).to_dict()
+
+
+def _answered(reply: dict[str, Any], pending: list[str]) -> tuple[int, Any]:
+    if pending:
+        return HTTPStatus.ACCEPTED, {**reply, "pending": pending}
+    return HTTPStatus.OK, reply
 
 
 def _forbidden(caller: Caller, detail: str) -> Problem:

@@ -33,10 +33,16 @@ from projections.view.ownership import OwnershipLost
 from schemas.events import DEFAULT_LEASE_MS, MAX_LEASE_MS
 
 if TYPE_CHECKING:
+    from berth.api.handoff import AnswerHub
     from consumers.balance_worker import MoveClaim
     from consumers.scheduler_worker import SchedulerWorker
     from scheduling.balance import Plan
     from schemas.topology import TopologyFit
+
+
+REPLIES_OUT_WAIT_S = 0.02
+"""How long ``berth serve --api``'s loop, its work answered, lets the API's
+replies go out before it reads the view's changes for the next request."""
 
 
 def add_commands(commands: Commands) -> None:
@@ -215,12 +221,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
         worker = _scheduler_worker(app, args, pump, None)
         queue = QueueProjector(app.log, app.settings.topics, app.engine)
-        if (
-            args.api is not None
-            and _start_api(app, args.api, args.config, args.api_token_file, args.api_credentials)
-            is None
-        ):
-            return 2
+        if args.api is not None:
+            # this worker answers every request partition: it hands the
+            # API's waiting callers their answers once durable, and lets
+            # their replies go out before it reads the view's changes
+            from berth.api.handoff import AnswerHub
+
+            hub = AnswerHub()
+            worker.on_answers = hub.hand_over
+            worker.before_idle = lambda: hub.replies_out(REPLIES_OUT_WAIT_S)
+            token, credentials = args.api_token_file, args.api_credentials
+            if _start_api(app, args.api, args.config, token, credentials, hub) is None:
+                return 2
         if args.placement_api is not None and _start_placement_api(app, args, writers) is None:
             return 2
         tune_gc()
@@ -380,6 +392,7 @@ def _start_api(
     config_path: str | None,
     token_file: str | None = None,
     credentials_file: str | None = None,
+    hub: AnswerHub | None = None,
 ) -> tuple[str, int] | None:
     """Serve the HTTP API on ``app`` from a thread; where it listens, or None
     (said on stderr) when ``listen``, the configuration or the credentials
@@ -403,7 +416,7 @@ def _start_api(
             "api: listening on %s without credentials: anyone who reaches it may publish", host
         )
     try:
-        _, (bound_host, bound_port) = serve(Api(app, config, credentials), host, port)
+        _, (bound_host, bound_port) = serve(Api(app, config, credentials, hub), host, port)
     except RuntimeError as error:
         print(f"berth: {error} on {listen}", file=sys.stderr)
         return None
