@@ -133,11 +133,20 @@ class Lineage:
     since: set[int]
 
 
+_FEW_ROWS = 64
+"""Up to this many changed rows are sorted as a set (a wave's picks, a
+refresh's providers): np.unique costs tens of microseconds on any size."""
+
+
 def _lineage(parent: Snapshot, changed: Iterable[int]) -> Lineage:
-    if isinstance(changed, np.ndarray):
+    if isinstance(changed, np.ndarray) and len(changed) > _FEW_ROWS:
         rows = np.unique(changed.astype(np.int64, copy=False))
     else:
-        rows = np.unique(np.fromiter(changed, dtype=np.int64))
+        listed = changed.tolist() if isinstance(changed, np.ndarray) else list(changed)
+        if len(listed) > _FEW_ROWS:
+            rows = np.unique(np.asarray(listed, dtype=np.int64))
+        else:
+            rows = np.array(sorted(set(listed)), dtype=np.int64)
     rows.flags.writeable = False
     before = parent.lineage
     limit = max(1024, parent.size // 64)
