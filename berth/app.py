@@ -162,6 +162,7 @@ class App:
         publisher: Publisher | None = None,
         partitions: list[int] | None = None,
         own: bool = True,
+        view_version: Callable[[], object] | None = None,
     ) -> SchedulerWorker:
         """A scheduler worker answering the request partitions given (all by
         default): single requests through a :class:`Scheduler`, batches and
@@ -170,7 +171,10 @@ class App:
         ``pump`` lets writers in this process catch up while it waits. Like
         the writers, it owns its request partitions: two schedulers answering
         one request would place it twice. ``own`` false leaves that to a
-        consumer group, which gave this process ``partitions``."""
+        consumer group, which gave this process ``partitions``.
+        ``view_version``: where the writers of every partition are, when
+        they all run in this process: the view is read again only once
+        it moved (see :class:`LiveSnapshot`)."""
         from berth.client import Publisher
         from consumers.batches import BatchScheduler
         from consumers.coordinator import Coordinator
@@ -194,7 +198,7 @@ class App:
         # re-reads only what changed since the last wave (placements too),
         # and says which offsets it reflects, so each wave counts the
         # claims proposed since
-        snapshot = LiveSnapshot(self.engine, placements=True)
+        snapshot = LiveSnapshot(self.engine, placements=True, version=view_version)
         scheduler = Scheduler(
             publisher,
             engine,

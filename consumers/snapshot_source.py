@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections import Counter, defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -397,9 +397,18 @@ class LiveSnapshot:
     snapshot reflects, so a scheduler can add what it proposed since then."""
 
     def __init__(
-        self, engine: Engine, placements: bool = False, limit: int = _INCREMENTAL_LIMIT
+        self,
+        engine: Engine,
+        placements: bool = False,
+        limit: int = _INCREMENTAL_LIMIT,
+        version: Callable[[], object] | None = None,
     ) -> None:
+        """``version``: where the view's writers are, when every one of
+        them runs in this process (``berth serve``): while it is what it
+        was at the last read, the view has not changed and is not read."""
         self.engine = engine
+        self.version = version
+        self._version: object = None
         self.snapshot: Snapshot | None = None
         self.seen: dict[int, int] = {}
         self.keeps_placements = placements
@@ -431,6 +440,14 @@ class LiveSnapshot:
         return self.seen
 
     def __call__(self) -> Snapshot:
+        version = None if self.version is None else self.version()
+        if version is not None and self.snapshot is not None and version == self._version:
+            return self.snapshot  # nothing committed to the view since it was read
+        snapshot = self._read()
+        self._version = version
+        return snapshot
+
+    def _read(self) -> Snapshot:
         with self.engine.connect() as conn:
             # the offsets must describe exactly the rows read with them, so a
             # scheduler adding its own later proposals never counts one twice
@@ -482,7 +499,7 @@ class LiveSnapshot:
         updated = self._update(snapshot, changed, usage, self.placements)
         if updated is None:
             self.snapshot = None
-            return self()  # a new resource class: rebuild
+            return self._read()  # a new resource class: rebuild
         if reported:
             updated = _with_reports(updated, reported)
         self.snapshot = updated

@@ -200,3 +200,32 @@ def test_a_live_snapshot_keeps_what_is_placed_where_as_a_full_read_does(
             index.check(now_live, bounded._resources.capacity(now_live))  # type: ignore[union-attr]
         assert any(p.groups for p in full.providers) and any(p.tags for p in full.providers)
         assert bounded.index_builds == 1
+
+
+def test_a_live_snapshot_told_where_the_writers_are_reads_the_view_only_once_they_moved(
+    tmp_path: Path,
+) -> None:
+    from sqlalchemy import event
+
+    from berth.app import App, Settings
+    from berth.client import Publisher
+    from consumers.snapshot_source import LiveSnapshot
+
+    with App(Settings(data_dir=tmp_path / "app", partitions=2)) as app:
+        edge = Publisher(app.log, clock_ms=lambda: 10**12)
+        writers = app.writers()
+        statements: list[str] = []
+        event.listen(app.engine, "before_cursor_execute", lambda *a: statements.append(a[2]))
+        live = LiveSnapshot(app.engine, version=lambda: [w.next_offset for w in writers])
+        edge.publish([e for n in range(4) for e in provider(f"n{n}", ts=1, VCPU=8)])
+        catch_up_all(writers)
+        first = live()
+        read = len(statements)
+        assert read > 0 and live() is first and len(statements) == read
+        edge.publish([claim("r1", "n1", ts=2, VCPU=3)])  # appended, not yet decided
+        assert live() is first and len(statements) == read
+        catch_up_all(writers)
+        moved = live()
+        full = snapshot_from_view(app.engine, placements=False)
+        assert len(statements) > read and moved is not first
+        assert (moved.used == full.used).all() and moved.providers == full.providers

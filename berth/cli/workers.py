@@ -219,7 +219,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         def pump() -> None:
             catch_up_all(writers)
 
-        worker = _scheduler_worker(app, args, pump, None)
+        # the writers of every partition are these: the view moves only with them
+        worker = _scheduler_worker(app, args, pump, None, lambda: [w.next_offset for w in writers])
         queue = QueueProjector(app.log, app.settings.topics, app.engine)
         if args.api is not None:
             # this worker answers every request partition: it hands the
@@ -331,12 +332,16 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
 
 
 def _scheduler_worker(
-    app: App, args: argparse.Namespace, pump: Callable[[], object], owned: list[int] | None
+    app: App,
+    args: argparse.Namespace,
+    pump: Callable[[], object],
+    owned: list[int] | None,
+    view_version: Callable[[], object] | None = None,
 ) -> SchedulerWorker:
     from scheduling.config import SchedulerConfig
 
     config = SchedulerConfig.load(args.config) if args.config else SchedulerConfig.default()
-    return app.scheduler_worker(config, pump, partitions=owned)
+    return app.scheduler_worker(config, pump, partitions=owned, view_version=view_version)
 
 
 def _run(
