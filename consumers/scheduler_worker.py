@@ -102,12 +102,19 @@ class SchedulerWorker:
             (record,) = self.log.read(self.topics.requests, partition, offset, 1)
             self.batches.enqueue(BatchRequest.model_validate_json(record.value))
 
-    def _drain_queue(self) -> None:
+    def _drain_queue(self) -> int:
         if self.batches is None or not self.batches.queue:
-            return
-        for result in self.batches.drain_queue():
+            return 0
+        results = self.batches.drain_queue()
+        for result in results:
             partition, offset = self.queued_at.pop(result.batch_id)
             self._publish(partition, [(offset, result)])
+        return len(results)
+
+    def tick(self) -> int:
+        """The work no record announces: the queued batches tried again,
+        and failed once past their deadline; how many were answered."""
+        return self._drain_queue()
 
     def _publish(self, partition: int, results: list[tuple[int, Scheduled | BatchResult]]) -> None:
         appends = []

@@ -123,6 +123,35 @@ def test_serve_replies_with_the_answers_its_log_holds(tmp_path: Path) -> None:
     assert {rid: logged[rid] for rid in replied} == replied
 
 
+def test_a_queued_batch_is_failed_at_its_deadline_with_no_record_arriving(tmp_path: Path) -> None:
+    """serve's loop, idle, still does the work no record announces."""
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    argv = ("serve", "--data-dir", str(tmp_path / "data"), "--partitions", "2")
+    with berth_running(*argv, "--api", f"127.0.0.1:{port}", ready=lambda: _listening(port)):
+        now = int(time.time() * 1000)
+        status, _ = call(url, "/v1/events?wait=30", _provider("n1", now, 4))
+        assert status == 200
+        held = {"request_id": "h", "ts_ms": now, "project_id": "p", "resources": {"VCPU": 3}}
+        status, reply = call(url, "/v1/requests?wait=30", held)
+        assert status == 200 and reply["answers"]["h"]["placed"]
+        # fits once the hold is released, which it is not: it waits, then fails
+        now = int(time.time() * 1000)
+        member = {"request_id": "m", "ts_ms": now, "project_id": "p", "resources": {"VCPU": 2}}
+        batch = {
+            "type": "batch",
+            "batch_id": "q",
+            "ts_ms": now,
+            "mode": "queue",
+            "queue_timeout_ms": 2000,
+            "members": [member],
+        }
+        status, reply = call(url, "/v1/requests?wait=30", batch)
+    assert status == 200, reply
+    answer = reply["answers"]["q"]
+    assert (answer["status"], answer["reason"]) == ("failed", "queue deadline passed")
+
+
 def _provider(pid: str, now: int, vcpus: int) -> list[dict[str, Any]]:
     common = {"ts_ms": now, "partition_key": pid, "provider_id": pid}
     inventory = {"VCPU": {"total": vcpus}}

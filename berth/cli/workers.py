@@ -261,7 +261,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             return merged(*(w.watches() for w in writers), worker.watches(), queue.watches())
 
         with _checkpointing(app, args):
-            return _run(app, args, step, watches, idle)
+            return _run(app, args, step, watches, idle, worker.tick)
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
@@ -328,7 +328,7 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
         def watches() -> Watches:
             return merged(worker.watches(), queue.watches())
 
-        return _run(app, args, step, watches, worker.idle)
+        return _run(app, args, step, watches, worker.idle, worker.tick)
 
 
 def _scheduler_worker(
@@ -350,26 +350,31 @@ def _run(
     step: Callable[[], bool],
     watches: Callable[[], Watches],
     idle: Callable[[], object] = lambda: None,
+    tick: Callable[[], object] | None = None,
 ) -> int:
     """A worker's loop: ``step`` until interrupted. When a step finds nothing
     to do it waits for the next record of what it reads (``watches``) to
     arrive, ``--idle-wait-s`` at most (a step also has work no record
-    announces: a queued batch's timeout); the first time after some work,
-    it calls ``idle`` before it waits (what can be made ready for the next
-    record); and every ``--ownership-check-s`` it makes sure the process
-    still owns its partitions (exit 1 when it does not)."""
+    announces: a queued batch's timeout; given ``tick``, a wait that ends
+    with nothing arrived calls that work alone, and steps again only if it
+    did some); the first time after some work, it calls ``idle`` before it
+    waits (what can be made ready for the next record); and every
+    ``--ownership-check-s`` it makes sure the process still owns its
+    partitions (exit 1 when it does not)."""
     check_every = args.ownership_check_s
     next_check = time.monotonic() + check_every
     worked = False
+    stepping = True
     try:
         while True:
-            if step():
+            if stepping and step():
                 worked = True
             else:
                 if worked:
                     idle()  # a record arriving meanwhile ends the wait at once
                     worked = False
-                app.log.wait(watches(), args.idle_wait_s)
+                arrived = app.log.wait(watches(), args.idle_wait_s)
+                stepping = arrived or tick is None or bool(tick())
             if time.monotonic() >= next_check:
                 app.confirm_ownership()
                 next_check = time.monotonic() + check_every
