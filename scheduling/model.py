@@ -202,6 +202,11 @@ class Snapshot:
     """The rows in which it may differ from the snapshot it was made from,
     when the twin's maker said (``changed``); None for a snapshot built
     anew, or made without saying."""
+    membership: object = field(init=False, repr=False, compare=False)
+    """Which aggregates each provider is in: an object shared by the twins
+    whose records all kept their aggregates (a report's metrics, a new
+    placement), so that what derives from membership (the aggregates'
+    ratios and multipliers) is worked out again only when it changes."""
 
     def __post_init__(self) -> None:
         providers = self.providers
@@ -219,6 +224,7 @@ class Snapshot:
         object.__setattr__(self, "_capacity", [None, None, None, None, None])
         object.__setattr__(self, "token", next(_TOKENS))
         object.__setattr__(self, "lineage", None)
+        object.__setattr__(self, "membership", object())
         object.__setattr__(self, "row_of", {p.provider_id: i for i, p in enumerate(providers)})
         shape = (len(self.providers), len(self.classes))
         for name in RESOURCE_ARRAYS:
@@ -261,6 +267,8 @@ class Snapshot:
         for row, record in records.items():
             if _identity(record) != _identity(providers[row]):
                 raise ValueError(f"row {row}: {record.provider_id} changed more than placements")
+            if record.aggregates != providers[row].aggregates:
+                object.__setattr__(twin, "membership", object())
             providers[row] = record
         object.__setattr__(twin, "providers", tuple(providers))
         return twin
@@ -291,6 +299,8 @@ class Snapshot:
                 raise ValueError(
                     f"row {row}: {record.provider_id} is not {providers[row].provider_id}"
                 )
+            if record.aggregates != providers[row].aggregates:
+                object.__setattr__(twin, "membership", object())
             if _identity(record) != _identity(providers[row]):
                 if derived is None:
                     derived = [
@@ -358,7 +368,7 @@ class Snapshot:
             self.max_unit,
             self.step_size,
             self.aggregates,
-            self.providers,
+            self.membership,
         )
 
     def capacity(self, ratio: FloatArray | None = None) -> IntArray:

@@ -21,7 +21,10 @@ __all__ = ["ResourceFilter", "effective_ratios", "ratio_keys"]
 
 
 def effective_ratios(snapshot: Snapshot) -> FloatArray:
-    """``snapshot.allocation_ratio`` with the per-aggregate overrides applied."""
+    """``snapshot.allocation_ratio`` with the per-aggregate overrides applied
+    (that very array when they change no ratio, so that the capacity table
+    is the one the weighers read). Worked out once per set of aggregates
+    the providers are in: a few sets, many providers."""
     keyed = {j: ratio_keys(rc) for j, rc in enumerate(snapshot.classes)}
     overriding = {
         name
@@ -30,16 +33,22 @@ def effective_ratios(snapshot: Snapshot) -> FloatArray:
     }
     if not overriding:
         return snapshot.allocation_ratio
-    ratios = snapshot.allocation_ratio.copy()
+    members: dict[frozenset[str], list[int]] = {}
     for row, provider in enumerate(snapshot.providers):
-        if overriding.isdisjoint(provider.aggregates):
-            continue
-        aggregates = snapshot.aggregates_of(row)
+        names = provider.aggregates
+        if names and not overriding.isdisjoint(names):
+            members.setdefault(names, []).append(row)
+    ratios = snapshot.allocation_ratio.copy()
+    for names, rows in members.items():
+        aggregates = [snapshot.aggregates[n] for n in sorted(names) if n in snapshot.aggregates]
+        at = np.asarray(rows, dtype=np.int64)
         for j, keys in keyed.items():
             values = {a.metadata[k] for a in aggregates for k in keys if k in a.metadata}
             ratio = ratio_override(values)
             if ratio is not None:
-                ratios[row, j] = ratio
+                ratios[at, j] = ratio
+    if np.array_equal(ratios, snapshot.allocation_ratio):
+        return snapshot.allocation_ratio
     return ratios
 
 

@@ -19,13 +19,13 @@ from __future__ import annotations
 import logging
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import ClassVar
 
 import numpy as np
 
 from scheduling.filters.base import Context
-from scheduling.model import Aggregate, FloatArray, IntArray, Provider
+from scheduling.model import Aggregate, FloatArray, IntArray
 
 log = logging.getLogger(__name__)
 
@@ -41,8 +41,8 @@ class Weigher(ABC):
     _overridden: tuple[Mapping[str, Aggregate], bool] | None = None
     """(aggregates, whether one of them sets ``multiplier_key``) for the last
     snapshot's aggregates, which its usage-only twins share."""
-    _by_row: tuple[Mapping[str, Aggregate], Sequence[Provider], FloatArray] | None = None
-    """(aggregates, providers, every provider's multiplier) of the last snapshot."""
+    _by_row: tuple[Mapping[str, Aggregate], object, FloatArray] | None = None
+    """(aggregates, membership, every provider's multiplier) of the last snapshot."""
 
     def __init__(self, multiplier: float = 1.0) -> None:
         self.multiplier = multiplier
@@ -92,16 +92,16 @@ class Weigher(ABC):
 
     def multipliers(self, ctx: Context, rows: IntArray) -> FloatArray:
         """Per-row multiplier with per-aggregate overrides: every provider's,
-        worked out once per snapshot's providers (which its usage-only twins
-        share), each set of aggregates a provider is in once (few sets, many
-        providers)."""
+        worked out once per snapshot's membership (which its twins share
+        until a provider joins or leaves an aggregate), each set of
+        aggregates a provider is in once (few sets, many providers)."""
         snapshot = ctx.snapshot
         aggregates = snapshot.aggregates
         if not aggregates:
             same = np.full(len(rows), self.multiplier, dtype=np.float64)
             return -same if self.negated else same
         memo = self._by_row
-        if memo is None or memo[0] is not aggregates or memo[1] is not snapshot.providers:
+        if memo is None or memo[0] is not aggregates or memo[1] is not snapshot.membership:
             known: dict[frozenset[str], float] = {}
             every = np.empty(snapshot.size, dtype=np.float64)
             for row, provider in enumerate(snapshot.providers):
@@ -114,7 +114,7 @@ class Weigher(ABC):
                 every[row] = value
             memo = self._by_row = (
                 aggregates,
-                snapshot.providers,
+                snapshot.membership,
                 -every if self.negated else every,
             )
         out: FloatArray = memo[2][rows]

@@ -48,12 +48,18 @@ class FreeResourceWeigher(Weigher):
         column = ctx.snapshot.column(self.resource_class)
         multiplier = self.uniform_multiplier(ctx)
         anchored = self.minval == 0.0 and self.maxval is None
-        if column is None or multiplier is None or not anchored or not len(rows):
+        if column is None or not anchored or not len(rows):
             super().add_to(total, ctx, rows)
+            return
+        if multiplier is None and ctx.reference is not None:
+            super().add_to(total, ctx, rows)  # normalised among these rows alone
             return
         # the RAM, CPU and disk weighers share one normalisation of every class
         scaled = ctx.free_scaled(rows, ctx.snapshot.capacity_by_class())
-        accumulate(total, multiplier, scaled[column])
+        if multiplier is None:  # an aggregate sets this weigher's multiplier
+            total += self.multipliers(ctx, rows) * scaled[column]
+        else:
+            accumulate(total, multiplier, scaled[column])
 
 
 class RAMWeigher(FreeResourceWeigher):
