@@ -199,6 +199,20 @@ _OFFSETS = select(
 """What :func:`committed_offsets` reads, and the partition count :func:`_aggregates` needs."""
 
 
+_REPORTED_COLUMNS = (
+    providers.c.provider_id,
+    providers.c.partition,
+    provider_usage.c.updated_offset,
+    providers.c.metrics,
+    providers.c.metrics_at_ms,
+    providers.c.num_io_ops,
+    providers.c.build_failures,
+)
+"""What a live snapshot reads of a provider that changed or reported: a
+report's columns, and whether anything else changed (``updated_offset``),
+in which case the whole row is read by id."""
+
+
 @functools.lru_cache(maxsize=256)
 def _since(moved: tuple[int, ...]) -> tuple[Select[Any], Select[Any]]:
     """For the partitions ``moved`` since a live snapshot's last call: the
@@ -209,7 +223,7 @@ def _since(moved: tuple[int, ...]) -> tuple[Select[Any], Select[Any]]:
     at each call)."""
     p, u, o = providers.c, provider_usage.c, outcomes.c
     touched = (
-        select(*_PROVIDER_COLUMNS)
+        select(*_REPORTED_COLUMNS)
         .select_from(provider_rows)
         .where(
             or_(
@@ -465,25 +479,23 @@ class LiveSnapshot:
                 return self.snapshot
             touched_since, decided_since = _since(moved)
             bounds = {f"seen_{p}": self.seen.get(p, -1) for p in moved}
-            changed: list[Any] = []
+            touched: set[str] = set()  # changed: read whole
             reports: list[Any] = []  # changed in no other column, perhaps
             for row in conn.execute(touched_since, bounds):
-                seen = self.seen.get(row.partition, -1)
-                (changed if row.updated_offset > seen else reports).append(row)
+                if row.updated_offset > self.seen.get(row.partition, -1):
+                    touched.add(row.provider_id)
+                else:
+                    reports.append(row)
             if self.placements is not None:
                 placed = self._placed_since(conn, decided_since, moved, offsets)
                 if placed is None:
                     return self._full(conn, offsets)
-                touched: set[str] = set()
                 for rid, where in placed.items():
                     touched |= self.placements.put(rid, where)
-                touched -= {row.provider_id for row in changed}
-                if touched:
-                    changed += conn.execute(_PROVIDERS_IN, {"ids": sorted(touched)}).all()
+            changed = _by_ids(conn, _PROVIDERS_IN, sorted(touched))
             # the providers that reported since the last call and changed in
             # nothing else (those changed were read whole)
-            read = {row.provider_id for row in changed}
-            reported = [row for row in reports if row.provider_id not in read]
+            reported = [row for row in reports if row.provider_id not in touched]
             if not changed:
                 if reported:
                     self.snapshot = _with_reports(self.snapshot, reported)
@@ -494,8 +506,7 @@ class LiveSnapshot:
                 snapshot.providers
             ) != int(conn.execute(_PROVIDER_COUNT).scalar_one()):
                 return self._full(conn, offsets)  # providers came or went
-            ids = [row.provider_id for row in changed]
-            usage = conn.execute(_INVENTORIES_IN, {"ids": ids}).all()
+            usage = _by_ids(conn, _INVENTORIES_IN, [row.provider_id for row in changed])
         updated = self._update(snapshot, changed, usage, self.placements)
         if updated is None:
             self.snapshot = None
@@ -529,8 +540,8 @@ class LiveSnapshot:
     @staticmethod
     def _update(
         snapshot: Snapshot,
-        changed: Sequence[Row[Any, Any, Any, Any]],
-        usage: Sequence[Row[Any, Any, Any, Any]],
+        changed: Sequence[Row[Any]],
+        usage: Sequence[Row[Any]],
         placements: _Placements | None,
     ) -> Snapshot | None:
         """``snapshot`` with the changed providers' rows replaced, or None if a
@@ -593,20 +604,42 @@ class LiveSnapshot:
         return self.snapshot
 
 
+_READ_IN = 5000
+"""Ids bound in one ``IN`` at most (SQLite's limit on a statement's
+parameters is 32,766)."""
+
+
+def _by_ids(conn: Connection, statement: Select[Any], ids: Sequence[str]) -> list[Row[Any]]:
+    """``statement``'s rows for ``ids`` (bound as ``ids``), a chunk at a time."""
+    rows: list[Row[Any]] = []
+    for start in range(0, len(ids), _READ_IN):
+        rows += conn.execute(statement, {"ids": ids[start : start + _READ_IN]}).all()
+    return rows
+
+
+_REPORTED = ("metrics", "metrics_at_ms", "num_io_ops", "build_failures")
+_KEPT = tuple(f.name for f in dataclasses.fields(Provider) if f.name not in _REPORTED)
+
+
+def _reported(record: Provider, row: Any) -> Provider:
+    """``record`` with the report in ``row``: ``dataclasses.replace`` without
+    its checks, which cost more than the copy (a report is frequent)."""
+    new = object.__new__(Provider)
+    for name in _KEPT:
+        object.__setattr__(new, name, getattr(record, name))
+    for name in _REPORTED:
+        object.__setattr__(new, name, getattr(row, name))
+    return new
+
+
 def _with_reports(snapshot: Snapshot, reported: Sequence[Any]) -> Snapshot:
     """``snapshot`` with the providers' latest reports in their records."""
     records: dict[int, Provider] = {}
+    row_of, providers_ = snapshot.row_of, snapshot.providers
     for row in reported:
-        i = snapshot.row_of.get(row.provider_id)
-        if i is None:
-            continue
-        records[i] = dataclasses.replace(
-            snapshot.providers[i],
-            metrics=row.metrics,
-            metrics_at_ms=row.metrics_at_ms,
-            num_io_ops=row.num_io_ops,
-            build_failures=row.build_failures,
-        )
+        i = row_of.get(row.provider_id)
+        if i is not None:
+            records[i] = _reported(providers_[i], row)
     return snapshot.with_records(records) if records else snapshot
 
 
