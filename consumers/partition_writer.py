@@ -167,6 +167,10 @@ class PartitionWriter:
     def commit(self, batch: Batch) -> None:
         """Commit a decided ``batch`` to the view, with the offset it ends at."""
         self.view.commit(self.state, batch, self.generation)
+        self.committed(batch)
+
+    def committed(self, batch: Batch) -> None:
+        """``batch`` is in the view: go on from its end."""
         self.next_offset = batch.end
         if self.on_commit is not None:
             self.on_commit(batch)
@@ -246,14 +250,54 @@ def _round(writers: Iterable[PartitionWriter]) -> int:
     committed = 0
     try:
         _publish_together(decided)
-        for writer, batch in decided:
-            writer.commit(batch)
-            committed += 1
+        if _one_view(decided):
+            _commit_together(decided)
+        else:
+            for writer, batch in decided:
+                writer.commit(batch)
+                committed += 1
     except Exception:
         for writer, _ in decided[committed:]:
             writer.reload()  # decided, not committed: its state is ahead of the view
         raise
     return sum(len(records) for _, records in fetched)
+
+
+def _one_view(decided: list[tuple[PartitionWriter, Batch]]) -> bool:
+    """Whether a round's batches can be committed in one transaction: more
+    than one, all to one view that holds nothing back (a rebuild's does)."""
+    if len(decided) < 2:
+        return False
+    view = decided[0][0].view
+    return all(w.view is view for w, _ in decided) and view.held_back is None
+
+
+def _commit_together(decided: list[tuple[PartitionWriter, Batch]]) -> None:
+    """Commit a round's batches, each with its partition's offset, in one
+    transaction: a partition that gets a record or two at a time (metrics
+    reports) would otherwise pay a transaction for each. Should it fail
+    (a partition fenced, a stale batch), each batch is committed alone, so
+    every other partition goes on; a writer whose batch is refused is
+    reloaded from the view, and the first refusal is raised."""
+    view = decided[0][0].view
+    planned = [w.view.plan(w.state, batch, w.generation) for w, batch in decided]
+    try:
+        view.commit_planned(planned)
+    except Exception:  # each alone says which, below
+        failure: Exception | None = None
+        for (writer, batch), one in zip(decided, planned, strict=True):
+            try:
+                view.commit_planned([one])  # the same rows again: the plan emptied the state's
+            except Exception as error:
+                failure = failure or error
+                writer.reload()
+                continue
+            writer.committed(batch)
+        if failure is not None:
+            raise failure from None
+    else:
+        for writer, batch in decided:
+            writer.committed(batch)
 
 
 def _publish_together(decided: list[tuple[PartitionWriter, Batch]]) -> None:

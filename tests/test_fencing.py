@@ -7,12 +7,13 @@ import threading
 from pathlib import Path
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import event, text
 
 from berth.app import App, Settings
 from berth.client import Publisher
 from consumers.group_writers import GroupWriters
-from consumers.partition_writer import PartitionWriter
+from consumers.partition_writer import PartitionWriter, catch_up_all, step_all
+from ledger.partitioner import partition_for
 from projections.view.generations import owners, take_partition
 from projections.view.loader import committed_offsets
 from projections.view.writer import Fenced
@@ -99,3 +100,56 @@ def test_group_writers_drop_a_partition_taken_elsewhere(tmp_path: Path, view_url
         assert here.fenced == 1
         assert here.writers == {}
         assert here.assign([0]) == [0], "given back, it is taken over afresh"
+
+
+def _one_each(partitions: int) -> list[str]:
+    """A provider id in each partition, in partition order."""
+    names: dict[int, str] = {}
+    n = 0
+    while len(names) < partitions:
+        names.setdefault(partition_for(f"n{n}".encode(), partitions), f"n{n}")
+        n += 1
+    return [names[p] for p in range(partitions)]
+
+
+def test_a_round_commits_every_partition_in_one_transaction(tmp_path: Path) -> None:
+    with App(Settings(data_dir=tmp_path, partitions=3)) as app:
+        pids = _one_each(3)
+        publisher = Publisher(app.log, app.settings.topics)
+        publisher.publish([e for pid in pids for e in provider(pid, ts=1, VCPU=4)])
+        writers = app.writers()
+        commits: list[object] = []
+
+        def committed(conn: object) -> None:
+            commits.append(conn)
+
+        event.listen(app.view.engine, "commit", committed)
+        try:
+            assert catch_up_all(writers) == 6
+        finally:
+            event.remove(app.view.engine, "commit", committed)
+        assert len(commits) == 1, "one transaction for the three partitions' batches"
+        with app.engine.connect() as conn:
+            assert committed_offsets(conn) == {0: 2, 1: 2, 2: 2}
+        assert [w.next_offset for w in writers] == [2, 2, 2]
+
+
+def test_a_fenced_partition_in_a_round_stops_only_itself(tmp_path: Path, view_url: str) -> None:
+    """The round's transaction is refused for one partition: each batch is
+    then committed alone, the others go in, and the refusal is raised."""
+    with App(Settings(data_dir=tmp_path, db_url=view_url, partitions=2)) as app:
+        pids = _one_each(2)
+        publisher = Publisher(app.log, app.settings.topics)
+        publisher.publish([e for pid in pids for e in provider(pid, ts=1, VCPU=4)])
+        writers = [
+            PartitionWriter(app.log, app.view, p, 2, app.settings.topics, owner="old:1")
+            for p in range(2)
+        ]
+        assert catch_up_all(writers) == 4
+        publisher.publish([claim(f"r{p}", pid, ts=10, VCPU=1) for p, pid in enumerate(pids)])
+        take_partition(app.write_engine, 1, "new:2")
+        with pytest.raises(Fenced, match="partition 1"):
+            step_all(writers)
+        with app.engine.connect() as conn:
+            assert committed_offsets(conn) == {0: 3, 1: 2}
+        assert [w.next_offset for w in writers] == [3, 2]

@@ -9,6 +9,8 @@ all into a ``plan.Plan``; a rebuild's writer holds rows back
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from sqlalchemy import Connection, Engine
 
 from projections.batch import Batch
@@ -51,7 +53,7 @@ class ViewWriter:
     def __init__(self, engine: Engine, holds_back: int | None = None) -> None:
         self.engine = engine
         self.held_back = None if holds_back is None else HeldBack(holds_back)
-        self.waiting: list[_Planned | Plan] = []
+        self.waiting: list[Planned | Plan] = []
 
     def commit(self, state: PartitionState, batch: Batch, generation: int | None = None) -> bool:
         """Write ``batch`` and its end offset atomically. False if the view
@@ -59,6 +61,15 @@ class ViewWriter:
         :class:`Fenced` if a ``generation`` is given and the partition's
         owner is no longer of that generation. A rebuild's batch may wait
         for the lock (see the class)."""
+        planned = self.plan(state, batch, generation)
+        if self.held_back is None:
+            return self.commit_planned([planned])[0]
+        self._wait(planned)
+        return True
+
+    def plan(self, state: PartitionState, batch: Batch, generation: int | None = None) -> Planned:
+        """``batch``'s writes, made ready to commit (:meth:`commit_planned`):
+        the rows of what changed in ``state``, whose change sets this empties."""
         # rows are made before the transaction: with several writer processes
         # on one SQLite file, the write lock is then held only while writing
         plan = Plan()
@@ -73,12 +84,15 @@ class ViewWriter:
         write_pools(plan, state, batch)
         write_placement(plan, state, batch.end)
         write_dead_letters(plan, batch)
-        planned = _Planned(plan, batch, state, generation)
-        if held is None:
-            with self.engine.begin() as conn:
-                return planned.run(conn)
-        self._wait(planned)
-        return True
+        return Planned(plan, batch, state, generation)
+
+    def commit_planned(self, planned: Sequence[Planned]) -> list[bool]:
+        """Write batches of one or more partitions, each with its end offset,
+        in one transaction: all or none. For each, False if the view already
+        holds it; :class:`StaleBatch` or :class:`Fenced` as :meth:`commit`
+        says, and then none is written (each may be committed again alone)."""
+        with self.engine.begin() as conn:
+            return [p.run(conn) for p in planned]
 
     def write_held_back(self, state: PartitionState) -> None:
         """Write what was held back of ``state``'s partition (see the class):
@@ -96,7 +110,7 @@ class ViewWriter:
         """Write every batch still waiting for the lock, waiting for it."""
         self._write_waiting(wait=True)
 
-    def _wait(self, writes: _Planned | Plan) -> None:
+    def _wait(self, writes: Planned | Plan) -> None:
         """Queue ``writes`` and write the queue if the lock is free, or
         once it is if the queue is full."""
         self.waiting.append(writes)
@@ -121,8 +135,10 @@ lock is taken for well under the time a batch takes to decide, except by
 the index build (about two seconds, some three batches of a process)."""
 
 
-class _Planned:
-    """A batch's writes, made ready, and the offset they take its partition to."""
+class Planned:
+    """A batch's writes, made ready, and the offset they take its partition
+    to. Running them again in another transaction, after one that did not
+    commit, writes the same rows."""
 
     __slots__ = ("clock_ms", "end", "generation", "partition", "partitions", "plan", "start")
 
