@@ -4,11 +4,12 @@ explain --request``, ``GET /v1/explain/{request_id}``).
 The answer on ``berth.placements`` names the request's record, the policy
 that placed it (``NAME@VERSION``: the offset of its record on
 ``berth.policies``) and, per partition, the offset up to which the view it
-ranked on had applied the log. From those: the view is rebuilt as of those
-offsets into a scratch database (the replay's machinery, each partition
-stopped at its offset), starting from the newest checkpoint of the view
-at or before them (:mod:`berth.checkpoints`) or else from offset 0, the
-recorded policy is compiled, and the engine
+ranked on had applied the log. From those: the writers' states as of
+those offsets are decided again in memory (the writers' code, each
+partition stopped at its offset), starting from the states of the newest
+checkpoint of the view at or before them (:mod:`berth.checkpoints`) or
+else from offset 0, and the view's snapshot is made from them
+(:mod:`consumers.state_snapshot`); the recorded policy is compiled, and the engine
 places the request again, with every provider's story: the filter that
 removed it, or its rank and each weigher's part. A request that named a
 server group is placed again under the group's rule as the view held it
@@ -24,23 +25,20 @@ from __future__ import annotations
 
 import contextlib
 import json
-import tempfile
-from collections.abc import Iterator
-from dataclasses import replace
-from pathlib import Path
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from berth.app import App, Settings, open_log
-from berth.checkpoints import UNLIMITED, Checkpoint, Checkpoints, collector_paused, seed_log
-from berth.replay import replay_until
+from berth.checkpoints import Checkpoint, Checkpoints, collector_paused, seed_log
+from berth.replay import decide_until
 from consumers.policies import POLICY_PARTITION, PolicyError, compile_policy
 from consumers.scheduler import engine_request
-from consumers.server_groups import GroupRule, group_refusal, read_rules
-from consumers.snapshot_source import LiveSnapshot, snapshot_from_view
+from consumers.server_groups import GroupRule, group_refusal
+from consumers.state_snapshot import rules_of, snapshot_of
 from ledger.log import Log, Record
 from ledger.partitioner import partition_for
 from ledger.topics import Topics
-from projections.view.engine import make_engine
+from projections.state import PartitionState
 from scheduling.config import SchedulerConfig
 from scheduling.engine import Engine, Placement
 from scheduling.model import Snapshot
@@ -110,58 +108,55 @@ def recorded_policy(
 
 
 def view_as_of(
-    settings: Settings, offsets: dict[int, int], scratch: Path, log: Log | None = None
+    settings: Settings, offsets: dict[int, int], log: Log | None = None
 ) -> tuple[Snapshot, Checkpoint | None]:
     """The view as it was when each partition had applied the log up to its
-    offset in ``offsets``, rebuilt into ``scratch``, as a snapshot; and the
-    checkpoint it was rebuilt from (None: from offset 0). ``log``: the log
-    to read, if one is open already."""
-    snapshot, checkpoint, _ = view_and_groups_as_of(settings, offsets, scratch, log)
+    offset in ``offsets``, as a snapshot; and the checkpoint it was rebuilt
+    from (None: from offset 0). ``log``: the log to read, if one is open
+    already."""
+    snapshot, checkpoint, _ = view_and_groups_as_of(settings, offsets, log)
     return snapshot, checkpoint
 
 
 def view_and_groups_as_of(
-    settings: Settings, offsets: dict[int, int], scratch: Path, log: Log | None = None
+    settings: Settings, offsets: dict[int, int], log: Log | None = None
 ) -> tuple[Snapshot, Checkpoint | None, dict[str, GroupRule]]:
     """:func:`view_as_of`, and the server groups' rules as of those offsets
-    (the snapshot holds their members)."""
+    (the snapshot holds their members). The writers' states as of the
+    offsets are the newest checkpoint's before them with the records since
+    decided on them in memory (or the log decided from offset 0), and the
+    view's rows are a function of its writers' states: the snapshot and
+    rules are made from the states, no view written or read."""
     # Reading a checkpoint's states makes millions of objects and next to no
     # reference cycles: with the collector on, its young collections
     # traverse them again and again, four times the reading itself
-    with collector_paused():
-        return _view_as_of(settings, offsets, scratch, log)
+    with collector_paused(), contextlib.ExitStack() as opened:
+        if log is None:
+            log = opened.enter_context(open_log(settings, read_only=True))
+        states, checkpoint = states_as_of(settings, offsets, log)
+        return snapshot_of(states), checkpoint, rules_of(states)
 
 
-def _view_as_of(
-    settings: Settings, offsets: dict[int, int], scratch: Path, log: Log | None
-) -> tuple[Snapshot, Checkpoint | None, dict[str, GroupRule]]:
-    view = scratch / "view.db"
-    restored = Checkpoints(settings).restore(offsets, view)
-    target = replace(settings, db_url=f"sqlite:///{view}")
-    with App(target) as app:  # migrates the scratch database (or the copy)
-        target = app.settings
-    if restored is None:
-        replay_until(target, offsets, reading=log)
-    else:
-        at = restored.checkpoint.offsets
-        loaded = {s.partition: (s, at[s.partition]) for s in restored.states}
-        with contextlib.ExitStack() as opened:
-            if log is None:
-                log = opened.enter_context(open_log(target, read_only=True))
-            # only the records after the copy are read: check those alone
-            seed_log(log, target.topics.events, restored.checkpoint)
-            replay_until(target, offsets, loaded, reading=log)
-    engine = make_engine(target.view_url)
-    try:
-        rules = read_rules(engine)
-        if restored is None:
-            return snapshot_from_view(engine), None, rules
-        # the copy's snapshot, brought up to date by what the replay changed
-        # (as a scheduler's live snapshot is), however much that is
-        live = LiveSnapshot.resumed(engine, restored.live, limit=UNLIMITED)
-        return live(), restored.checkpoint, rules
-    finally:
-        engine.dispose()
+def states_as_of(
+    settings: Settings, offsets: Mapping[int, int], log: Log
+) -> tuple[list[PartitionState], Checkpoint | None]:
+    """Each partition's writer state once it had decided the log up to its
+    offset in ``offsets`` (0 for one it does not name), and the checkpoint
+    it was decided from (None: from offset 0)."""
+    events = settings.topics.events
+    states = {p: PartitionState(p, settings.partitions) for p in range(settings.partitions)}
+    start: Mapping[int, int] = {}
+    restored = Checkpoints(settings).restore_states(offsets)
+    checkpoint = None
+    if restored is not None:
+        checkpoint, loaded = restored
+        states |= {s.partition: s for s in loaded}
+        start = checkpoint.offsets
+        # only the records after the checkpoint are read: check those alone
+        seed_log(log, events, checkpoint)
+    for p, state in states.items():
+        decide_until(log, events, state, start.get(p, 0), offsets.get(p, 0))
+    return list(states.values()), checkpoint
 
 
 def explain_request(
@@ -182,11 +177,8 @@ def explain_request(
     if "offsets" not in answer:
         raise AuditError(f"the answer to {request_id!r} does not record its view's offsets")
     offsets = {int(p): o for p, o in answer["offsets"].items()}
-    with tempfile.TemporaryDirectory(prefix="berth-explain-") as scratch:
-        # the app's own log: a server's has checked every record once already
-        snapshot, checkpoint, rules = view_and_groups_as_of(
-            app.settings, offsets, Path(scratch), app.log
-        )
+    # the app's own log: a server's has checked every record once already
+    snapshot, checkpoint, rules = view_and_groups_as_of(app.settings, offsets, app.log)
     group = rules.get(request.group_id) if request.group_id is not None else None
     engine = config.engine()
     again = engine.place(

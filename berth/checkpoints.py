@@ -1,7 +1,8 @@
 """Checkpoints of the view: copies of it taken at known per-partition
-offsets, so that ``berth explain --request`` rebuilds the view as of an
-answer's offsets from the newest copy at or before them instead of
-replaying the log from offset 0.
+offsets, with its writers' states, so that ``berth explain --request``
+decides the log up to an answer's offsets on the states of the newest
+checkpoint at or before them (in memory: :func:`berth.audit.states_as_of`)
+instead of from offset 0.
 
 A checkpoint is two files in ``DATA_DIR/checkpoints/``: ``view-N.db``, a
 consistent copy of a SQLite view (SQLite's online backup, one read
@@ -300,6 +301,27 @@ class Checkpoints:
             except _Damaged as problem:
                 into.unlink(missing_ok=True)
                 log.warning("checkpoint %s ignored: %s", checkpoint.path, problem)
+        return None
+
+    def restore_states(
+        self, until: Mapping[int, int]
+    ) -> tuple[Checkpoint, list[PartitionState]] | None:
+        """The newest checkpoint whose offsets are all at or before
+        ``until``'s and its writers' states, checked against its manifest,
+        without its copy of the view (what explain decides on in memory); a
+        damaged or vanished one is named in a warning and the next older
+        tried. None when none will do."""
+        if Checkpoints.disabled:
+            return None
+        for checkpoint in reversed(self.all()):
+            if not checkpoint.within(until):
+                continue
+            try:
+                states, _ = _read_states(checkpoint)
+            except _Damaged as problem:
+                log.warning("checkpoint %s ignored: %s", checkpoint.path, problem)
+                continue
+            return checkpoint, states
         return None
 
     def prune(self) -> list[Path]:

@@ -126,7 +126,7 @@ def balance_inputs(engine: Engine) -> tuple[Snapshot, list[Instance], list[Insta
     return snapshot, instances, leaving
 
 
-def _provider(
+def provider_from_row(
     row: Any,
     instances: dict[str, set[str]],
     groups: dict[str, Counter[str]],
@@ -335,10 +335,10 @@ def _placements(active: Sequence[Row[Any]]) -> _Placements:
 
 def _record(row: Any, placements: _Placements | None) -> Provider:
     if placements is None:
-        return _provider(row, {}, {}, {})
+        return provider_from_row(row, {}, {}, {})
     instances, groups, tags = placements.of(row.provider_id)
     pid = row.provider_id
-    return _provider(row, {pid: instances}, {pid: groups}, {pid: tags})
+    return provider_from_row(row, {pid: instances}, {pid: groups}, {pid: tags})
 
 
 def _read(conn: Connection, placements: bool, active: Sequence[Row[Any]] | None = None) -> Snapshot:
@@ -362,7 +362,7 @@ def _read(conn: Connection, placements: bool, active: Sequence[Row[Any]] | None 
                 groups[pid][group] += 1
             for tag in row.tags:
                 tags[pid][tag] += 1
-    records = [_provider(row, instances, groups, tags) for row in provider_rows]
+    records = [provider_from_row(row, instances, groups, tags) for row in provider_rows]
     return Snapshot.build(records, usage, _aggregates(conn))
 
 

@@ -13,14 +13,19 @@ import re
 from collections import defaultdict
 from collections.abc import Iterable
 
+import numpy as np
 from sqlalchemy import select, text
 
 from consumers.partition_writer import PartitionWriter
 from consumers.policies import DEFAULT
+from consumers.server_groups import read_rules
+from consumers.snapshot_source import snapshot_from_view
+from consumers.state_snapshot import rules_of, snapshot_of
 from ledger.log import CorruptLog, Record, Tail
 from projections.batch import decide
 from projections.state import CONSUMED, PartitionState
 from projections.view.tables import partition_offsets
+from scheduling.model import RESOURCE_ARRAYS, Snapshot
 from schemas.outcomes import Kind, Outcome
 from sim.system import System
 from sim.workload import Workload
@@ -40,6 +45,7 @@ SERVER_GROUPS = "a server group's hard rule holds across requests"
 LEASES = "no hold outlives its lease"
 UNHANDLED = "no component fails on what the system may do to it"
 POLICY = "every answer names the policy its project was given"
+SNAPSHOT = "the snapshot made from the writers' states is the one read from the view"
 
 INVARIANTS = (
     OVER_CAPACITY,
@@ -57,7 +63,25 @@ INVARIANTS = (
     LEASES,
     UNHANDLED,
     POLICY,
+    SNAPSHOT,
 )
+
+
+def snapshot_difference(made: Snapshot, read: Snapshot) -> str | None:
+    """The first way ``made`` differs from ``read``, if it does."""
+    for mine, theirs in zip(made.providers, read.providers, strict=False):
+        if mine != theirs:
+            return f"provider {theirs.provider_id}: made {mine}, read {theirs}"
+    if len(made.providers) != len(read.providers):
+        return f"{len(made.providers)} providers made, {len(read.providers)} read"
+    if made.classes != read.classes or made.aggregates != read.aggregates:
+        made_of, read_of = (made.classes, made.aggregates), (read.classes, read.aggregates)
+        return f"classes and aggregates: made {made_of}, read {read_of}"
+    for name in RESOURCE_ARRAYS:
+        if not np.array_equal(getattr(made, name), getattr(read, name)):
+            return f"the {name} arrays differ"
+    return None
+
 
 _GENERATION = re.compile(r"\.\d+(g[\d-]+s\d+)(?:\.p\d+)?$")
 
@@ -357,6 +381,22 @@ class Checker:
                 )
         self._view_usage(usage)
         self._failed_hold_nothing()
+        self._snapshot_of_states()
+
+    def _snapshot_of_states(self) -> None:
+        """What ``berth explain`` ranks on, made from the writers' states
+        (``consumers/state_snapshot.py``), is the snapshot and the server
+        groups' rules a scheduler reads from the view they wrote."""
+        writers = self.system.writers.writers
+        if len(writers) != self.system.partitions:
+            return  # a partition without its writer: no state to make it from
+        states = [writers[p].state for p in sorted(writers)]
+        read = snapshot_from_view(self.system.engine)
+        difference = snapshot_difference(snapshot_of(states), read)
+        if difference is None and rules_of(states) != read_rules(self.system.engine):
+            difference = "the server groups' rules differ"
+        if difference is not None:
+            raise Violation(SNAPSHOT, difference)
 
     def _view_usage(self, usage: Iterable[tuple[str, str, int, int]]) -> None:
         expected: dict[tuple[str, str], tuple[int, int]] = {}

@@ -22,6 +22,7 @@ from berth.checkpoints import Checkpoints
 from berth.client import Answers, Publisher
 from berth.replay import ReplayStopped, replay_until
 from consumers.partition_writer import catch_up_all, step_all
+from consumers.snapshot_source import snapshot_from_view
 from ledger import frames
 from projections.view.engine import make_engine
 from projections.view.loader import load_state
@@ -102,6 +103,19 @@ def _offsets(app: App, rid: str) -> dict[int, int]:
     return {int(p): o for p, o in answer["offsets"].items()}
 
 
+def _replayed_view(settings: Settings, offsets: dict[int, int], scratch: Path) -> Snapshot:
+    """The view replayed from offset 0 up to ``offsets``, read as a scheduler reads it."""
+    target = Settings(data_dir=settings.data_dir, db_url=f"sqlite:///{scratch / 'view.db'}")
+    with App(target) as app:
+        target = app.settings
+    replay_until(target, offsets)
+    engine = make_engine(target.view_url)
+    try:
+        return snapshot_from_view(engine)
+    finally:
+        engine.dispose()
+
+
 def test_the_view_from_a_checkpoint_is_the_view_from_a_full_replay(tmp_path: Path) -> None:
     placed = _log_with_checkpoints(tmp_path)
     settings = Settings(data_dir=tmp_path)
@@ -109,12 +123,15 @@ def test_the_view_from_a_checkpoint_is_the_view_from_a_full_replay(tmp_path: Pat
     with App(settings) as app:
         for rid in placed:
             offsets = _offsets(app, rid)
-            with tempfile.TemporaryDirectory() as a, tempfile.TemporaryDirectory() as b:
-                from_checkpoint, checkpoint = view_as_of(app.settings, offsets, Path(a))
-                with Checkpoints.ignored():
-                    from_zero, none = view_as_of(app.settings, offsets, Path(b))
+            from_checkpoint, checkpoint = view_as_of(app.settings, offsets)
+            with Checkpoints.ignored():
+                from_zero, none = view_as_of(app.settings, offsets)
+            # what the scheduler read, from the view replayed up to its offsets
+            with tempfile.TemporaryDirectory() as scratch:
+                replayed = _replayed_view(app.settings, offsets, Path(scratch))
             assert none is None
             _assert_same(from_checkpoint, from_zero)
+            _assert_same(from_checkpoint, replayed)
             if checkpoint is not None:
                 assert checkpoint.within(offsets)
                 used.add(checkpoint.path.name)
@@ -173,8 +190,6 @@ def test_a_checkpoint_taken_while_the_writers_commit_is_one_state_of_the_view(
             assert _dump(copy, BATCH_DEPENDENT) == _dump(replayed, BATCH_DEPENDENT)
             restored = Checkpoints(settings).restore(checkpoint.offsets, scratch / "copy.db")
             assert restored is not None and restored.checkpoint == checkpoint
-            from consumers.snapshot_source import snapshot_from_view
-
             saved = restored.live[0]
             assert saved is not None
             _assert_same(saved, snapshot_from_view(replayed))
@@ -199,13 +214,14 @@ def test_a_damaged_or_missing_checkpoint_is_named_and_passed_over(
     newest = expected["rebuilt_from"]["checkpoint"]
     assert newest is not None
     db = tmp_path / "checkpoints" / newest
-    data = bytearray(db.read_bytes())
+    states = db.with_suffix(".states")  # what explain reads of it
+    data = bytearray(states.read_bytes())
     data[len(data) // 2] ^= 0xFF  # one flipped bit's worth of damage
-    db.write_bytes(bytes(data))
+    states.write_bytes(bytes(data))
     caplog.set_level(logging.WARNING)
     with App(settings) as app:
         story = explain_request(app, late)
-    assert f"checkpoint {db} ignored" in caplog.text and "does not match" in caplog.text
+    assert f"checkpoint {db} ignored" in caplog.text and "do not match" in caplog.text
     older = story.pop("rebuilt_from")
     assert older["checkpoint"] != newest
     assert older["replayed"] > expected.pop("rebuilt_from")["replayed"]

@@ -21,6 +21,7 @@ from sqlalchemy import text
 
 import consumers.partition_writer as partition_writer
 import consumers.scheduler as scheduler
+import consumers.state_snapshot as state_snapshot
 import projections.claims as claims
 import sim.invariants as invariants
 import sim.system as system
@@ -31,7 +32,7 @@ from consumers.scheduler import OutcomeFollower
 from ledger import frames
 from ledger.log import Append, Record
 from projections.batch import Batch, decide
-from projections.state import Layout, PartitionState
+from projections.state import Layout, PartitionState, ProviderState
 from projections.view.writer import ViewWriter
 from schemas.events import Claim
 from schemas.outcomes import Kind
@@ -265,6 +266,20 @@ class _HalvedCapacityView:
 _REAL_VIEW_WRITER = ViewWriter
 
 
+def _consumed_unseen(mp: pytest.MonkeyPatch) -> None:
+    """A snapshot made from the writers' states that counts what is held
+    and not what is consumed (``berth explain``'s)."""
+    real = state_snapshot._usage
+
+    def usage(provider: ProviderState) -> dict[str, dict[str, Any]]:
+        made = real(provider)
+        for i, rc in enumerate(provider.layout.classes):
+            made[rc]["used"] -= provider.consumed[i]
+        return made
+
+    mp.setattr(state_snapshot, "_usage", usage)
+
+
 @dataclass(frozen=True)
 class Variant:
     name: str
@@ -358,6 +373,7 @@ VARIANTS = (
         600,
         lambda mp: mp.setattr(system, "ViewWriter", _HalvedCapacityView),
     ),
+    Variant("consumed usage unseen", invariants.SNAPSHOT, 1, 600, _consumed_unseen),
 )
 
 
