@@ -297,6 +297,7 @@ class Checkpoints:
             try:
                 states, live = _read_states(checkpoint)
                 _copy_checked(checkpoint, into)
+                assert live is not None
                 return Restored(checkpoint, states, live)
             except _Damaged as problem:
                 into.unlink(missing_ok=True)
@@ -317,7 +318,7 @@ class Checkpoints:
             if not checkpoint.within(until):
                 continue
             try:
-                states, _ = _read_states(checkpoint)
+                states, _ = _read_states(checkpoint, live=False)
             except _Damaged as problem:
                 log.warning("checkpoint %s ignored: %s", checkpoint.path, problem)
                 continue
@@ -404,19 +405,23 @@ def _copy_checked(checkpoint: Checkpoint, into: Path) -> None:
         )
 
 
-def _read_states(checkpoint: Checkpoint) -> tuple[list[PartitionState], Saved]:
-    """The writers' states of the checkpoint and its live snapshot, checked
-    against its manifest."""
+def _read_states(
+    checkpoint: Checkpoint, live: bool = True
+) -> tuple[list[PartitionState], Saved | None]:
+    """The writers' states of the checkpoint and, if ``live``, its live
+    snapshot, checked against its manifest."""
     try:
         data = checkpoint.path.with_suffix(".states").read_bytes()
     except FileNotFoundError:
         raise _Damaged("its writers' states are missing") from None
     if hashlib.sha256(data).hexdigest() != checkpoint.states_sha256:
         raise _Damaged("its writers' states do not match its manifest's SHA-256 (damaged)")
-    states, live = load_states(data)
-    if {s.partition for s in states} != set(checkpoint.offsets) or live[1] != checkpoint.offsets:
+    states, saved = load_states(data, live)
+    if {s.partition for s in states} != set(checkpoint.offsets) or (
+        saved is not None and saved[1] != checkpoint.offsets
+    ):
         raise _Damaged("its writers' states are not those of its partitions")
-    return states, live
+    return states, saved
 
 
 @contextmanager
@@ -530,14 +535,23 @@ def _remade(cls: type, args: tuple[Any, ...], attributes: dict[str, Any]) -> Any
 
 
 def dump_states(states: list[PartitionState], live: Saved | None = None) -> bytes:
+    """The writers' states, then the live snapshot: two pickles one after
+    the other, so that a reader of the states alone (explain) stops after
+    the first."""
     buffer = io.BytesIO()
-    _StatePickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump((states, live))
+    _StatePickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(states)
+    _StatePickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(live)
     return buffer.getvalue()
 
 
-def load_states(data: bytes) -> tuple[list[PartitionState], Saved]:
-    states, live = pickle.loads(data)
-    return states, live
+def load_states(data: bytes, live: bool = True) -> tuple[list[PartitionState], Saved | None]:
+    """What :func:`dump_states` wrote (or, from before, one pickle of both);
+    the live snapshot only if ``live``, else None."""
+    buffer = io.BytesIO(data)
+    first = pickle.load(buffer)
+    if isinstance(first, tuple):  # (states, live) in one pickle
+        return first[0], first[1] if live else None
+    return first, pickle.load(buffer) if live else None
 
 
 class Checkpointer:

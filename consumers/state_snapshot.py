@@ -5,9 +5,10 @@ states wrote, without writing or reading the view.
 
 A view's rows are a function of its writers' states (``projections/view/``
 makes each row from the state as a batch leaves it), so the rows are made
-here by the same functions, their JSON columns decoded as the view's reader
-decodes them, and the snapshot built from them as :mod:`snapshot_source`
-builds it. ``berth explain --request`` decides the records since a
+here from the states as those modules make them, their JSON columns as the
+view's reader decodes them, and the snapshot built from them as
+:mod:`snapshot_source` builds it (the simulator checks the two are the
+same, every so many steps). ``berth explain --request`` decides the records since a
 checkpoint on the checkpoint's states in memory and ranks on this: the
 view's rows written and read back cost most of a replay.
 """
@@ -24,7 +25,6 @@ from consumers.snapshot_source import provider_from_row
 from ledger.partitioner import partition_for
 from projections.fitting import use_json
 from projections.state import PartitionState, ProviderState
-from projections.view.usage_rows import _provider_row as view_provider_row
 from scheduling.model import Aggregate, Provider, Snapshot
 
 
@@ -51,44 +51,42 @@ class _Row(NamedTuple):
     topology_use: str
 
 
-class _Decoded:
-    """JSON columns decoded as the view's reader decodes them (a fresh
-    ``json.loads`` of the text the writer wrote), each distinct text once."""
+class _Plain:
+    """A value of a JSON column as the view's reader returns it: what
+    ``json.loads`` makes of the ``json.dumps`` the writer wrote, made once
+    per object (descriptions are shared by the providers of one model)."""
 
     def __init__(self) -> None:
-        self.seen: dict[str, Any] = {}
+        self.seen: dict[int, tuple[object, Any]] = {}
 
-    def __call__(self, text: str | None) -> Any:
-        if text is None:
-            return None
-        found = self.seen.get(text)
-        if found is None:
-            found = self.seen[text] = json.loads(text)
-        return found
+    def __call__(self, value: object) -> Any:
+        found = self.seen.get(id(value))
+        if found is None or found[0] is not value:
+            found = self.seen[id(value)] = (value, json.loads(json.dumps(value)))
+        return found[1]
 
 
-def _row(provider: ProviderState, partition: int, decoded: _Decoded) -> _Row:
-    (pid, _, name, state, traits, aggregates, zone, host, host_ip, capabilities, metadata,
-     cells, devices, metrics, metrics_at_ms, io_ops, failures) = view_provider_row(
-        provider, partition
-    )  # fmt: skip
+def _row(provider: ProviderState, plain: _Plain) -> _Row:
+    """Its row, as :mod:`projections.view.usage_rows` writes it and the
+    view's reader returns it (a list of names is its JSON read back)."""
+    described, metrics = provider.description, provider.metrics
     return _Row(
-        pid,
-        name,
-        state,
-        decoded(traits),
-        decoded(aggregates),
-        zone,
-        host,
-        host_ip,
-        decoded(capabilities),
-        decoded(metadata),
-        cells,
-        devices,
-        decoded(metrics),
-        metrics_at_ms,
-        io_ops,
-        failures,
+        provider.provider_id,
+        provider.name,
+        provider.state,
+        sorted(provider.traits),
+        sorted(provider.aggregates),
+        described.availability_zone,
+        described.host,
+        described.host_ip,
+        plain(described.capabilities),
+        plain(described.metadata),
+        described.numa_cells_json,
+        described.pci_devices_json,
+        plain(metrics.values),
+        metrics.at_ms,
+        metrics.num_io_ops,
+        metrics.build_failures,
         use_json(provider.topology_use),
     )
 
@@ -136,7 +134,7 @@ def _placed(states: Sequence[PartitionState]) -> Placed:
     return instances, groups, tags
 
 
-def _aggregates(states: Sequence[PartitionState], decoded: _Decoded) -> dict[str, Aggregate]:
+def _aggregates(states: Sequence[PartitionState], plain: _Plain) -> dict[str, Aggregate]:
     """Every aggregate's metadata as its home partition's copy says, else
     the lowest partition's (as ``snapshot_source`` picks among the rows)."""
     found: dict[str, tuple[bool, int, Aggregate]] = {}
@@ -146,18 +144,18 @@ def _aggregates(states: Sequence[PartitionState], decoded: _Decoded) -> dict[str
             key = (not home, state.partition)
             held = found.get(aid)
             if held is None or key < held[:2]:
-                found[aid] = (*key, Aggregate(aid, decoded(json.dumps(metadata))))
+                found[aid] = (*key, Aggregate(aid, plain(metadata)))
     return {aid: found[aid][2] for aid in sorted(found)}
 
 
 def snapshot_of(states: Sequence[PartitionState]) -> Snapshot:
     """The snapshot a scheduler reads (placements included) from the view
     that ``states`` wrote."""
-    decoded = _Decoded()
+    plain = _Plain()
     instances, groups, tags = _placed(states)
     rows = sorted(
         (
-            (_row(provider, state.partition, decoded), provider)
+            (_row(provider, plain), provider)
             for state in states
             for provider in state.providers.values()
         ),
@@ -168,7 +166,7 @@ def snapshot_of(states: Sequence[PartitionState]) -> Snapshot:
     for row, provider in rows:
         records.append(provider_from_row(row, instances, groups, tags))
         usage[row.provider_id] = _usage(provider)
-    return Snapshot.build(records, usage, _aggregates(states, decoded))
+    return Snapshot.build(records, usage, _aggregates(states, plain))
 
 
 def rules_of(states: Sequence[PartitionState]) -> dict[str, GroupRule]:

@@ -410,38 +410,50 @@ class Snapshot:
         with total, reserved, used, allocation_ratio, min_unit, max_unit, step_size."""
         classes = tuple(sorted({rc for inv in inventories.values() for rc in inv}))
         n, r = len(providers), len(classes)
-        arrays = {
-            name: np.zeros((n, r), dtype=np.int64)
-            for name in ("total", "reserved", "used", "min_unit", "max_unit", "step_size")
-        }
-        ratio = np.ones((n, r), dtype=np.float64)
-        for i, provider in enumerate(providers):
-            for j, rc in enumerate(classes):
-                inv = inventories.get(provider.provider_id, _EMPTY).get(rc)
-                if inv is None:
+        # a provider's numbers class by class, in plain lists made into arrays
+        # at once (an array's item assignment costs more than the list's)
+        numbers: list[tuple[int, int, int, int, int, int]] = []
+        ratios: list[float] = []
+        for provider in providers:
+            held = inventories.get(provider.provider_id, _EMPTY)
+            for rc in classes:
+                inv = held.get(rc)
+                if inv is None:  # a class it lacks: zeros, ratio 1 (step 1 below)
+                    numbers.append(_LACKING)
+                    ratios.append(1.0)
                     continue
-                arrays["total"][i, j] = inv.get("total", 0)
-                arrays["reserved"][i, j] = inv.get("reserved", 0)
-                arrays["used"][i, j] = inv.get("used", 0)
-                arrays["min_unit"][i, j] = inv.get("min_unit", 1)
-                arrays["max_unit"][i, j] = inv.get("max_unit", 2**31 - 1)
-                arrays["step_size"][i, j] = inv.get("step_size", 1)
-                ratio[i, j] = inv.get("allocation_ratio", 1.0)
-        arrays["step_size"][arrays["step_size"] == 0] = 1
+                numbers.append(
+                    (
+                        inv.get("total", 0),
+                        inv.get("reserved", 0),
+                        inv.get("used", 0),
+                        inv.get("min_unit", 1),
+                        inv.get("max_unit", 2**31 - 1),
+                        inv.get("step_size", 1),
+                    )
+                )
+                ratios.append(inv.get("allocation_ratio", 1.0))
+        table = np.array(numbers, dtype=np.int64).reshape(n, r, 6)
+        total, reserved, used, min_unit, max_unit, step_size = (
+            np.ascontiguousarray(table[:, :, k]) for k in range(6)
+        )
+        step_size[step_size == 0] = 1
         return cls(
             providers=tuple(providers),
             classes=classes,
-            total=arrays["total"],
-            reserved=arrays["reserved"],
-            used=arrays["used"],
-            allocation_ratio=ratio,
-            min_unit=arrays["min_unit"],
-            max_unit=arrays["max_unit"],
-            step_size=arrays["step_size"],
+            total=total,
+            reserved=reserved,
+            used=used,
+            allocation_ratio=np.array(ratios, dtype=np.float64).reshape(n, r),
+            min_unit=min_unit,
+            max_unit=max_unit,
+            step_size=step_size,
             aggregates=dict(aggregates or {}),
         )
 
 
+_LACKING = (0, 0, 0, 0, 0, 0)
+"""A class a provider lacks, in :meth:`Snapshot.build`."""
 _SLOTS = tuple(f.name for f in fields(Snapshot))
 
 
