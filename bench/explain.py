@@ -2,7 +2,7 @@
 to explain, for requests answered early, midway and late in the log.
 
     python -m bench.explain [--records 1000000] [--dir DIR] [--runs 3] [--full-replay]
-                            [--checkpoint-every 50000] [--checkpoint-keep 8]
+                            [--checkpoint-every 50000] [--checkpoint-keep 40]
 
 The log is the replay benchmark's (``bench.projector``'s registrations and
 claim churn, 8 partitions), written while its writers run, with a placement

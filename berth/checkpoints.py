@@ -1,34 +1,36 @@
-"""Checkpoints of the view: copies of it taken at known per-partition
-offsets, with its writers' states, so that ``berth explain --request``
-decides the log up to an answer's offsets on the states of the newest
-checkpoint at or before them (in memory: :func:`berth.audit.states_as_of`)
-instead of from offset 0.
+"""Checkpoints of the view: its writers' states saved at known
+per-partition offsets, so that ``berth explain --request`` decides the log
+up to an answer's offsets on the states of the newest checkpoint at or
+before them (in memory: :func:`berth.audit.states_as_of`) instead of from
+offset 0.
 
-A checkpoint is two files in ``DATA_DIR/checkpoints/``: ``view-N.db``, a
-consistent copy of a SQLite view (SQLite's online backup, one read
-transaction: rows and offsets from one commit of the view), and
-``view-N.json``, its manifest, written last: the offset each partition had
-applied, N their sum, the copy's size and SHA-256, and where in each
-partition of the events topic that offset's record starts with the chain
-value it follows (the embedded log's, :meth:`ledger.log.Log.mark`): explain
-checks the log's records from there on, against that value, rather than
-every record of the partitions from offset 0 (the records before are the
-copy's, checked by its SHA-256). A copy without a
-manifest is an interrupted checkpoint, removed by the next prune. One whose
-manifest does not parse, or whose bytes no longer match it, is skipped with
-a warning naming it: explain then uses an older one or replays from offset
-0, never a wrong copy.
+A checkpoint is two files in ``DATA_DIR/checkpoints/``: ``view-N.states``,
+each partition's writer state as of the offsets the view had committed
+(pickled), and ``view-N.json``, its manifest, written last: the offset
+each partition had applied, N their sum, the states' size and SHA-256, and
+where in each partition of the events topic that offset's record starts
+with the chain value it follows (the embedded log's,
+:meth:`ledger.log.Log.mark`): explain checks the log's records from there
+on, against that value, rather than every record of the partitions from
+offset 0 (the records before are the states', checked by their SHA-256).
+States without a manifest are an interrupted checkpoint, never read. One
+whose manifest does not parse, or whose states no longer match it, is
+skipped with a warning naming it: explain then uses an older one or
+replays from offset 0, never wrong states. (A checkpoint from before also
+kept a copy of the view, ``view-N.db``, which nothing reads now.)
 
 ``berth serve`` and ``berth projector`` take one every so many records
-their view applied (``--checkpoint-every``, in a process of their own: the
-copy reads the view while the writers go on committing), ``berth
-checkpoint`` takes one now. The writers' states of a new checkpoint are
-the previous checkpoint's with the records since decided again; the
-first's are loaded from its copy. At most ``--checkpoint-keep`` are kept: the
-newest and the oldest always, and of the rest those that leave the log's
-history evenly covered (a checkpoint goes when the gap it would leave
-between its neighbours is the smallest), so an answer from any time is
-rebuilt from a copy at most about ``records / keep`` records before it.
+their view applied (``--checkpoint-every``, in a process of their own),
+``berth checkpoint`` takes one now. A new checkpoint's states are the
+previous checkpoint's with the records since decided on them in memory, up
+to the offsets the view has committed; the first's are loaded from a copy
+of the view (one read transaction: one commit's state, while the writers
+go on), as a restarting writer loads them. At most ``--checkpoint-keep``
+are kept: the newest and the oldest always, and of the rest those that
+leave the log's history evenly covered (a checkpoint goes when the gap it
+would leave between its neighbours is the smallest), so an answer from any
+time is decided from states at most about ``records / keep`` records
+before it.
 """
 
 from __future__ import annotations
@@ -44,23 +46,24 @@ import pickle
 import sqlite3
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import closing, contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from berth.app import App, Settings, open_log
-from berth.replay import replay_until
-from consumers.snapshot_source import LiveSnapshot
+from sqlalchemy import func, select
+
+from berth.app import Settings, open_log
+from berth.replay import decide_until
 from ledger.log import Log
 from projections.pools import IntervalPool
 from projections.state import PartitionState, Reservation, ServerGroup
 from projections.view.engine import make_engine
 from projections.view.loader import load_state
+from projections.view.tables import partition_offsets
 from scheduling.model import Snapshot
 
 log = logging.getLogger(__name__)
@@ -68,12 +71,9 @@ log = logging.getLogger(__name__)
 DIRECTORY = "checkpoints"
 DEFAULT_EVERY = 50_000
 """Records the view applies between two automatic checkpoints."""
-UNLIMITED = 2**62
-"""A live snapshot brought up to date however much changed (see
-:class:`LiveSnapshot`'s limit)."""
-DEFAULT_KEEP = 8
-"""Checkpoints kept (see :meth:`Checkpoints.prune`)."""
-_CHUNK = 1 << 20
+DEFAULT_KEEP = 40
+"""Checkpoints kept (see :meth:`Checkpoints.prune`): a checkpoint is its
+states alone, a few tens of MB for a million-record log."""
 
 
 class CheckpointError(ValueError):
@@ -82,20 +82,20 @@ class CheckpointError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Checkpoint:
-    """One copy of the view and what its manifest says of it."""
+    """One checkpoint and what its manifest says of it."""
 
     path: Path
     offsets: dict[int, int]
     """Partition -> the next offset it would apply: every record below it is
-    in the copy."""
+    decided in its states."""
     size: int
+    """Of its states (of its copy of the view, in one from before)."""
     sha256: str
+    """Of its copy of the view, in one from before ("" now: none is kept)."""
     taken_ms: int
     states_sha256: str
-    """Of ``view-N.states``: each partition's writer state loaded from the
-    copy, and the copy read as a live snapshot, pickled, so that explain
-    neither loads the states from the view's rows again nor reads the whole
-    snapshot (seconds each for a large view)."""
+    """Of ``view-N.states``: each partition's writer state, pickled (in one
+    from before, then the view read as a live snapshot)."""
     marks: dict[int, tuple[int, int]] = dataclasses.field(default_factory=dict)
     """Partition -> where its record at the checkpoint's offset starts in the
     events topic and the chain value it follows (:meth:`Log.mark`), for the
@@ -130,17 +130,8 @@ class Checkpoint:
 
 
 Saved = tuple[Snapshot | None, dict[int, int], Any]
-"""What a live snapshot knows (:meth:`LiveSnapshot.saved`)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Restored:
-    """A checkpoint copied for a replay to continue: its writers' states and
-    its live snapshot, each as of its offsets."""
-
-    checkpoint: Checkpoint
-    states: list[PartitionState]
-    live: Saved
+"""What a live snapshot knows (:meth:`consumers.snapshot_source.LiveSnapshot.saved`):
+checkpoints from before this one saved it after their states."""
 
 
 class Checkpoints:
@@ -175,82 +166,78 @@ class Checkpoints:
         return Path(url.removeprefix("sqlite:///"))
 
     def take(self) -> Checkpoint | None:
-        """Copy the view as it is, with its writers' states, then prune; the
-        new checkpoint, or None if the newest one already holds exactly this."""
+        """Save the writers' states as the view holds them now, then prune;
+        the new checkpoint, or None if the newest one already holds exactly
+        this."""
         view = self.view_file()
         self.directory.mkdir(parents=True, exist_ok=True)
-        partial = self.directory / f"partial-{os.getpid()}-{threading.get_ident()}.db"
-        partial.unlink(missing_ok=True)
-        with (
-            closing(sqlite3.connect(f"file:{view}?mode=ro", uri=True)) as source,
-            closing(sqlite3.connect(partial)) as copy,
-        ):
-            source.backup(copy)  # one step: one read transaction, one commit's state
-            rows = copy.execute(
-                "SELECT partition, partitions, next_offset FROM partition_offsets"
-            ).fetchall()
-        offsets = {int(p): int(o) for p, _, o in rows}
+        offsets = _committed(view)
         newest = self.newest()
         if not offsets or (newest is not None and newest.offsets == offsets):
-            partial.unlink()
             return None
-        with closing(open_log(self.settings, read_only=True)) as events:
-            with collector_paused():
-                states = self._states_from_previous(offsets, events)
-                if states is None:
-                    states = _states_of(partial, offsets, max(int(n) for _, n, _ in rows))
+        with closing(open_log(self.settings, read_only=True)) as events, collector_paused():
+            states = self._states_from_previous(offsets, events)
+            if states is None:
+                offsets, states = self._states_of_view(view)
             marks = _marks(events, self.settings.topics.events, offsets)
-        name = f"view-{sum(offsets.values()):015d}"
-        path = self.directory / f"{name}.db"
-        _write_synced(path.with_suffix(".states"), states)
-        digest, size = _digest(partial)
-        os.replace(partial, path)
+            data = dump_states(states)
+        path = self.directory / f"view-{sum(offsets.values()):015d}.states"
+        _write_synced(path, data)
         checkpoint = Checkpoint(
             path,
             offsets,
-            size,
-            digest,
+            len(data),
+            "",
             int(time.time() * 1000),
-            hashlib.sha256(states).hexdigest(),
+            hashlib.sha256(data).hexdigest(),
             marks,
         )
         _write_synced(path.with_suffix(".json"), json.dumps(checkpoint.manifest()).encode())
         self.prune()
         return checkpoint
 
-    def _states_from_previous(self, offsets: Mapping[int, int], events: Log) -> bytes | None:
-        """The writers' states and live snapshot as of ``offsets``, from the
-        newest checkpoint before them and the records between, decided and
-        written into a scratch copy of it as explain does: what the live
-        writers did to the view, so the same states as loading them from
-        the new copy gives (replay is exact), for the cost of the records
-        since rather than of the whole view (and the log's records checked
-        from that checkpoint's marks on). None if there is no usable
-        checkpoint before."""
-        with tempfile.TemporaryDirectory(prefix="berth-checkpoint-") as scratch:
-            view = Path(scratch) / "view.db"
-            restored = self.restore(offsets, view)
-            if restored is None:
-                return None
-            if set(restored.checkpoint.offsets) != set(offsets):
-                # taken before every partition had committed: the states of
-                # the others are not in it, so load them all from the new copy
-                return None
-            target = replace(self.settings, db_url=f"sqlite:///{view}")
-            with App(target) as app:  # migrates the copy, if it is older
-                target = app.settings
-            at = restored.checkpoint.offsets
-            loaded = {s.partition: (s, at[s.partition]) for s in restored.states}
-            seed_log(events, target.topics.events, restored.checkpoint)
-            # decides on the loaded states, in place
-            replay_until(target, offsets, loaded, reading=events)
-            engine = make_engine(target.view_url)
-            try:
-                live = LiveSnapshot.resumed(engine, restored.live, limit=UNLIMITED)
-                live()
-            finally:
-                engine.dispose()
-        return dump_states(restored.states, live.saved())
+    def _states_from_previous(
+        self, offsets: Mapping[int, int], events: Log
+    ) -> list[PartitionState] | None:
+        """The writers' states as of ``offsets``: the newest checkpoint's
+        before them with the records between decided on them in memory, as
+        explain does (what the live writers did, so the states loading them
+        from the view would give: replay is exact), for the cost of the
+        records since rather than of the whole view (and the log's records
+        checked from that checkpoint's marks on). None if there is no
+        usable checkpoint before."""
+        restored = self.restore_states(offsets)
+        if restored is None:
+            return None
+        checkpoint, states = restored
+        if set(checkpoint.offsets) != set(offsets):
+            # taken before every partition had committed: the states of
+            # the others are not in it, so load them all from the view
+            return None
+        seed_log(events, self.settings.topics.events, checkpoint)
+        for state in states:
+            p = state.partition
+            decide_until(
+                events, self.settings.topics.events, state, checkpoint.offsets[p], offsets[p]
+            )
+        return states
+
+    def _states_of_view(self, view: Path) -> tuple[dict[int, int], list[PartitionState]]:
+        """Each partition's writer state loaded from a copy of the view (one
+        read transaction: one commit's state, while the writers go on), as
+        a restarting writer loads it; and the offsets they are as of."""
+        partial = self.directory / f"partial-{os.getpid()}-{threading.get_ident()}.db"
+        partial.unlink(missing_ok=True)
+        try:
+            with (
+                closing(sqlite3.connect(f"file:{view}?mode=ro", uri=True)) as source,
+                closing(sqlite3.connect(partial)) as copy,
+            ):
+                source.backup(copy)  # one step: one read transaction
+            offsets = _committed(partial)
+            return offsets, _states_of(partial, offsets)
+        finally:
+            partial.unlink(missing_ok=True)
 
     def all(self) -> list[Checkpoint]:
         """The checkpoints whose manifests read, oldest first (a manifest
@@ -261,7 +248,7 @@ class Checkpoints:
                 data = json.loads(manifest.read_text())
                 found.append(
                     Checkpoint(
-                        manifest.with_suffix(".db"),
+                        manifest.with_suffix(".states"),
                         {int(p): int(o) for p, o in data["offsets"].items()},
                         int(data["size"]),
                         str(data["sha256"]),
@@ -282,27 +269,6 @@ class Checkpoints:
     def newest(self) -> Checkpoint | None:
         every = self.all()
         return every[-1] if every else None
-
-    def restore(self, until: Mapping[int, int], into: Path) -> Restored | None:
-        """Copy into ``into`` the newest checkpoint whose offsets are all at
-        or before ``until``'s, its bytes checked against its manifest on the
-        way, and read its writers' states; a damaged or vanished one is
-        named in a warning and the next older tried. None (and ``into``
-        absent) when none will do."""
-        if Checkpoints.disabled:
-            return None
-        for checkpoint in reversed(self.all()):
-            if not checkpoint.within(until):
-                continue
-            try:
-                states, live = _read_states(checkpoint)
-                _copy_checked(checkpoint, into)
-                assert live is not None
-                return Restored(checkpoint, states, live)
-            except _Damaged as problem:
-                into.unlink(missing_ok=True)
-                log.warning("checkpoint %s ignored: %s", checkpoint.path, problem)
-        return None
 
     def restore_states(
         self, until: Mapping[int, int]
@@ -372,37 +338,8 @@ def _stale(partial: Path) -> bool:
     return False
 
 
-def _digest(path: Path) -> tuple[str, int]:
-    digest = hashlib.sha256()
-    size = 0
-    with path.open("rb") as file:
-        while chunk := file.read(_CHUNK):
-            digest.update(chunk)
-            size += len(chunk)
-        os.fsync(file.fileno())
-    return digest.hexdigest(), size
-
-
 class _Damaged(Exception):
     """A checkpoint's file missing or not as its manifest says."""
-
-
-def _copy_checked(checkpoint: Checkpoint, into: Path) -> None:
-    """Copy the checkpoint's view to ``into``, hashing it as it goes."""
-    digest = hashlib.sha256()
-    size = 0
-    try:
-        with checkpoint.path.open("rb") as source, into.open("wb") as target:
-            while chunk := source.read(_CHUNK):
-                digest.update(chunk)
-                target.write(chunk)
-                size += len(chunk)
-    except FileNotFoundError:
-        raise _Damaged("its copy of the view is missing") from None
-    if size != checkpoint.size or digest.hexdigest() != checkpoint.sha256:
-        raise _Damaged(
-            "its copy of the view does not match its manifest's size and SHA-256 (damaged)"
-        )
 
 
 def _read_states(
@@ -440,27 +377,30 @@ def collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _states_of(copy: Path, offsets: Mapping[int, int], partitions: int) -> bytes:
-    """Each partition's writer state as of the copy, and the copy as a live
-    snapshot with what is placed where (as a scheduler reads it), pickled."""
-    with collector_paused():
-        return _loaded(copy, offsets, partitions)
-
-
-def _loaded(copy: Path, offsets: Mapping[int, int], partitions: int) -> bytes:
+def _states_of(copy: Path, offsets: Mapping[int, int]) -> list[PartitionState]:
+    """Each partition's writer state as of the copy, as a writer loads it."""
     engine = make_engine(f"sqlite:///{copy}")
     try:
         with engine.connect() as conn:
+            partitions = conn.execute(_PARTITIONS).scalar_one()
             states = [load_state(conn, p, partitions)[0] for p in sorted(offsets)]
-        live = LiveSnapshot(engine, placements=True)
-        live()
     finally:
         engine.dispose()
     for state in states:
         # as a writer that loads them does: nothing is pending a write
         state.touched.clear()
         state.reshaped.clear()
-    return dump_states(states, live.saved())
+    return states
+
+
+_PARTITIONS = select(func.max(partition_offsets.c.partitions))
+
+
+def _committed(view: Path) -> dict[int, int]:
+    """The offset each partition of ``view`` has applied, as committed."""
+    with closing(sqlite3.connect(f"file:{view}?mode=ro", uri=True)) as conn:
+        rows = conn.execute('SELECT "partition", next_offset FROM partition_offsets').fetchall()
+    return {int(p): int(o) for p, o in rows}
 
 
 def _write_synced(path: Path, data: bytes) -> None:
@@ -558,8 +498,9 @@ class Checkpointer:
     """Takes a checkpoint every ``every`` records the view applies, off the
     writers' path: a thread looks at the view's offsets every ``poll_s``
     and, once they have moved on by ``every``, runs ``berth checkpoint`` in
-    a process of its own (loading the writers' states from the copy takes
-    seconds of CPU, which a thread would take from the writers)."""
+    a process of its own (deciding the records since the last one, or
+    loading the states from the view, takes seconds of CPU, which a thread
+    would take from the writers)."""
 
     def __init__(self, settings: Settings, every: int, keep: int, poll_s: float = 5.0) -> None:
         self.settings = settings

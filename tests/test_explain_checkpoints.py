@@ -23,6 +23,7 @@ from berth.client import Answers, Publisher
 from berth.replay import ReplayStopped, replay_until
 from consumers.partition_writer import catch_up_all, step_all
 from consumers.snapshot_source import snapshot_from_view
+from consumers.state_snapshot import snapshot_of
 from ledger import frames
 from projections.view.engine import make_engine
 from projections.view.loader import load_state
@@ -31,7 +32,7 @@ from scheduling.model import RESOURCE_ARRAYS, Snapshot
 from schemas.events import Event
 from schemas.requests import PlacementRequest
 from tests.builders import claim, consume, provider, release
-from tests.contracts.view_contract import BATCH_DEPENDENT, _assert_same_state, _dump
+from tests.contracts.view_contract import _assert_same_state
 
 NOW = 1_000_000
 PARTITIONS = 3
@@ -176,8 +177,8 @@ def test_a_checkpoint_taken_while_the_writers_commit_is_one_state_of_the_view(
         thread.join()
     assert len(taken) >= 2
     for checkpoint in taken:
-        # the copy is the view a replay up to its offsets leaves, and its
-        # states and live snapshot are that view's
+        # its states are those a replay up to its offsets leaves in the
+        # view, and the snapshot made from them is that view's
         scratch = tmp_path / f"replayed-{checkpoint.records}"
         scratch.mkdir()
         target = Settings(data_dir=tmp_path, db_url=f"sqlite:///{scratch / 'view.db'}")
@@ -185,22 +186,18 @@ def test_a_checkpoint_taken_while_the_writers_commit_is_one_state_of_the_view(
             target = app.settings
         replay_until(target, checkpoint.offsets)
         replayed = make_engine(target.view_url)
-        copy = make_engine(f"sqlite:///{checkpoint.path}")
         try:
-            assert _dump(copy, BATCH_DEPENDENT) == _dump(replayed, BATCH_DEPENDENT)
-            restored = Checkpoints(settings).restore(checkpoint.offsets, scratch / "copy.db")
-            assert restored is not None and restored.checkpoint == checkpoint
-            saved = restored.live[0]
-            assert saved is not None
-            _assert_same(saved, snapshot_from_view(replayed))
+            restored = Checkpoints(settings).restore_states(checkpoint.offsets)
+            assert restored is not None and restored[0] == checkpoint
+            states = restored[1]
+            _assert_same(snapshot_of(states), snapshot_from_view(replayed))
             with replayed.connect() as conn:
-                for state in restored.states:
+                for state in states:
                     loaded, offset = load_state(conn, state.partition, PARTITIONS)
                     assert offset == checkpoint.offsets[state.partition]
                     _assert_same_state(state, loaded)
         finally:
             replayed.dispose()
-            copy.dispose()
 
 
 def test_a_damaged_or_missing_checkpoint_is_named_and_passed_over(
@@ -213,15 +210,14 @@ def test_a_damaged_or_missing_checkpoint_is_named_and_passed_over(
         expected = explain_request(app, late)
     newest = expected["rebuilt_from"]["checkpoint"]
     assert newest is not None
-    db = tmp_path / "checkpoints" / newest
-    states = db.with_suffix(".states")  # what explain reads of it
+    states = tmp_path / "checkpoints" / newest
     data = bytearray(states.read_bytes())
     data[len(data) // 2] ^= 0xFF  # one flipped bit's worth of damage
     states.write_bytes(bytes(data))
     caplog.set_level(logging.WARNING)
     with App(settings) as app:
         story = explain_request(app, late)
-    assert f"checkpoint {db} ignored" in caplog.text and "do not match" in caplog.text
+    assert f"checkpoint {states} ignored" in caplog.text and "do not match" in caplog.text
     older = story.pop("rebuilt_from")
     assert older["checkpoint"] != newest
     assert older["replayed"] > expected.pop("rebuilt_from")["replayed"]
@@ -298,7 +294,6 @@ def test_checkpoints_are_pruned_to_an_even_spread_keeping_the_oldest_and_newest(
     kept = [c.records for c in checkpoints.all()]
     assert kept == [1, 4, 14, 16]
     assert sorted(p.suffix for p in (tmp_path / "checkpoints").iterdir()) == [
-        *[".db"] * 4,
         *[".json"] * 4,
         *[".states"] * 4,
     ]

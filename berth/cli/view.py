@@ -1,7 +1,7 @@
 """The view's upkeep: ``berth replay`` (rebuild it from the log, verify
 every decision, or the view as of a time), ``prune`` (retention for its
-outcome rows), ``migrate`` (its schema) and ``checkpoint`` (a copy of it
-for ``explain --request`` to start from)."""
+outcome rows), ``migrate`` (its schema) and ``checkpoint`` (its writers'
+states saved, for ``explain --request`` to start from)."""
 
 from __future__ import annotations
 
@@ -62,7 +62,8 @@ def add_commands(commands: Commands) -> None:
 
     checkpoint = commands.add(
         "checkpoint",
-        "copy the view now, for explain --request to start from (see docs/operations.md)",
+        "save the view's writer states now, for explain --request to start from "
+        "(see docs/operations.md)",
         cmd_checkpoint,
     )
     backend_options(checkpoint)
