@@ -61,6 +61,9 @@ from scheduling.model import FloatArray, IntArray, Provider, Request, Snapshot
 
 _WHOLE = 64
 """Buckets of up to this many rows are read whole at once."""
+_KEEP = 4
+"""A walk reads and keeps this many times the rows a request asks for, so
+the next requests of its kind take what it kept for a while."""
 _STEPS = 4
 """Recent snapshots the index remembers how to return to (a scheduler's
 working copies, one per request, each made from the one before)..."""
@@ -239,7 +242,9 @@ class FeasibilityIndex:
         self._order_stale = True
         self._layout = 0
         self._drawn: dict[_Kind, _Drawn] = {}
-        """(Request signature, shape) -> the rows its last walk found."""
+        """(Request signature, shape) -> the rows its last walk found..."""
+        self._shapes: dict[Hashable, dict[tuple[tuple[int, int], ...], None]] = {}
+        """...and per kind, the shapes kept, in the order they were kept."""
         self._logged: list[IntArray] = []
         """The rows of each refresh, oldest first..."""
         self._log_base = 0
@@ -547,49 +552,63 @@ class FeasibilityIndex:
         holds the larger shape holds the smaller, so the smaller's rows that
         hold the larger are all of them up to the same end."""
         key = (passing.key, tuple(demand))
-        keep = min(max(2 * batch, 64), 4096)  # kept for the next: enough, cheap to update
-        drawn = self._drawn.pop(key, None)
+        drawn = self._take(key)
         if drawn is not None and drawn.layout == self._layout and drawn.epoch >= self._log_base:
             drawn = self._update(drawn, snapshot, demand, passing, capacity)
         else:
             drawn = None
         if drawn is None or (len(drawn.rows) < batch and drawn.boundary is not None):
             drawn = self._seed(key, snapshot, demand, passing, capacity, batch) or drawn
+        # kept for the next: enough that walks are rare, cheap to update
+        keep = min(max(_KEEP * batch, 64), 4096)
         if drawn is not None:
-            if len(drawn.rows) >= batch or drawn.boundary is None:
-                self._keep(key, drawn)
-                if len(drawn.rows):
-                    yield drawn.rows
-                if drawn.boundary is None:
-                    return  # the whole walk: nothing further
-                batch = 1  # more wanted: walk on past what was kept
-                skip = drawn.boundary
-            else:
-                skip = None
+            self._keep(key, drawn)
+            if len(drawn.rows):
+                yield drawn.rows
+            if drawn.boundary is None:
+                return  # the whole walk: nothing further
+            # more wanted: walk on past what was kept, refilling it
+            wanted = max(keep - len(drawn.rows), batch)
         else:
-            skip = None
+            wanted = keep
+        yield from self._walk_on(key, drawn, snapshot, demand, passing, capacity, wanted)
+
+    def _walk_on(
+        self,
+        key: _Kind,
+        drawn: _Drawn | None,
+        snapshot: Snapshot,
+        demand: Sequence[tuple[int, int]],
+        passing: Verdicts,
+        capacity: IntArray | None,
+        wanted: int,
+    ) -> Iterator[IntArray]:
+        """``walk`` past what ``drawn`` holds (from the start without it),
+        the first ``wanted`` rows read before the first chunk goes out, so
+        that what is kept lasts; what was read is kept with ``drawn``'s."""
+        after = None if drawn is None else drawn.boundary
         found: list[IntArray] = []
         held: list[IntArray] = []
         have, exhausted = 0, False
         try:
-            for rows in self._walk(snapshot, demand, passing, capacity, batch):
-                if skip is not None:
-                    rows = rows[self._order_keys(rows) > skip]
-                    if not len(rows):
-                        continue
+            for rows in self._walk(snapshot, demand, passing, capacity, wanted, after):
                 found.append(rows)
                 held.append(rows)
                 have += len(rows)
-                if have >= batch:
+                if have >= wanted:
                     yield np.concatenate(held) if len(held) > 1 else rows
-                    held, have = [], 0
+                    held, wanted = [], 1
             if held:
                 yield np.concatenate(held) if len(held) > 1 else held[0]
             exhausted = True
         finally:
-            if skip is None and found:  # what was read from the start, kept for the next
+            if found:
                 rows = np.concatenate(found) if len(found) > 1 else found[0]
-                self._keep(key, self._drawn_of(rows, exhausted, keep))
+                keys = self._order_keys(rows)
+                if drawn is not None:
+                    rows = np.concatenate((drawn.rows, rows))
+                    keys = np.concatenate((drawn.keys, keys))
+                self._keep(key, self._drawn_of(rows, keys, exhausted))
 
     def _seed(
         self,
@@ -609,18 +628,16 @@ class FeasibilityIndex:
         kind, shape = key
         wanted = dict(demand)
         options = [
-            other
-            for other in self._drawn
-            if other[1] != shape
-            and all(wanted.get(j, 0) >= amount for j, amount in other[1])
-            and other[0] == kind
+            (kind, other)
+            for other in self._shapes.get(kind, ())
+            if other != shape and all(wanted.get(j, 0) >= amount for j, amount in other)
         ]
         if not options:
             return None
         cap = snapshot.capacity_by_class() if capacity is None else capacity
         epoch = self._epoch()
         for other in reversed(options):  # the latest kept first: the least to update
-            drawn = self._drawn.pop(other, None)
+            drawn = self._take(other)
             if drawn is None or drawn.layout != self._layout or drawn.epoch < self._log_base:
                 continue  # stale: forgotten, as ``walk`` forgets it
             drawn = self._update(drawn, snapshot, other[1], passing, capacity)
@@ -633,19 +650,29 @@ class FeasibilityIndex:
                 return _Drawn(epoch, drawn.layout, rows[fits], drawn.keys[fits], drawn.boundary)
         return None
 
-    def _drawn_of(self, rows: IntArray, exhausted: bool, keep: int) -> _Drawn:
-        """``rows`` (a walk's, from its start) as kept: the first ``keep``,
-        every row there is up to the last of those."""
-        if len(rows) > keep:
-            rows, exhausted = rows[:keep], False
-        keys = self._order_keys(rows)
+    def _drawn_of(self, rows: IntArray, keys: IntArray, exhausted: bool) -> _Drawn:
+        """``rows`` (a walk's, from its start, with their ``keys``) as kept:
+        at most the first 4,096, every row there is up to the last of those."""
+        if len(rows) > 4096:
+            rows, keys, exhausted = rows[:4096], keys[:4096], False
         boundary = None if exhausted else int(keys[-1])
         return _Drawn(self._epoch(), self._layout, rows, keys, boundary)
 
     def _keep(self, key: _Kind, drawn: _Drawn) -> None:
-        if len(self._drawn) >= 256:
-            self._drawn.pop(next(iter(self._drawn)))
+        if key not in self._drawn and len(self._drawn) >= 256:
+            self._take(next(iter(self._drawn)))
         self._drawn[key] = drawn
+        self._shapes.setdefault(key[0], {})[key[1]] = None
+
+    def _take(self, key: _Kind) -> _Drawn | None:
+        """The walk kept for ``key``, forgotten (None if none is kept)."""
+        drawn = self._drawn.pop(key, None)
+        if drawn is not None:
+            shapes = self._shapes[key[0]]
+            del shapes[key[1]]
+            if not shapes:
+                del self._shapes[key[0]]
+        return drawn
 
     def _order_keys(self, rows: IntArray) -> IntArray:
         """Each row's place in the walk's order: (level, group, row)."""
@@ -717,7 +744,10 @@ class FeasibilityIndex:
         passing: Verdicts,
         capacity: IntArray | None,
         batch: int,
+        after: int | None = None,
     ) -> Iterator[IntArray]:
+        """The rows ``walk`` reads, in its order: past the key ``after`` when
+        given (the levels and groups before it are not read at all)."""
         if not self.prunes:
             demand = ()
         levels, c = self.levels, len(self.classes)
@@ -727,33 +757,57 @@ class FeasibilityIndex:
         open_levels = self.level_count > 0
         for j, amount in demand:
             open_levels &= self.level_ub[:, j] >= amount
+        first = 0 if after is None else after >> 48
+        open_levels[:first] = False
         cap = snapshot.capacity_by_class() if capacity is None else capacity
         order = self._group_order()
         for rank in np.flatnonzero(open_levels).tolist():
             ok = (passing.known[:groups] != 0) & (count[:, rank] > 0)
             for j, amount in demand:
                 ok &= ub[:, rank, j] >= amount
-            gids = passing.admit(np.flatnonzero(ok))
-            if len(gids) > 1:
-                gids = gids[np.argsort(order[gids])]
-            # small buckets read whole are checked together; a large one is
-            # read a growing prefix at a time, after those before it
-            whole: list[tuple[int, IntArray]] = []
-            held = 0
-            for b in (gids * levels + rank).tolist():
-                rows, complete = self.buckets[b].head(_WHOLE, self.bucket_of, b)
-                if complete:
-                    whole.append((b, rows))
-                    held += len(rows)
-                    if held < batch:
-                        continue
-                if whole:
-                    yield from self._fitting(snapshot, cap, whole, demand)
-                    whole, held = [], 0
-                if not complete:
-                    yield from self._bucket(snapshot, cap, b, demand, rows)
+            if after is not None and rank == first:  # the groups before ``after``'s, unread
+                ok &= order[:groups] >= (after >> 24) & 0xFFFFFF
+                for rows in self._level(snapshot, cap, demand, passing, ok, rank, batch):
+                    rows = rows[self._order_keys(rows) > after]
+                    if len(rows):
+                        yield rows
+            else:
+                yield from self._level(snapshot, cap, demand, passing, ok, rank, batch)
+
+    def _level(
+        self,
+        snapshot: Snapshot,
+        cap: IntArray,
+        demand: Sequence[tuple[int, int]],
+        passing: Verdicts,
+        ok: npt.NDArray[np.bool_],
+        rank: int,
+        batch: int,
+    ) -> Iterator[IntArray]:
+        """The rows of level ``rank`` in the groups ``ok`` marks that the
+        static filters let through, that hold ``demand``, in walk order."""
+        levels = self.levels
+        gids = passing.admit(np.flatnonzero(ok))
+        if len(gids) > 1:
+            gids = gids[np.argsort(self._group_order()[gids])]
+        # small buckets read whole are checked together; a large one is
+        # read a growing prefix at a time, after those before it
+        whole: list[tuple[int, IntArray]] = []
+        held = 0
+        for b in (gids * levels + rank).tolist():
+            rows, complete = self.buckets[b].head(_WHOLE, self.bucket_of, b)
+            if complete:
+                whole.append((b, rows))
+                held += len(rows)
+                if held < batch:
+                    continue
             if whole:
                 yield from self._fitting(snapshot, cap, whole, demand)
+                whole, held = [], 0
+            if not complete:
+                yield from self._bucket(snapshot, cap, b, demand, rows)
+        if whole:
+            yield from self._fitting(snapshot, cap, whole, demand)
 
     def _fitting(
         self,
