@@ -48,6 +48,7 @@ classes or aggregates, a new largest capacity of a weighed class) is a rebuild, 
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -427,6 +428,8 @@ class FeasibilityIndex:
         if not len(rows):
             return True
         self._note(rows)
+        if len(rows) == 1 and self._refresh_one(snapshot, int(rows[0]), capacity):
+            return True
         weighed = snapshot.capacity_by_class()[:, rows]
         cap = weighed if capacity is None else capacity[:, rows]
         groups = self.group_of[rows]
@@ -454,7 +457,7 @@ class FeasibilityIndex:
         moved = np.flatnonzero(new != old_b)
         self.group_of[rows] = groups
         if len(moved):
-            self._move(rows[moved], old_b[moved], new[moved])
+            self._move(rows[moved].tolist(), old_b[moved].tolist(), new[moved].tolist())
         ranks = new % self.levels
         if len(rows) <= 8:  # a pick or two: row by row costs less than ufunc.at
             for k, (b, rank) in enumerate(zip(new.tolist(), ranks.tolist(), strict=True)):
@@ -465,10 +468,46 @@ class FeasibilityIndex:
             np.maximum.at(self.level_ub, ranks, free.T)
         return True
 
-    def _move(self, rows: IntArray, old: IntArray, new: IntArray) -> None:
+    def _refresh_one(self, snapshot: Snapshot, row: int, capacity: IntArray | None) -> bool:
+        """``_refresh`` of one row whose record and capacity did not change
+        (a pick's, a release's), in Python numbers: a row's few values cost
+        less so than through NumPy's calls. False, having changed nothing,
+        for any other row."""
+        if snapshot.providers is not self._providers:
+            return False
+        weighed = snapshot.capacity_by_class()[:, row].tolist()
+        if any(self.capacities[k, row] != weighed[j] for k, (j, _) in enumerate(self.proxy)):
+            return False
+        cap = weighed if capacity is None else capacity[:, row].tolist()
+        used = snapshot.used[row].tolist()
+        free = [c - u for c, u in zip(cap, used, strict=True)]
+        rank = self._rank_of([w - u for w, u in zip(weighed, used, strict=True)])
+        old = int(self.bucket_of[row])
+        new = old - old % self.levels + rank
+        if new != old:
+            self._move([row], [old], [new])
+        for bounds, k in ((self.ub, new), (self.level_ub, rank)):
+            bound = bounds[k].tolist()
+            if any(f > b for f, b in zip(free, bound, strict=True)):
+                bounds[k] = [max(f, b) for f, b in zip(free, bound, strict=True)]
+        return True
+
+    def _rank_of(self, free: list[int]) -> int:
+        """``_ranks`` of one row (its free amount of each class), in the
+        same floating-point steps, so the same level."""
+        if self.high == self.low:
+            return 0
+        s = 0.0
+        for k, (j, multiplier) in enumerate(self.proxy):
+            scale = float(self.scale[k])
+            s += multiplier * (min(max(free[j], 0), scale) / scale)
+        step = math.floor((self.high - s) * (self.levels / (self.high - self.low)))
+        return min(max(step, 0), self.levels - 1)
+
+    def _move(self, rows: Sequence[int], old: Sequence[int], new: Sequence[int]) -> None:
         self.bucket_of[rows] = new
         count, level_count, levels = self.count, self.level_count, self.levels
-        for row, b_old, b_new in zip(rows.tolist(), old.tolist(), new.tolist(), strict=True):
+        for row, b_old, b_new in zip(rows, old, new, strict=True):
             count[b_old] -= 1
             count[b_new] += 1
             level_count[b_old % levels] -= 1
