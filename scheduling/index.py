@@ -252,6 +252,8 @@ class FeasibilityIndex:
         """...the first of them being refresh number ``_log_base``."""
         self._logged_rows = 0
         self._mark = np.zeros(snapshot.size, dtype=np.bool_)
+        self._asked: dict[tuple[tuple[int, int], ...], tuple[npt.NDArray[np.intp], IntArray]] = {}
+        """A shape's (column, amount) pairs -> its columns and amounts as arrays."""
         self._passing: dict[Hashable, npt.NDArray[np.int8]] = {}
         """Request signature -> per group, the static filters' verdict
         (see :class:`Verdicts`)."""
@@ -732,35 +734,59 @@ class FeasibilityIndex:
         since = self._logged[drawn.epoch - self._log_base :]
         if not since:
             return drawn
-        changed = np.unique(np.concatenate(since)) if len(since) > 1 else since[0]
+        changed = np.concatenate(since) if len(since) > 1 else since[0]
         mark = self._mark
         mark[changed] = True  # a row per provider, all False between calls
         stay = ~mark[drawn.rows]
         mark[changed] = False
+        epoch = self._epoch()
         # the rows that come back: those that hold the demand (the cheapest
         # test, first), before the end, in a group the filters let through
-        cap = snapshot.capacity_by_class() if capacity is None else capacity
-        back = changed
-        for j, amount in demand:
-            back = back[cap[j, back] - snapshot.used[back, j] >= amount]
-        keys = self._order_keys(back)
-        if drawn.boundary is not None:
-            before = keys <= drawn.boundary
-            back, keys = back[before], keys[before]
+        back = self._holding(snapshot, capacity, changed, demand)
+        if len(back):
+            if len(since) > 1 and len(back) > 1:
+                back = np.unique(back)  # a row re-read twice comes back once
+            keys = self._order_keys(back)
+            if drawn.boundary is not None:
+                before = keys <= drawn.boundary
+                back, keys = back[before], keys[before]
         if len(back):
             gids = self.bucket_of[back] // self.levels
-            passing.admit(np.unique(gids))  # decides the groups not asked yet
+            passing.admit(np.unique(gids) if len(gids) > 1 else gids)  # groups not asked yet
             admitted = passing.known[gids] > 0
             back, keys = back[admitted], keys[admitted]
-        epoch = self._epoch()
         if not len(back):  # none come back: what stays is in order already
-            if stay.all():
+            if np.count_nonzero(stay) == len(stay):
                 return _Drawn(epoch, drawn.layout, drawn.rows, drawn.keys, drawn.boundary)
             return _Drawn(epoch, drawn.layout, drawn.rows[stay], drawn.keys[stay], drawn.boundary)
         rows = np.concatenate((drawn.rows[stay], back))
         merged = np.concatenate((drawn.keys[stay], keys))
         order = np.argsort(merged, kind="stable")
         return _Drawn(epoch, drawn.layout, rows[order], merged[order], drawn.boundary)
+
+    def _holding(
+        self,
+        snapshot: Snapshot,
+        capacity: IntArray | None,
+        rows: IntArray,
+        demand: Sequence[tuple[int, int]],
+    ) -> IntArray:
+        """Those of ``rows`` whose free capacity holds ``demand``, every
+        class at once (a few rows: NumPy's calls are the cost, not the data)."""
+        if not demand or not len(rows):
+            return rows
+        cap = snapshot.capacity_by_class() if capacity is None else capacity
+        asked = self._asked.get(tuple(demand))
+        if asked is None:
+            if len(self._asked) > 1024:
+                self._asked.clear()
+            columns = np.asarray([j for j, _ in demand], dtype=np.intp)
+            amounts = np.asarray([a for _, a in demand], dtype=np.int64)[:, None]
+            asked = self._asked[tuple(demand)] = (columns, amounts)
+        columns, amounts = asked
+        free = cap.take(rows, axis=1)[columns] - snapshot.used.take(rows, axis=0)[:, columns].T
+        held: IntArray = rows[(free >= amounts).all(axis=0)]
+        return held
 
     def _note(self, rows: IntArray) -> None:
         """Note rows re-read, for the walks kept; forget the oldest half
