@@ -812,65 +812,94 @@ class FeasibilityIndex:
         after: int | None = None,
     ) -> Iterator[IntArray]:
         """The rows ``walk`` reads, in its order: past the key ``after`` when
-        given (the levels and groups before it are not read at all)."""
+        given (the levels and groups before it are not read at all). The
+        buckets that may hold ``demand`` are found for every level at once,
+        then read in rounds of about ``batch`` rows, each round's small
+        buckets checked together whatever their levels."""
         if not self.prunes:
             demand = ()
+        cells, marks = self._cells(demand, passing, after)
+        cap = snapshot.capacity_by_class() if capacity is None else capacity
+        levels, known = self.levels, passing.known
+        if after is not None and len(cells) and marks[0] == after >> 24:
+            # ``after``'s own bucket: only its rows past ``after``
+            b = int(cells[0])
+            cells, marks = cells[1:], marks[1:]
+            if known[b // levels] > 0:
+                rows, complete = self.buckets[b].head(_WHOLE, self.bucket_of, b)
+                for fitting in self._bucket(snapshot, cap, b, demand, rows, complete):
+                    fitting = fitting[fitting > after & 0xFFFFFF]
+                    if len(fitting):
+                        yield fitting
+        total = np.cumsum(self.count[cells])
+        start, read = 0, 0
+        while start < len(cells):
+            # the next round: enough buckets to hold what is still wanted
+            before = int(total[start - 1]) if start else 0
+            want = max(batch - read, _WHOLE)
+            end = max(int(np.searchsorted(total, before + want)) + 1, start + 1)
+            gids = cells[start:end] // levels
+            if (known[gids] < 0).any():
+                # the groups of the buckets a few rounds on decided together;
+                # the buckets of those refused are dropped from the walk
+                ahead = int(np.searchsorted(total, before + 4 * want)) + 1
+                passing.admit(np.unique(cells[start:ahead] // levels))
+                cells = cells[start:]
+                cells = cells[known[cells // levels] != 0]
+                total = np.cumsum(self.count[cells])
+                start = 0
+                continue
+            chunk = cells[start:end]
+            start = end
+            for rows in self._round(snapshot, cap, chunk.tolist(), demand):
+                read += len(rows)
+                yield rows
+
+    def _cells(
+        self, demand: Sequence[tuple[int, int]], passing: Verdicts, after: int | None
+    ) -> tuple[IntArray, IntArray]:
+        """The buckets a walk may find ``demand`` in (not empty, bounds
+        high enough, in a group not refused), in walk order (level, then
+        group order), from ``after``'s on; with each one's (level, group
+        order) as the top bits of a row's key."""
         levels, c = self.levels, len(self.classes)
         groups = min(self.group_count, len(passing.known))
-        count = self.count[: groups * levels].reshape(groups, levels)
-        ub = self.ub[: groups * levels].reshape(groups, levels, c)
-        open_levels = self.level_count > 0
-        for j, amount in demand:
-            open_levels &= self.level_ub[:, j] >= amount
-        first = 0 if after is None else after >> 48
-        open_levels[:first] = False
-        cap = snapshot.capacity_by_class() if capacity is None else capacity
-        order = self._group_order()
-        for rank in np.flatnonzero(open_levels).tolist():
-            ok = (passing.known[:groups] != 0) & (count[:, rank] > 0)
+        ok = self.count[: groups * levels].reshape(groups, levels) > 0
+        ok &= (passing.known[:groups] != 0)[:, None]
+        if demand:
+            ub = self.ub[: groups * levels].reshape(groups, levels, c)
             for j, amount in demand:
-                ok &= ub[:, rank, j] >= amount
-            if after is not None and rank == first:  # the groups before ``after``'s, unread
-                ok &= order[:groups] >= (after >> 24) & 0xFFFFFF
-                for rows in self._level(snapshot, cap, demand, passing, ok, rank, batch):
-                    rows = rows[self._order_keys(rows) > after]
-                    if len(rows):
-                        yield rows
-            else:
-                yield from self._level(snapshot, cap, demand, passing, ok, rank, batch)
+                ok &= ub[:, :, j] >= amount
+        gids, ranks = np.nonzero(ok)
+        marks = (ranks << 24) | self._group_order()[gids]
+        order = np.argsort(marks)
+        cells: IntArray = (gids * levels + ranks)[order]
+        marks = marks[order]
+        if after is not None:
+            first = int(np.searchsorted(marks, after >> 24))
+            cells, marks = cells[first:], marks[first:]
+        return cells, marks
 
-    def _level(
+    def _round(
         self,
         snapshot: Snapshot,
         cap: IntArray,
+        buckets: list[int],
         demand: Sequence[tuple[int, int]],
-        passing: Verdicts,
-        ok: npt.NDArray[np.bool_],
-        rank: int,
-        batch: int,
     ) -> Iterator[IntArray]:
-        """The rows of level ``rank`` in the groups ``ok`` marks that the
-        static filters let through, that hold ``demand``, in walk order."""
-        levels = self.levels
-        gids = passing.admit(np.flatnonzero(ok))
-        if len(gids) > 1:
-            gids = gids[np.argsort(self._group_order()[gids])]
-        # small buckets read whole are checked together; a large one is
-        # read a growing prefix at a time, after those before it
+        """The rows of ``buckets`` (in walk order) that hold ``demand``:
+        small buckets read whole and checked together; a large one read a
+        growing prefix at a time, after those before it."""
         whole: list[tuple[int, IntArray]] = []
-        held = 0
-        for b in (gids * levels + rank).tolist():
+        for b in buckets:
             rows, complete = self.buckets[b].head(_WHOLE, self.bucket_of, b)
             if complete:
                 whole.append((b, rows))
-                held += len(rows)
-                if held < batch:
-                    continue
+                continue
             if whole:
                 yield from self._fitting(snapshot, cap, whole, demand)
-                whole, held = [], 0
-            if not complete:
-                yield from self._bucket(snapshot, cap, b, demand, rows)
+                whole = []
+            yield from self._bucket(snapshot, cap, b, demand, rows, False)
         if whole:
             yield from self._fitting(snapshot, cap, whole, demand)
 
@@ -881,7 +910,7 @@ class FeasibilityIndex:
         whole: list[tuple[int, IntArray]],
         demand: Sequence[tuple[int, int]],
     ) -> Iterator[IntArray]:
-        """The rows of buckets read whole (one level, in order) that hold
+        """The rows of buckets read whole (in walk order) that hold
         ``demand``; a bucket none of whose rows does had a loose bound,
         brought down to what its rows hold."""
         rows = np.concatenate([r for _, r in whole]) if len(whole) > 1 else whole[0][1]
@@ -896,8 +925,10 @@ class FeasibilityIndex:
             loose = np.flatnonzero(np.add.reduceat(fits, starts) == 0)
             if len(loose):
                 bounds = np.maximum.reduceat(free, starts, axis=1)[:, loose].T
-                self.ub[[whole[k][0] for k in full[loose].tolist()]] = bounds
-                self._level_bound(whole[0][0] % self.levels)
+                tight = [whole[k][0] for k in full[loose].tolist()]
+                self.ub[tight] = bounds
+                for rank in {b % self.levels for b in tight}:
+                    self._level_bound(rank)
         fitting = rows[fits]
         if len(fitting):
             yield fitting
@@ -909,10 +940,12 @@ class FeasibilityIndex:
         b: int,
         demand: Sequence[tuple[int, int]],
         first: IntArray,
+        complete: bool,
     ) -> Iterator[IntArray]:
-        """The rows of a large bucket ``b`` that hold ``demand``, ascending,
-        read a growing prefix at a time (``first`` the first prefix)."""
-        rows, complete, m, emitted = first, False, _WHOLE, 0
+        """The rows of a bucket ``b`` that hold ``demand``, ascending, read a
+        growing prefix at a time (``first`` the first prefix, ``complete``
+        when it is the whole bucket)."""
+        rows, m, emitted = first, _WHOLE, 0
         while True:
             fresh = rows[emitted:]
             if len(fresh):
