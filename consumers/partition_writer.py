@@ -247,20 +247,31 @@ def _round(writers: Iterable[PartitionWriter]) -> int:
             if records:
                 fetched.append((writer, records))
     decided = [(writer, writer.decide(records)) for writer, records in fetched]
-    committed = 0
     try:
         _publish_together(decided)
-        if _one_view(decided):
-            _commit_together(decided)
-        else:
-            for writer, batch in decided:
-                writer.commit(batch)
-                committed += 1
     except Exception:
-        for writer, _ in decided[committed:]:
+        for writer, _ in decided:
             writer.reload()  # decided, not committed: its state is ahead of the view
         raise
+    if _one_view(decided):
+        _commit_together(decided)
+    else:
+        _commit_each(decided)
     return sum(len(records) for _, records in fetched)
+
+
+def _commit_each(decided: list[tuple[PartitionWriter, Batch]]) -> None:
+    """Commit a round's batches one by one; a writer whose batch (or an
+    earlier one's) failed is reloaded from the view, and the failure raised."""
+    committed = 0
+    try:
+        for writer, batch in decided:
+            writer.commit(batch)
+            committed += 1
+    except Exception:
+        for writer, _ in decided[committed:]:
+            writer.reload()
+        raise
 
 
 def _one_view(decided: list[tuple[PartitionWriter, Batch]]) -> bool:
