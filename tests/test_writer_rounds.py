@@ -59,14 +59,26 @@ def _counting_appends(
     return appends
 
 
+def _a_claim_a_partition(app: App) -> tuple[list[str], list[PartitionWriter]]:
+    """A provider of 4 VCPU in each partition and a claim of 3 on each (a
+    second decision of the same claim would reject it); their writers."""
+    pids = _one_provider_a_partition(app)
+    writers = app.writers()
+    publisher = Publisher(app.log, clock_ms=lambda: NOW_MS)
+    publisher.publish([claim(f"r-{pid}", pid, ts=2, VCPU=3) for pid in pids])
+    return pids, writers
+
+
+def _held(app: App) -> list[int]:
+    with app.engine.connect() as conn:
+        return sorted(conn.execute(select(inventories.c.held)).scalars().all())
+
+
 def test_a_round_appends_every_partitions_outcomes_at_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     with App(Settings(data_dir=tmp_path, partitions=PARTITIONS)) as app:
-        pids = _one_provider_a_partition(app)
-        writers = app.writers()
-        publisher = Publisher(app.log, clock_ms=lambda: NOW_MS)
-        publisher.publish([claim(f"r-{pid}", pid, ts=2, VCPU=3) for pid in pids])
+        pids, writers = _a_claim_a_partition(app)
         appends = _counting_appends(monkeypatch, app, writers)
         assert step_all(writers)
         assert appends == Counter({app.settings.topics.outcomes: 1})
@@ -78,9 +90,7 @@ def test_a_round_appends_every_partitions_outcomes_at_once(
         ]
         accepted = {o.subject for o in outcomes if o.kind == Kind.ACCEPTED}
         assert accepted == {f"r-{pid}" for pid in pids}
-        with app.engine.connect() as conn:
-            held = conn.execute(select(inventories.c.held)).scalars().all()
-        assert sorted(held) == [3] * PARTITIONS
+        assert _held(app) == [3] * PARTITIONS
 
 
 class _FailingOnce:
@@ -102,11 +112,7 @@ def test_a_round_whose_commit_fails_leaves_no_writer_ahead_of_the_view(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     with App(Settings(data_dir=tmp_path, partitions=PARTITIONS)) as app:
-        pids = _one_provider_a_partition(app)
-        writers = app.writers()
-        publisher = Publisher(app.log, clock_ms=lambda: NOW_MS)
-        # 3 of 4 VCPU each: a second decision of the same claim would reject it
-        publisher.publish([claim(f"r-{pid}", pid, ts=2, VCPU=3) for pid in pids])
+        pids, writers = _a_claim_a_partition(app)
         failing = writers[2]
         monkeypatch.setattr(failing, "view", _FailingOnce(failing.view))
         with pytest.raises(OSError):
@@ -118,9 +124,7 @@ def test_a_round_whose_commit_fails_leaves_no_writer_ahead_of_the_view(
         assert [w.next_offset for w in writers] == [done.get(w.partition, 0) for w in writers]
         assert step_all(writers)
         assert not step_all(writers)
-        with app.engine.connect() as conn:
-            held = conn.execute(select(inventories.c.held)).scalars().all()
-        assert sorted(held) == [3] * PARTITIONS
+        assert _held(app) == [3] * PARTITIONS
         decided = Counter(
             (o.subject, o.kind)
             for p in range(PARTITIONS)
