@@ -11,19 +11,20 @@ import threading
 from collections import Counter
 from pathlib import Path
 
-from sqlalchemy import func, select
+from sqlalchemy import select
 
 from berth.app import App, Settings
 from berth.client import Publisher
 from consumers.scheduler import OutcomeFollower, Scheduled, Scheduler
 from consumers.snapshot_source import LiveSnapshot
-from projections.view.tables import provider_usage, providers, reservations
+from projections.view.tables import provider_usage, reservations
 from scheduling.config import SchedulerConfig
 from schemas.requests import PlacementRequest
 from tests.builders import provider
 from tests.builders import topology as described
 from tests.polling import wait_for
 from tests.processes import berth_running
+from tests.racing import described_count, held_count, race
 from tests.test_numa_topology import cell, nic
 
 NOW_MS = 10**12
@@ -67,13 +68,6 @@ def test_racing_schedulers_never_pin_a_cpu_twice_nor_give_a_device_twice(tmp_pat
             ]
         )
 
-        def described_all() -> bool:
-            with app.engine.connect() as conn:
-                found = conn.execute(
-                    select(func.count()).where(providers.c.numa_cells != "[]")
-                ).scalar_one()
-            return int(found) == HOSTS
-
         results: list[Scheduled] = []
         lock = threading.Lock()
 
@@ -107,23 +101,19 @@ def test_racing_schedulers_never_pin_a_cpu_twice_nor_give_a_device_twice(tmp_pat
             berth_running("projector", *where, "--owned", "0,1"),
             berth_running("projector", *where, "--owned", "2,3"),
         ):
-            wait_for(described_all, "the hosts' descriptions in the view", timeout_s=60)
-            threads = [threading.Thread(target=scheduler, args=(k,)) for k in range(SCHEDULERS)]
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join(timeout=300)
-            assert not any(t.is_alive() for t in threads), "a scheduler hung"
+            wait_for(
+                lambda: described_count(app.engine) == HOSTS,
+                "the hosts' descriptions in the view",
+                timeout_s=60,
+            )
+            race(scheduler, [(k,) for k in range(SCHEDULERS)])
             placed = [r for r in results if r.placed]
 
-            def held_all() -> bool:
-                with app.engine.connect() as conn:
-                    held = conn.execute(
-                        select(func.count()).where(reservations.c.status == "held")
-                    ).scalar_one()
-                return int(held) == len(placed)
-
-            wait_for(held_all, "the placed instances' holds in the view", timeout_s=60)
+            wait_for(
+                lambda: held_count(app.engine) == len(placed),
+                "the placed instances' holds in the view",
+                timeout_s=60,
+            )
         with app.engine.connect() as conn:
             items = [
                 (rid, row[0])
