@@ -134,7 +134,12 @@ def view_and_groups_as_of(
         if log is None:
             log = opened.enter_context(open_log(settings, read_only=True))
         states, checkpoint = states_as_of(settings, offsets, log)
-        return snapshot_of(states), checkpoint, rules_of(states)
+        made = snapshot_of(states), checkpoint, rules_of(states)
+        # freed while the collector is off: the first young collection once
+        # it is on would otherwise traverse every object of the states
+        # (a fifth of a late request's explain), all of them garbage by then
+        states.clear()
+        return made
 
 
 def states_as_of(
@@ -247,7 +252,6 @@ def _stories(
     engine.ranked = snapshot.size
     wanted = engine_request(request, 1, frozenset(), group)
     placement: Placement = engine.place(snapshot, wanted, explain=True)
-    ranking = placement.ranking.to_dicts() if placement.ranking is not None else []
     trace = placement.trace
     story: dict[str, Any] = {
         "considered": trace.considered if trace else snapshot.size,
@@ -255,6 +259,8 @@ def _stories(
     }
     if provider is None:
         return story
+    # every provider's ranking as dicts: only a named provider's story reads it
+    ranking = placement.ranking.to_dicts() if placement.ranking is not None else []
     for elimination in trace.eliminations if trace else ():
         if elimination.provider_id == provider:
             story["provider"] = {

@@ -6,10 +6,12 @@ offset 0.
 
 A checkpoint is two files in ``DATA_DIR/checkpoints/``: ``view-N.states``,
 each partition's writer state as of the offsets the view had committed
-(pickled), and ``view-N.json``, its manifest, written last: the offset
-each partition had applied, N their sum, the states' size and SHA-256, and
-where in each partition of the events topic that offset's record starts
-with the chain value it follows (the embedded log's,
+(pickled, its active reservations a list per field: see
+:func:`projections.state.reservation_columns`), and ``view-N.json``,
+its manifest, written last: the offset each partition had applied, N
+their sum, the states' size and SHA-256, and where in each partition of
+the events topic that offset's record starts with the chain value it
+follows (the embedded log's,
 :meth:`ledger.log.Log.mark`): explain checks the log's records from there
 on, against that value, rather than every record of the partitions from
 offset 0 (the records before are the states', checked by their SHA-256).
@@ -60,7 +62,14 @@ from berth.app import Settings, open_log
 from berth.replay import decide_until
 from ledger.log import Log
 from projections.pools import IntervalPool
-from projections.state import PartitionState, Reservation, ServerGroup
+from projections.state import (
+    PartitionState,
+    Reservation,
+    ReservationColumns,
+    ServerGroup,
+    reservation_columns,
+    reservations_of,
+)
 from projections.view.engine import make_engine
 from projections.view.loader import load_state
 from projections.view.tables import partition_offsets
@@ -446,7 +455,14 @@ class _StatePickler(pickle.Pickler):
                 obj.lease_ms,
                 obj.project_id,
                 obj.membership,
+                obj.fits,
             )
+        if cls is PartitionState:
+            columns = reservation_columns(obj.reservations)
+            if columns is not None:
+                values = [getattr(obj, f.name) for f in dataclasses.fields(obj)]
+                values[_RESERVATIONS] = {}
+                return _with_reservations, (cls, tuple(values), columns)
         if cls is ServerGroup:
             return _remade, (cls, (obj.group_id, obj.policy), _slots(obj))
         if cls is IntervalPool:
@@ -456,6 +472,19 @@ class _StatePickler(pickle.Pickler):
             if all(f.init for f in fields):
                 return cls, tuple(getattr(obj, f.name) for f in fields)
         return NotImplemented
+
+
+_RESERVATIONS = [f.name for f in dataclasses.fields(PartitionState)].index("reservations")
+
+
+def _with_reservations(
+    cls: type[PartitionState], fields: tuple[Any, ...], columns: ReservationColumns
+) -> PartitionState:
+    """A state pickled with its reservations as columns (see
+    :func:`reservation_columns`)."""
+    state = cls(*fields)
+    state.reservations = reservations_of(columns)
+    return state
 
 
 def _slots(obj: Any) -> dict[str, Any]:

@@ -128,9 +128,9 @@ def balance_inputs(engine: Engine) -> tuple[Snapshot, list[Instance], list[Insta
 
 def provider_from_row(
     row: Any,
-    instances: dict[str, set[str]],
-    groups: dict[str, Counter[str]],
-    tags: dict[str, Counter[str]],
+    instances: Mapping[str, set[str]],
+    groups: Mapping[str, Mapping[str, int]],
+    tags: Mapping[str, Mapping[str, int]],
 ) -> Provider:
     cells, devices = free_in(row.numa_cells, row.pci_devices, row.topology_use)
     return Provider(

@@ -16,16 +16,17 @@ view's rows written and read back cost most of a replay.
 from __future__ import annotations
 
 import json
-from collections import Counter, defaultdict
 from collections.abc import Sequence
 from typing import Any, NamedTuple
+
+import numpy as np
 
 from consumers.server_groups import GroupRule
 from consumers.snapshot_source import provider_from_row
 from ledger.partitioner import partition_for
 from projections.fitting import use_json
-from projections.state import PartitionState, ProviderState
-from scheduling.model import Aggregate, Provider, Snapshot
+from projections.state import PartitionState, ProviderState, placements
+from scheduling.model import Aggregate, FloatArray, IntArray, Provider, Snapshot
 
 
 class _Row(NamedTuple):
@@ -91,47 +92,79 @@ def _row(provider: ProviderState, plain: _Plain) -> _Row:
     )
 
 
-def _usage(provider: ProviderState) -> dict[str, dict[str, Any]]:
-    """Its inventories as ``snapshot_source`` reads their rows."""
+_Columns = tuple[list[int], IntArray, FloatArray]
+"""A layout in a snapshot's columns: the snapshot's column of each of its
+classes, and its (classes x total, reserved, min, max, step) numbers and
+allocation ratios at every column of the snapshot (a class it lacks: zeros,
+ratio 1, as :meth:`Snapshot.build` has it)."""
+
+
+def _columns(provider: ProviderState, column: dict[str, int]) -> _Columns:
     layout, own = provider.layout, provider.own.limits
-    held, consumed = provider.held, provider.consumed
-    return {
-        rc: {
-            "total": limits.total,
-            "reserved": limits.reserved,
-            "used": held[i] + consumed[i],
-            "allocation_ratio": float(own[i].allocation_ratio),
-            "min_unit": limits.min_unit,
-            "max_unit": limits.max_unit,
-            "step_size": limits.step_size,
-        }
-        for i, (rc, limits) in enumerate(zip(layout.classes, layout.limits, strict=True))
-    }
+    numbers = np.zeros((len(column), 5), dtype=np.int64)
+    ratios = np.ones(len(column), dtype=np.float64)
+    at = []
+    for i, (rc, limits) in enumerate(zip(layout.classes, layout.limits, strict=True)):
+        c = column[rc]
+        at.append(c)
+        numbers[c] = (
+            limits.total,
+            limits.reserved,
+            limits.min_unit,
+            limits.max_unit,
+            limits.step_size,
+        )
+        ratios[c] = float(own[i].allocation_ratio)
+    return at, numbers, ratios
 
 
-Placed = tuple[dict[str, set[str]], dict[str, Counter[str]], dict[str, Counter[str]]]
-"""Provider -> its instances, server-group members and tags."""
+def _used(provider: ProviderState) -> list[int]:
+    """What its reservations hold and consume of each class of its layout."""
+    return [h + c for h, c in zip(provider.held, provider.consumed, strict=True)]
 
 
-def _placed(states: Sequence[PartitionState]) -> Placed:
-    """What the active reservations (all a state holds) place where."""
-    instances: dict[str, set[str]] = defaultdict(set)
-    groups: dict[str, Counter[str]] = defaultdict(Counter)
-    tags: dict[str, Counter[str]] = defaultdict(Counter)
-    for state in states:
-        for reservation in state.reservations.values():
-            group, consumer = reservation.group, reservation.consumer_id
-            member = reservation.membership
-            if member is not None:
-                groups[member[1]][member[0]] += 1
-            for provider, _ in reservation.items:
-                pid = provider.provider_id
-                instances[pid].add(consumer)
-                if group:
-                    groups[pid][group] += 1
-                for tag in reservation.tags:
-                    tags[pid][tag] += 1
-    return instances, groups, tags
+def _built(
+    records: list[Provider], providers: list[ProviderState], aggregates: dict[str, Aggregate]
+) -> Snapshot:
+    """What :meth:`Snapshot.build` makes of the providers' inventories and
+    usage as ``snapshot_source`` reads their rows, made from their layouts
+    (a handful, shared) without those rows: only what is used is counted
+    provider by provider."""
+    classes = tuple(sorted({rc for p in providers for rc in p.layout.classes}))
+    column = {rc: c for c, rc in enumerate(classes)}
+    n, r = len(providers), len(classes)
+    kinds: dict[tuple[int, int], int] = {}
+    made: list[_Columns] = []
+    kind_of = np.empty(n, dtype=np.intp)
+    used = [0] * (n * r)
+    for row, provider in enumerate(providers):
+        key = (id(provider.layout), id(provider.own))
+        kind = kinds.get(key)
+        if kind is None:
+            kind = kinds[key] = len(made)
+            made.append(_columns(provider, column))
+        kind_of[row] = kind
+        base = row * r
+        for c, amount in zip(made[kind][0], _used(provider), strict=True):
+            used[base + c] = amount
+    numbers = np.stack([m[1] for m in made])[kind_of] if made else np.zeros((n, r, 5), np.int64)
+    ratios = np.stack([m[2] for m in made])[kind_of] if made else np.ones((n, r))
+    total, reserved, min_unit, max_unit, step_size = (
+        np.ascontiguousarray(numbers[:, :, k]) for k in range(5)
+    )
+    step_size[step_size == 0] = 1
+    return Snapshot(
+        providers=tuple(records),
+        classes=classes,
+        total=total,
+        reserved=reserved,
+        used=np.array(used, dtype=np.int64).reshape(n, r),
+        allocation_ratio=np.ascontiguousarray(ratios, dtype=np.float64),
+        min_unit=min_unit,
+        max_unit=max_unit,
+        step_size=step_size,
+        aggregates=aggregates,
+    )
 
 
 def _aggregates(states: Sequence[PartitionState], plain: _Plain) -> dict[str, Aggregate]:
@@ -152,7 +185,7 @@ def snapshot_of(states: Sequence[PartitionState]) -> Snapshot:
     """The snapshot a scheduler reads (placements included) from the view
     that ``states`` wrote."""
     plain = _Plain()
-    instances, groups, tags = _placed(states)
+    instances, groups, tags = placements(list(states))
     rows = sorted(
         (
             (_row(provider, plain), provider)
@@ -161,12 +194,8 @@ def snapshot_of(states: Sequence[PartitionState]) -> Snapshot:
         ),
         key=lambda pair: pair[0].provider_id,
     )
-    records: list[Provider] = []
-    usage: dict[str, dict[str, dict[str, Any]]] = {}
-    for row, provider in rows:
-        records.append(provider_from_row(row, instances, groups, tags))
-        usage[row.provider_id] = _usage(provider)
-    return Snapshot.build(records, usage, _aggregates(states, plain))
+    records = [provider_from_row(row, instances, groups, tags) for row, _ in rows]
+    return _built(records, [provider for _, provider in rows], _aggregates(states, plain))
 
 
 def rules_of(states: Sequence[PartitionState]) -> dict[str, GroupRule]:

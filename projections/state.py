@@ -393,3 +393,117 @@ class PartitionState:
             amounts = self._shapes.setdefault(amounts, amounts)
             self._shapes[given] = amounts
         return amounts
+
+
+ReservationColumns = list[list[Any] | None]
+"""A partition's active reservations a field at a time (see
+:func:`reservation_columns`)."""
+
+_OPTIONAL: tuple[str, ...] = (
+    "group",
+    "tags",
+    "consumer_id",
+    "identifiers",
+    "transaction",
+    "lease_ms",
+    "project_id",
+    "membership",
+    "fits",
+)
+"""The fields of a reservation after the five every one has, in
+:class:`Reservation`'s order."""
+
+
+def reservation_columns(reservations: dict[str, Reservation]) -> ReservationColumns | None:
+    """``reservations`` as one list per field, in :class:`Reservation`'s
+    order; a field no reservation sets (left as its default) is None, not a
+    list. A checkpoint saves them so: loading columns of plain values and
+    making the reservations from them here, compiled, takes a third of the
+    time of unpickling one object at a time. None if a reservation is kept
+    under another id than its own (never: the columns could not say so)."""
+    held = list(reservations.values())
+    for rid, reservation in reservations.items():
+        if rid != reservation.reservation_id:
+            return None
+    columns: ReservationColumns = [
+        [r.reservation_id for r in held],
+        [r.items for r in held],
+        [r.status for r in held],
+        [r.expires_at_ms for r in held],
+        [r.fingerprint for r in held],
+    ]
+    defaults = Reservation("", (), 0, 0, 0)
+    for name in _OPTIONAL:
+        default = getattr(defaults, name)
+        column = [getattr(r, name) for r in held]
+        columns.append(column if any(value != default for value in column) else None)
+    return columns
+
+
+_NO_TAGS: frozenset[str] = frozenset()
+
+
+def reservations_of(columns: ReservationColumns) -> dict[str, Reservation]:
+    """The reservations :func:`reservation_columns` made ``columns`` of."""
+    ids, items, status = columns[0] or [], columns[1] or [], columns[2] or []
+    expires, fingerprints = columns[3] or [], columns[4] or []
+    group, tags, consumer, identifiers, transaction = columns[5:10]
+    lease, project, membership, fits = columns[10:14]
+    found: dict[str, Reservation] = {}
+    for i in range(len(ids)):
+        rid: str = ids[i]
+        found[rid] = Reservation(
+            rid,
+            items[i],
+            status[i],
+            expires[i],
+            fingerprints[i],
+            None if group is None else group[i],
+            _NO_TAGS if tags is None else tags[i],
+            "" if consumer is None else consumer[i],
+            () if identifiers is None else identifiers[i],
+            None if transaction is None else transaction[i],
+            0 if lease is None else lease[i],
+            "" if project is None else project[i],
+            None if membership is None else membership[i],
+            () if fits is None else fits[i],
+        )
+    return found
+
+
+Placements = tuple[dict[str, set[str]], dict[str, dict[str, int]], dict[str, dict[str, int]]]
+"""Provider -> the consumers of its reservations, its server-group members
+per group and its tags' counts."""
+
+
+def placements(states: list[PartitionState]) -> Placements:
+    """What the active reservations (all a state holds) place where, as the
+    view's reservation rows say it (a scheduler's snapshot counts them so);
+    compiled: it visits every active reservation of the log."""
+    instances: dict[str, set[str]] = {}
+    groups: dict[str, dict[str, int]] = {}
+    tags: dict[str, dict[str, int]] = {}
+    for state in states:
+        for reservation in state.reservations.values():
+            group, consumer = reservation.group, reservation.consumer_id
+            member = reservation.membership
+            if member is not None:
+                _count(groups, member[1], member[0])
+            for provider, _ in reservation.items:
+                pid = provider.provider_id
+                consumers = instances.get(pid)
+                if consumers is None:
+                    consumers = instances[pid] = set()
+                consumers.add(consumer)
+                if group:
+                    _count(groups, pid, group)
+                for tag in reservation.tags:
+                    _count(tags, pid, tag)
+    return instances, groups, tags
+
+
+def _count(counts: dict[str, dict[str, int]], pid: str, name: str) -> None:
+    mine = counts.get(pid)
+    if mine is None:
+        mine = counts[pid] = {}
+    mine[name] = mine.get(name, 0) + 1

@@ -269,15 +269,10 @@ _REAL_VIEW_WRITER = ViewWriter
 def _consumed_unseen(mp: pytest.MonkeyPatch) -> None:
     """A snapshot made from the writers' states that counts what is held
     and not what is consumed (``berth explain``'s)."""
-    real = state_snapshot._usage
+    def used(provider: ProviderState) -> list[int]:
+        return list(provider.held)
 
-    def usage(provider: ProviderState) -> dict[str, dict[str, Any]]:
-        made = real(provider)
-        for i, rc in enumerate(provider.layout.classes):
-            made[rc]["used"] -= provider.consumed[i]
-        return made
-
-    mp.setattr(state_snapshot, "_usage", usage)
+    mp.setattr(state_snapshot, "_used", used)
 
 
 @dataclass(frozen=True)
