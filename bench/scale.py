@@ -3,6 +3,7 @@
     python -m bench.scale [--sizes 100000,1000000] [--decisions 2000]
                           [--full-every 20] [--quality-providers 1000] [--rounds 1]
                           [--writers-providers 100000] [--writers-requests 20000]
+                          [--callgrind FIRST:END]
 
 For each size, a realistic cluster (five node types, four zones, traits,
 hardware-generation, overcommit and tenant aggregates, 2% disabled, each
@@ -49,6 +50,7 @@ from typing import Any
 
 import numpy as np
 
+from bench.callgrind import Marks, totals
 from bench.common import note, timed
 from berth.app import tune_gc
 from berth.compile import compiled
@@ -234,8 +236,10 @@ class _Stream:
         self.snapshot = self.snapshot.with_used(self.used, rows)
 
 
-def decisions(n: int, count: int, full_every: int) -> dict[str, Any]:
-    """Decision latency at ``n`` providers, bounded and full alternated."""
+def decisions(n: int, count: int, full_every: int, counted: range = range(0)) -> dict[str, Any]:
+    """Decision latency at ``n`` providers, bounded and full alternated;
+    under callgrind, the bounded decisions numbered in ``counted`` each
+    dumped as ``decision K`` (see :mod:`bench.callgrind`)."""
     gc.collect()
     before = _rss()
     with timed() as built:
@@ -256,11 +260,20 @@ def decisions(n: int, count: int, full_every: int) -> dict[str, Any]:
         "regret": [],
     }
     seen: dict[str, list[int]] = {"examined": [], "scored": [], "full_scored": []}
+    marks = Marks() if counted else None
     for k, request in enumerate(asked):
+        if marks is not None and k == counted.start:
+            marks.start()  # instrumented from here: the steps before run at valgrind's pace
+        if marks is not None and k in counted:
+            marks.zero()
         started, cpu = time.perf_counter(), time.thread_time()
         bounded.index(stream.snapshot)  # the last pick's row re-read: the update
         synced = time.perf_counter()
         placement = bounded.place(stream.snapshot, request)
+        if marks is not None and k in counted:
+            marks.dump(f"decision {k}")
+            if k == counted[-1]:
+                marks.stop()
         samples["sync"].append(synced - started)
         samples["bounded"].append(time.perf_counter() - started)
         samples["bounded_cpu"].append(time.thread_time() - cpu)
@@ -441,6 +454,24 @@ def through_writers(providers: int, count: int, rounds: int) -> dict[str, Any]:
     return figures
 
 
+def _instructions(counted: range) -> dict[str, Any]:
+    """The counted decisions' instructions (the last size's), from callgrind's files."""
+    counts = totals(os.getpid())
+    each = {k: counts[f"decision {k}"] for k in counted if f"decision {k}" in counts}
+    if not each:
+        return {}
+    spread = np.asarray(list(each.values()), dtype=np.float64)
+    worst = sorted(each, key=each.__getitem__, reverse=True)[:10]
+    return {
+        "instructions_decisions": len(each),
+        "instructions_mean": round(float(spread.mean())),
+        "instructions_p50": round(float(np.percentile(spread, 50))),
+        "instructions_p99": round(float(np.percentile(spread, 99))),
+        "instructions_max": int(spread.max()),
+        "instructions_worst": [[k, each[k]] for k in worst],
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--sizes", default="100000,1000000")
@@ -450,13 +481,24 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1, help="alternations of full and bounded")
     parser.add_argument("--writers-providers", type=int, default=100_000)
     parser.add_argument("--writers-requests", type=int, default=20_000)
+    parser.add_argument(
+        "--callgrind",
+        default="",
+        metavar="FIRST:END",
+        help="under valgrind --tool=callgrind --instr-atstart=no: count the bounded "
+        "decisions FIRST..END-1 one by one (instructions in the JSON)",
+    )
     args = parser.parse_args()
+    counted = range(*(int(k) for k in args.callgrind.split(":"))) if args.callgrind else range(0)
     tune_gc()
     figures: dict[str, Any] = {"compiled": compiled()}
     for n in (int(s) for s in args.sizes.split(",") if s):
         note(f"{n} providers: decisions, bounded and full alternated ...")
-        figures |= {f"{k}_{n}": v for k, v in decisions(n, args.decisions, args.full_every).items()}
+        found = decisions(n, args.decisions, args.full_every, counted)
+        figures |= {f"{k}_{n}": v for k, v in found.items()}
         gc.collect()
+    if counted:
+        figures |= _instructions(counted)
     if args.quality_providers:
         figures |= quality(args.quality_providers, args.rounds)
     if args.writers_providers:
