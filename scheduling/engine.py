@@ -419,6 +419,10 @@ class Engine:
         """The feasibility index, brought up to ``snapshot`` (rebuilt when
         it cannot follow it there)."""
         capacity = None if self._resources is None else self._resources.capacity(snapshot)
+        return self._index_at(snapshot, capacity)
+
+    def _index_at(self, snapshot: Snapshot, capacity: IntArray | None) -> FeasibilityIndex:
+        """``index`` with the resource filter's ``capacity`` of ``snapshot``."""
         index = self._index
         if index is None or not index.sync(snapshot, capacity):
             weights: dict[str, float] = {}
@@ -500,18 +504,28 @@ class Engine:
                 if column is None:
                     return None  # fits nowhere: the full scan says so
                 demand.append((column, amount))
-        index = self.index(snapshot)
         capacity = None if self._resources is None else self._resources.capacity(snapshot)
+        index = self._index_at(snapshot, capacity)
         passing = index.passing(snapshot, request, [f for f in applying if f.static])
         self._drew = index
         checks = [f for f in applying if not f.static]
+        asked = checks
+        resources = self._resources
+        if (
+            resources is not None
+            and resources in checks
+            and index.prunes
+            and resources.only_free(snapshot, request)
+        ):
+            # the walk checks the free amounts against the filter's capacity
+            asked = [f for f in checks if f is not resources]
         ctx = Context(snapshot, request, snapshot.used)
         found: list[IntArray] = []
         have = examined = 0
         everyone = False
         for rows in index.walk(snapshot, demand, passing, capacity, wanted - have):
             examined += len(rows)
-            for f in checks:
+            for f in asked:
                 rows = rows[f.mask(ctx, rows)]
                 if not len(rows):
                     break

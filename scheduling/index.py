@@ -11,11 +11,14 @@ bounded.
 (each filter's ``group_key``: the compute filter reads the state, the zone
 filter the zones, the traits filter the traits...) form a group. A static
 filter answers for a whole group by asking one of its providers, once per
-request signature (:func:`signature`: the
-request's zone, traits, extra specs, image, project, user and flavor) and
-group, remembered until the snapshot's aggregates change: requests of the
-same kind share the answer (Borg's equivalence classes). A new attribute
-joins the grouping through the ``group_key`` of the filter that reads it.
+group and what the filter reads of a request (its ``request_key``: the
+compute filter nothing, the zone filter the zone...; by default the whole
+:func:`signature`: the request's zone, traits, extra specs, image,
+project, user and flavor), remembered until the snapshot's aggregates
+change. Requests of which every filter that applies reads the same are of
+one kind: they share the answers and the walks (Borg's equivalence
+classes). A new attribute joins the grouping through the ``group_key`` of
+the filter that reads it.
 
 **Levels.** Within a group, providers are bucketed by a level of their
 free capacity as the resource weighers see it (capacity with the
@@ -62,9 +65,12 @@ from scheduling.model import FloatArray, IntArray, Provider, Request, Snapshot
 
 _WHOLE = 64
 """Buckets of up to this many rows are read whole at once."""
-_KEEP = 4
+_KEEP = 8
 """A walk reads and keeps this many times the rows a request asks for, so
 the next requests of its kind take what it kept for a while."""
+_FEW = 8
+"""A kept walk brought up to date past at most this many rows re-read is
+updated row by row in Python numbers."""
 _STEPS = 4
 """Recent snapshots the index remembers how to return to (a scheduler's
 working copies, one per request, each made from the one before)..."""
@@ -74,9 +80,12 @@ to (the view's snapshots a wave of requests started from), kept apart so
 the steps of a long wave do not push them out."""
 
 
-_Kind = tuple[Hashable, tuple[tuple[int, int], ...]]
-"""A walk kept: (the request's kind, ``Verdicts.key``; its shape, the
-(column, amount) of each class asked)."""
+_Reads = tuple[tuple[int, Hashable], ...]
+"""A kind of request: per static filter that applies, its id and what it
+reads of the request (``Verdicts.key``)."""
+_Kind = tuple[_Reads, tuple[tuple[int, int], ...]]
+"""A walk kept: (the request's kind; its shape, the (column, amount) of
+each class asked)."""
 
 
 def _canonical(value: Any) -> str:
@@ -184,10 +193,15 @@ class Verdicts:
         request: Request,
         statics: Sequence[HostFilter],
         known: npt.NDArray[np.int8],
-        key: Hashable = None,
+        key: _Reads = (),
+        parts: Sequence[npt.NDArray[np.int8]] = (),
     ) -> None:
+        """``key``: the kind, per filter of ``statics`` its id and what it
+        reads of ``request`` (``HostFilter.request_key``); ``parts``: per
+        filter, its own verdicts (shared by the kinds it reads alike)."""
         self.index, self.snapshot, self.request = index, snapshot, request
         self.statics, self.known, self.key = statics, known, key
+        self.parts = parts
 
     def admit(self, gids: IntArray) -> IntArray:
         """Those of ``gids`` whose providers the static filters let through."""
@@ -195,12 +209,26 @@ class Verdicts:
         unknown = verdicts < 0
         if unknown.any():
             ctx = Context(self.snapshot, self.request, self.snapshot.used)
-            for k in np.flatnonzero(unknown).tolist():
-                rep = self.index._member(int(gids[k]))
-                ok = rep is not None and all(f.reject(ctx, rep) is None for f in self.statics)
-                verdicts[k] = self.known[gids[k]] = ok
+            asked = gids[unknown].tolist()
+            answers = [self._ask(ctx, gid) for gid in asked]
+            self.known[asked] = answers
+            verdicts[unknown] = answers
         admitted: IntArray = gids[verdicts > 0]
         return admitted
+
+    def _ask(self, ctx: Context, gid: int) -> int:
+        """The static filters' verdict on group ``gid``, each filter asked
+        only if no kind of request it reads alike has asked it yet."""
+        rep = self.index._member(gid)
+        if rep is None:
+            return 0
+        for f, part in zip(self.statics, self.parts, strict=True):
+            verdict = int(part[gid])
+            if verdict < 0:
+                verdict = part[gid] = int(f.reject(ctx, rep) is None)
+            if not verdict:
+                return 0
+        return 1
 
 
 class FeasibilityIndex:
@@ -242,9 +270,11 @@ class FeasibilityIndex:
         self._order = np.zeros(0, dtype=np.int64)
         self._order_stale = True
         self._layout = 0
+        self._cell_order: tuple[tuple[int, int], IntArray, IntArray] | None = None
+        """(layout, groups), every bucket in walk order and their marks."""
         self._drawn: dict[_Kind, _Drawn] = {}
-        """(Request signature, shape) -> the rows its last walk found..."""
-        self._shapes: dict[Hashable, dict[tuple[tuple[int, int], ...], None]] = {}
+        """(Request kind, shape) -> the rows its last walk found..."""
+        self._shapes: dict[_Reads, dict[tuple[tuple[int, int], ...], None]] = {}
         """...and per kind, the shapes kept, in the order they were kept."""
         self._logged: list[IntArray] = []
         """The rows of each refresh, oldest first..."""
@@ -254,9 +284,11 @@ class FeasibilityIndex:
         self._mark = np.zeros(snapshot.size, dtype=np.bool_)
         self._asked: dict[tuple[tuple[int, int], ...], tuple[npt.NDArray[np.intp], IntArray]] = {}
         """A shape's (column, amount) pairs -> its columns and amounts as arrays."""
-        self._passing: dict[Hashable, npt.NDArray[np.int8]] = {}
-        """Request signature -> per group, the static filters' verdict
-        (see :class:`Verdicts`)."""
+        self._passing: dict[_Reads, tuple[npt.NDArray[np.int8], list[npt.NDArray[np.int8]]]] = {}
+        """Request kind -> per group, the static filters' verdict
+        (see :class:`Verdicts`), and each filter's own..."""
+        self._parts: dict[tuple[int, Hashable], npt.NDArray[np.int8]] = {}
+        """...kept per (filter, what it reads of a request)."""
         self.rebuilds = 0
         self.refreshed = 0
         """Rows re-read by ``sync`` since the index was built."""
@@ -283,6 +315,8 @@ class FeasibilityIndex:
             values, counts = np.unique(self.capacities[k], return_counts=True)
             self.tally.append(Counter(dict(zip(values.tolist(), counts.tolist(), strict=True))))
         self.scale = self._scales()
+        self._scale_list: list[float] = self.scale.tolist()
+        self._reference: FloatArray | None = None
         used = snapshot.used.T
         free: IntArray = cap - used
         ranks = self._ranks(free if cap is weighed else weighed - used)
@@ -478,7 +512,7 @@ class FeasibilityIndex:
         if snapshot.providers is not self._providers:
             return False
         weighed = snapshot.capacity_by_class()[:, row].tolist()
-        if any(self.capacities[k, row] != weighed[j] for k, (j, _) in enumerate(self.proxy)):
+        if self.capacities[:, row].tolist() != [weighed[j] for j, _ in self.proxy]:
             return False
         cap = weighed if capacity is None else capacity[:, row].tolist()
         used = snapshot.used[row].tolist()
@@ -500,8 +534,7 @@ class FeasibilityIndex:
         if self.high == self.low:
             return 0
         s = 0.0
-        for k, (j, multiplier) in enumerate(self.proxy):
-            scale = float(self.scale[k])
+        for (j, multiplier), scale in zip(self.proxy, self._scale_list, strict=True):
             s += multiplier * (min(max(free[j], 0), scale) / scale)
         step = math.floor((self.high - s) * (self.levels / (self.high - self.low)))
         return min(max(step, 0), self.levels - 1)
@@ -543,18 +576,45 @@ class FeasibilityIndex:
         """Whether every static filter in ``statics`` (those that apply to
         ``request``) lets each group's providers through, decided for a group
         when a walk first reaches it and remembered for requests of the same
-        signature."""
+        kind: those of which each filter reads the same (its
+        ``request_key``; the whole :func:`signature` if it does not say).
+        Requests of one kind also share their walks."""
         groups = self.group_count
-        key = (signature(request), tuple(id(f) for f in statics))
-        known = self._passing.get(key)
-        if known is None or len(known) < groups:
-            grown = np.full(max(groups, 1), -1 if statics else 1, dtype=np.int8)
-            if known is not None:
-                grown[: len(known)] = known
+        whole: Hashable = None
+        reads: list[tuple[int, Hashable]] = []
+        for f in statics:
+            read = f.request_key(request)
+            if read is None:
+                if whole is None:
+                    whole = signature(request)
+                read = whole
+            reads.append((id(f), read))
+        key = tuple(reads)
+        found = self._passing.get(key)
+        if found is None or len(found[0]) < groups:
+            parts = [self._part(read, groups) for read in reads]
+            known = np.full(max(groups, 1), 1, dtype=np.int8)
+            if parts:
+                # a kind first seen: what its filters already said of each group
+                stacked = np.stack([p[: len(known)] for p in parts])
+                known[(stacked < 0).any(axis=0)] = -1
+                known[(stacked == 0).any(axis=0)] = 0
             if len(self._passing) > 4096:
                 self._passing.clear()
-            known = self._passing[key] = grown
-        return Verdicts(self, snapshot, request, statics, known, key)
+                self._parts.clear()
+            found = self._passing[key] = (known, parts)
+        return Verdicts(self, snapshot, request, statics, found[0], key, found[1])
+
+    def _part(self, read: tuple[int, Hashable], groups: int) -> npt.NDArray[np.int8]:
+        """A filter's verdicts per group for what it reads of a request
+        (``read``: the filter's id and its ``request_key``)."""
+        part = self._parts.get(read)
+        if part is None or len(part) < groups:
+            grown = np.full(max(groups, 1), -1, dtype=np.int8)
+            if part is not None:
+                grown[: len(part)] = part
+            part = self._parts[read] = grown
+        return part
 
     def _member(self, gid: int) -> int | None:
         """A row in group ``gid`` now, or None when it has none."""
@@ -660,36 +720,68 @@ class FeasibilityIndex:
         capacity: IntArray | None,
         batch: int,
     ) -> _Drawn | None:
-        """The rows kept for a smaller shape of the same kind (``key``'s
-        signature) that hold ``demand``: every row that does, up to that
-        walk's end; None when no such walk is kept with ``batch`` rows for
-        this shape (or to its end)."""
+        """The rows kept for a smaller shape of the same kind (``key``'s),
+        or of a kind whose filters are some of this kind's, reading the same
+        of it (the compute filter's alone, for a request that also names a
+        zone), that hold ``demand`` and pass this kind's filters: every row
+        that does, up to that walk's end; None when no such walk is kept
+        with ``batch`` rows for this shape (or to its end)."""
         if not self.prunes:
             return None  # the walk does not read the demand: nothing to narrow
         kind, shape = key
         wanted = dict(demand)
-        options = [
-            (kind, other)
-            for other in self._shapes.get(kind, ())
-            if other != shape and all(wanted.get(j, 0) >= amount for j, amount in other)
+
+        def smaller(other: tuple[tuple[int, int], ...]) -> bool:
+            return all(wanted.get(j, 0) >= amount for j, amount in other)
+
+        # the latest kept first: the least to update
+        options: list[tuple[_Kind, Verdicts | None]] = [
+            ((kind, other), None)
+            for other in reversed(self._shapes.get(kind, {}))
+            if other != shape and smaller(other)
         ]
+        reads = set(passing.key)
+        wider = [k for k in self._shapes if k != kind and reads.issuperset(k)]
+        for parent in sorted(wider, key=len, reverse=True):  # the narrowest first
+            verdicts = self._verdicts_of(parent, passing)
+            if verdicts is not None:
+                options += [((parent, o), verdicts) for o in reversed(self._shapes[parent])]
+        options = [(option, v) for option, v in options if smaller(option[1])]
         if not options:
             return None
         cap = snapshot.capacity_by_class() if capacity is None else capacity
         epoch = self._epoch()
-        for other in reversed(options):  # the latest kept first: the least to update
+        for other, verdicts in options:
             drawn = self._take(other)
             if drawn is None or drawn.layout != self._layout or drawn.epoch < self._log_base:
                 continue  # stale: forgotten, as ``walk`` forgets it
-            drawn = self._update(drawn, snapshot, other[1], passing, capacity)
+            drawn = self._update(drawn, snapshot, other[1], verdicts or passing, capacity)
             self._keep(other, drawn)
             rows = drawn.rows
             fits = np.ones(len(rows), dtype=np.bool_)
             for j, amount in demand:
                 fits &= cap[j, rows] - snapshot.used[rows, j] >= amount
+            if verdicts is not None and len(rows):  # a wider kind's: this kind's filters too
+                gids = self.bucket_of[rows] // self.levels
+                known = passing.known[gids]
+                if (known < 0).any():
+                    passing.admit(np.unique(gids))
+                    known = passing.known[gids]
+                fits &= known > 0
             if np.count_nonzero(fits) >= batch or drawn.boundary is None:
                 return _Drawn(epoch, drawn.layout, rows[fits], drawn.keys[fits], drawn.boundary)
         return None
+
+    def _verdicts_of(self, kind: _Reads, passing: Verdicts) -> Verdicts | None:
+        """The verdicts of ``kind``, whose filters are some of ``passing``'s
+        reading the same of its request (so that request stands for it);
+        None if they were forgotten or groups were added since."""
+        found = self._passing.get(kind)
+        if found is None or len(found[0]) < self.group_count:
+            return None
+        by_read = dict(zip(passing.key, passing.statics, strict=True))
+        statics = [by_read[read] for read in kind]
+        return Verdicts(self, passing.snapshot, passing.request, statics, found[0], kind, found[1])
 
     def _drawn_of(self, rows: IntArray, keys: IntArray, exhausted: bool) -> _Drawn:
         """``rows`` (a walk's, from its start, with their ``keys``) as kept:
@@ -734,6 +826,8 @@ class FeasibilityIndex:
         since = self._logged[drawn.epoch - self._log_base :]
         if not since:
             return drawn
+        if len(since) <= _FEW and sum(len(rows) for rows in since) <= _FEW:
+            return self._update_few(drawn, since, snapshot, demand, passing, capacity)
         changed = np.concatenate(since) if len(since) > 1 else since[0]
         mark = self._mark
         mark[changed] = True  # a row per provider, all False between calls
@@ -752,8 +846,11 @@ class FeasibilityIndex:
                 back, keys = back[before], keys[before]
         if len(back):
             gids = self.bucket_of[back] // self.levels
-            passing.admit(np.unique(gids) if len(gids) > 1 else gids)  # groups not asked yet
-            admitted = passing.known[gids] > 0
+            verdicts = passing.known[gids]
+            if (verdicts < 0).any():  # groups not asked yet
+                passing.admit(np.unique(gids) if len(gids) > 1 else gids)
+                verdicts = passing.known[gids]
+            admitted = verdicts > 0
             back, keys = back[admitted], keys[admitted]
         if not len(back):  # none come back: what stays is in order already
             if np.count_nonzero(stay) == len(stay):
@@ -763,6 +860,60 @@ class FeasibilityIndex:
         merged = np.concatenate((drawn.keys[stay], keys))
         order = np.argsort(merged, kind="stable")
         return _Drawn(epoch, drawn.layout, rows[order], merged[order], drawn.boundary)
+
+    def _update_few(
+        self,
+        drawn: _Drawn,
+        since: Sequence[IntArray],
+        snapshot: Snapshot,
+        demand: Sequence[tuple[int, int]],
+        passing: Verdicts,
+        capacity: IntArray | None,
+    ) -> _Drawn:
+        """``_update`` when few rows were re-read (the picks of the last
+        few requests): the rows that come back found in Python numbers, as
+        a row's few values cost less so than through NumPy's calls; the
+        same rows and order as ``_update``'s."""
+        changed = list(dict.fromkeys(row for rows in since for row in rows.tolist()))
+        mark = self._mark
+        mark[changed] = True  # a row per provider, all False between calls
+        stay = ~mark[drawn.rows]
+        mark[changed] = False
+        cap = snapshot.capacity_by_class() if capacity is None else capacity
+        used, bucket_of, levels = snapshot.used, self.bucket_of, self.levels
+        order, known, boundary = self._group_order(), passing.known, drawn.boundary
+        back: list[tuple[int, int]] = []
+        for row in changed:
+            free = cap[:, row].tolist()
+            taken = used[row].tolist()
+            if any(free[j] - taken[j] < amount for j, amount in demand):
+                continue
+            b = int(bucket_of[row])
+            gid = b // levels
+            key = ((b % levels) << 48) | (int(order[gid]) << 24) | row
+            if boundary is not None and key > boundary:
+                continue
+            if known[gid] < 0:
+                passing.admit(np.asarray([gid], dtype=np.int64))
+            if known[gid] > 0:
+                back.append((key, row))
+        epoch = self._epoch()
+        if not back:  # none come back: what stays is in order already
+            if np.count_nonzero(stay) == len(stay):
+                return _Drawn(epoch, drawn.layout, drawn.rows, drawn.keys, boundary)
+            return _Drawn(epoch, drawn.layout, drawn.rows[stay], drawn.keys[stay], boundary)
+        rows, keys = drawn.rows, drawn.keys
+        if np.count_nonzero(stay) != len(stay):
+            rows, keys = rows[stay], keys[stay]
+        if len(back) == 1:  # one row comes back (the usual pick): put it in its place
+            (key, row), at = back[0], int(keys.searchsorted(back[0][0]))
+            rows = np.concatenate((rows[:at], [row], rows[at:]))
+            keys = np.concatenate((keys[:at], [key], keys[at:]))
+            return _Drawn(epoch, drawn.layout, rows, keys, boundary)
+        rows = np.concatenate((rows, [row for _, row in back]))
+        keys = np.concatenate((keys, [key for key, _ in back]))
+        order = keys.argsort(kind="stable")
+        return _Drawn(epoch, drawn.layout, rows[order], keys[order], boundary)
 
     def _holding(
         self,
@@ -862,23 +1013,38 @@ class FeasibilityIndex:
         high enough, in a group not refused), in walk order (level, then
         group order), from ``after``'s on; with each one's (level, group
         order) as the top bits of a row's key."""
-        levels, c = self.levels, len(self.classes)
+        levels = self.levels
         groups = min(self.group_count, len(passing.known))
-        ok = self.count[: groups * levels].reshape(groups, levels) > 0
-        ok &= (passing.known[:groups] != 0)[:, None]
-        if demand:
-            ub = self.ub[: groups * levels].reshape(groups, levels, c)
-            for j, amount in demand:
-                ok &= ub[:, :, j] >= amount
-        gids, ranks = np.nonzero(ok)
-        marks = (ranks << 24) | self._group_order()[gids]
-        order = np.argsort(marks)
-        cells: IntArray = (gids * levels + ranks)[order]
-        marks = marks[order]
+        slots = groups * levels
+        ok = self.count[:slots] > 0
+        by_group = ok.reshape(groups, levels)  # a view: ``ok`` itself changes
+        by_group &= (passing.known[:groups] != 0)[:, None]
+        for j, amount in demand:
+            ok &= self.ub[:slots, j] >= amount
+        every, all_marks = self._walk_cells(groups)
+        chosen = ok.take(every)
+        cells: IntArray = every[chosen]
+        marks = all_marks[chosen]
         if after is not None:
             first = int(np.searchsorted(marks, after >> 24))
             cells, marks = cells[first:], marks[first:]
         return cells, marks
+
+    def _walk_cells(self, groups: int) -> tuple[IntArray, IntArray]:
+        """Every bucket of the first ``groups`` groups in walk order (level,
+        then group order) with its mark (see ``_cells``): the same until a
+        group is added, so a walk selects from it rather than sorting."""
+        known = self._cell_order
+        if known is not None and known[0] == (self._layout, groups):
+            return known[1], known[2]
+        levels = self.levels
+        ranks = np.tile(np.arange(levels, dtype=np.int64), groups)
+        gids = np.repeat(np.arange(groups, dtype=np.int64), levels)
+        marks = (ranks << 24) | self._group_order()[gids]
+        order = np.argsort(marks, kind="stable")
+        every: IntArray = (gids * levels + ranks)[order]
+        self._cell_order = ((self._layout, groups), every, marks[order])
+        return every, marks[order]
 
     def _round(
         self,
@@ -976,10 +1142,13 @@ class FeasibilityIndex:
         The candidates alone, the fullest or emptiest of them, would weigh
         the classes otherwise. A function of the snapshot, as decisions
         must be."""
-        out = np.zeros(len(self.classes), dtype=np.float64)
-        for k, (j, _) in enumerate(self.proxy):
-            out[j] = self.scale[k]
-        return out
+        if self._reference is None:  # the scales hold until a rebuild
+            out = np.zeros(len(self.classes), dtype=np.float64)
+            for k, (j, _) in enumerate(self.proxy):
+                out[j] = self.scale[k]
+            out.flags.writeable = False
+            self._reference = out
+        return self._reference
 
     def where(self, row: int) -> tuple[Hashable, int]:
         """The static key and the level under which ``row`` is kept (for

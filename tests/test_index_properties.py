@@ -184,6 +184,26 @@ def _engine(mode: str, candidates: int = 64, levels: int = 4, packing: bool = Fa
 
 
 @settings(phases=_PHASES, max_examples=300, deadline=None, derandomize=True)
+@given(snapshots(), requests(), requests())
+def test_a_static_filter_answers_requests_it_reads_alike_alike(
+    snapshot: Snapshot, one: Request, other: Request
+) -> None:
+    """What a static filter says it reads of a request (``request_key``) is
+    all it reads: two requests alike in it get the same answer from every
+    provider, so bounded placement may share its verdicts between them."""
+    alike = 0
+    for f in _filters():
+        key = f.request_key(one)
+        if not f.static or key is None or key != f.request_key(other):
+            continue
+        alike += 1
+        first, second = Context.start(snapshot, one), Context.start(snapshot, other)
+        for row in range(snapshot.size):
+            assert (f.reject(first, row) is None) == (f.reject(second, row) is None), f.name
+    assert alike  # the compute filter reads nothing of a request
+
+
+@settings(phases=_PHASES, max_examples=300, deadline=None, derandomize=True)
 @given(snapshots(), requests(), st.sampled_from((1, 3, 256)), st.booleans())
 def test_the_index_finds_exactly_what_a_full_scan_lets_through(
     snapshot: Snapshot, request: Request, levels: int, packing: bool
@@ -351,6 +371,42 @@ def test_a_larger_shape_starts_from_the_rows_kept_for_a_smaller_one() -> None:
     assert placed.placed and (placed.providers, placed.weights) == (fresh.providers, fresh.weights)
     boundaries = {shape: drawn.boundary for (_, shape), drawn in index._drawn.items()}
     assert boundaries[((1, 8), (0, 512))] == kept[((1, 1),)] is not None
+
+
+def test_a_request_naming_a_zone_starts_from_the_rows_kept_for_one_naming_none() -> None:
+    """No walk for the zone's request: the compute filter reads nothing of
+    a request, so the rows kept for a request that names no zone (the
+    compute filter's alone) hold every one in the zone up to where that
+    walk stopped; the zone filter's verdicts are asked only of the groups
+    among them, and a request that differs in what no filter reads (the
+    user) is of the same kind."""
+    records = [
+        Provider(f"p{i:03d}", availability_zone=("az1", "az2")[i % 2], state=STATES[i % 4])
+        for i in range(400)
+    ]
+    inventories = {
+        p.provider_id: {"VCPU": {"total": 64, "used": (7 * i) % 60}} for i, p in enumerate(records)
+    }
+    snapshot = Snapshot.build(records, inventories)
+    engine = _engine("bounded", candidates=4, levels=16)
+    anywhere = Request("a", {"VCPU": 2}, project_id="p1")
+    zoned = Request("z", {"VCPU": 2}, project_id="p1", availability_zone="az1")
+    elsewhere = dataclasses.replace(zoned, request_id="e", user_id="u2")
+    engine.place(snapshot, anywhere)
+    index = engine.index(snapshot)
+    walked = index._walk
+    index._walk = None  # type: ignore[assignment,method-assign]  # a walk would fail
+    placed = [engine.place(snapshot, r) for r in (zoned, elsewhere)]
+    index._walk = walked  # type: ignore[method-assign]
+    for request, decided in zip((zoned, elsewhere), placed, strict=True):
+        fresh = _engine("bounded", candidates=4, levels=16).place(snapshot, request)
+        assert decided.placed and decided.bounded
+        assert (decided.providers, decided.weights) == (fresh.providers, fresh.weights)
+        assert all(
+            snapshot.providers[snapshot.row_of[p]].availability_zone == "az1"
+            for p in decided.providers
+        )
+    assert len(index._passing) == 2  # both users' requests in az1 are one kind
 
 
 @settings(phases=_PHASES, max_examples=200, deadline=None, derandomize=True)

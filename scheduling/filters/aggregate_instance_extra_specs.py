@@ -6,8 +6,8 @@ from collections import defaultdict
 from collections.abc import Hashable, Mapping
 
 from scheduling.extra_specs import matches
-from scheduling.filters.base import Context, HostFilter
-from scheduling.model import Aggregate, Provider
+from scheduling.filters.base import Context, HostFilter, frozen
+from scheduling.model import Aggregate, Provider, Request
 
 SCOPE = "aggregate_instance_extra_specs"
 
@@ -26,6 +26,9 @@ class AggregateInstanceExtraSpecsFilter(HostFilter):
 
     def group_key(self, provider: Provider, aggregates: Mapping[str, Aggregate]) -> Hashable:
         return provider.aggregates
+
+    def request_key(self, request: Request) -> Hashable:
+        return frozen(request.extra_specs)
 
     def reject(self, ctx: Context, row: int) -> str | None:
         specs = ctx.request.extra_specs

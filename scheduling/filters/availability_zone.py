@@ -78,6 +78,9 @@ class AvailabilityZoneFilter(HostFilter):
     def applies(self, request: Request) -> bool:
         return bool(request.availability_zone)
 
+    def request_key(self, request: Request) -> Hashable:
+        return request.availability_zone
+
     def reject(self, ctx: Context, row: int) -> str | None:
         wanted = ctx.request.availability_zone
         if not wanted:  # Nova treats an empty zone name as no request

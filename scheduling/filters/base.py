@@ -189,6 +189,15 @@ class HostFilter(ABC):
         are fewer and larger."""
         return static_key(provider)
 
+    def request_key(self, request: Request) -> Hashable:
+        """For a static filter, what it reads of ``request``: requests with
+        equal keys get the same answer from each provider, so bounded
+        placement shares a filter's verdict on a group of providers between
+        kinds of request that differ in what it does not read. None (the
+        default): anything a static filter may read
+        (:func:`scheduling.index.signature`); a filter that reads less says so."""
+        return None
+
     reads_others: ClassVar[bool] = False
     """True when a provider's answer depends on other providers (where a
     server group's members are): bounded placement cannot judge a draw of

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Mapping
 
 from scheduling.filters.base import Context, HostFilter
-from scheduling.model import Aggregate, BoolArray, IntArray, Provider
+from scheduling.model import Aggregate, BoolArray, IntArray, Provider, Request
 
 ENABLED = "enabled"
 
@@ -21,6 +21,9 @@ class ComputeFilter(HostFilter):
 
     def group_key(self, provider: Provider, aggregates: Mapping[str, Aggregate]) -> Hashable:
         return provider.state
+
+    def request_key(self, request: Request) -> Hashable:
+        return ()  # the provider's state alone decides
 
     def reject(self, ctx: Context, row: int) -> str | None:
         state = ctx.snapshot.providers[row].state

@@ -66,6 +66,9 @@ class IsolatedAggregatesFilter(HostFilter):
             known = self._known = (aggregates, providers, _Isolated(by_row, rows))
         return known[2]
 
+    def request_key(self, request: Request) -> Hashable:
+        return requested_traits(request)
+
     def reject(self, ctx: Context, row: int) -> str | None:
         isolating_row = self._isolated(ctx.snapshot).by_row.get(row)
         if isolating_row is None:

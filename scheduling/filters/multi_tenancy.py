@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Mapping
 
 from scheduling.filters.base import Context, HostFilter
-from scheduling.model import Aggregate, Provider
+from scheduling.model import Aggregate, Provider, Request
 
 PREFIX = "filter_tenant_id"
 
@@ -29,6 +29,9 @@ class AggregateMultiTenancyIsolation(HostFilter):
 
     def group_key(self, provider: Provider, aggregates: Mapping[str, Aggregate]) -> Hashable:
         return provider.aggregates
+
+    def request_key(self, request: Request) -> Hashable:
+        return request.project_id
 
     def reject(self, ctx: Context, row: int) -> str | None:
         allowed: set[str] = set()

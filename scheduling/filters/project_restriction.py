@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterable, Mapping
 
 from scheduling.filters.base import Context, HostFilter, frozen
-from scheduling.model import Aggregate, Provider
+from scheduling.model import Aggregate, Provider, Request
 
 PROJECTS = "allowed_projects"
 MEMBER_GROUPS = "allowed_member_groups"
@@ -42,6 +42,9 @@ class ProjectRestrictionFilter(HostFilter):
         self.member_groups: dict[str, frozenset[str]] = {
             name: frozenset(projects) for name, projects in (member_groups or {}).items()
         }
+
+    def request_key(self, request: Request) -> Hashable:
+        return request.project_id
 
     def reject(self, ctx: Context, row: int) -> str | None:
         project = ctx.request.project_id

@@ -15,7 +15,7 @@ import numpy as np
 
 from projections.aggregates import ratio_keys, ratio_override
 from scheduling.filters.base import Context, HostFilter
-from scheduling.model import BoolArray, FloatArray, IntArray, Snapshot, by_class
+from scheduling.model import BoolArray, FloatArray, IntArray, Request, Snapshot, by_class
 
 __all__ = ["ResourceFilter", "effective_ratios", "ratio_keys"]
 
@@ -65,15 +65,16 @@ class _Demand:
     amounts: tuple[tuple[int, np.int64], ...] = field(init=False)
     """``wanted`` with NumPy amounts, which compare with an array without
     converting a Python int each time."""
-    rules_pass_all: bool = field(init=False)
+    rules_pass_all: bool = False
     """Whether every provider's unit rules allow the request (the usual
-    min_unit 1, step_size 1), so that only the free amounts need checking."""
+    min_unit 1, step_size 1), so that only the free amounts need checking
+    (``rules`` is then not read)."""
 
     def __post_init__(self) -> None:
         amounts = tuple((j, np.int64(amount)) for j, amount in self.wanted)
         object.__setattr__(self, "amounts", amounts)
-        passing = self.rules is not None and bool(self.rules.all())
-        object.__setattr__(self, "rules_pass_all", passing)
+        if self.rules is not None and not self.rules_pass_all and bool(self.rules.all()):
+            object.__setattr__(self, "rules_pass_all", True)
 
 
 class ResourceFilter(HostFilter):
@@ -100,6 +101,10 @@ class ResourceFilter(HostFilter):
         self._by_class: IntArray = np.zeros((0, 0), dtype=np.int64)
         """Capacity, classes x providers, as ``Context.free`` reads it."""
         self._demands: dict[tuple[tuple[str, int], ...], _Demand] = {}
+        self._limits: dict[int, tuple[bool, int, int, int]] = {}
+        """Per column, over every provider: (all have some, the largest
+        min_unit, the smallest max_unit, the largest step_size), worked out
+        once per inventory table when a shape first asks for the class."""
 
     def _tables(self, snapshot: Snapshot) -> IntArray:
         """Capacity by class for ``snapshot``; a snapshot refreshed from the
@@ -116,6 +121,7 @@ class ResourceFilter(HostFilter):
             else:
                 self._by_class = by_class(snapshot.capacity(ratios))
             self._demands = {}
+            self._limits = {}
             self._inventory = inventory
         return self._by_class
 
@@ -138,6 +144,15 @@ class ResourceFilter(HostFilter):
         """Capacity, classes x providers, with the aggregates' ratios: what
         this filter measures a request against (read-only)."""
         return self._tables(snapshot)
+
+    def only_free(self, snapshot: Snapshot, request: Request) -> bool:
+        """Whether this filter's answer to ``request`` on ``snapshot`` is
+        only that the free amount of each class asked (against ``capacity``)
+        holds it: every class is in the snapshot and every provider's unit
+        rules allow the amounts. Bounded placement's index checks exactly
+        that as it walks, so it need not be asked again."""
+        demand = self._demand(snapshot, request.resources)
+        return demand.rules_pass_all and not demand.fits_nowhere
 
     def _free(self, ctx: Context, rows: IntArray, column: int) -> IntArray:
         capacity = self._tables(ctx.snapshot)[column, rows]
@@ -168,7 +183,25 @@ class ResourceFilter(HostFilter):
             wanted.append((j, amount))
         if not wanted:
             return _Demand()
+        if all(self._allow_all(snapshot, j, amount) for j, amount in wanted):
+            # a new shape costs O(classes), not a pass over every provider
+            return _Demand(tuple(wanted), np.ones(0, dtype=np.bool_), rules_pass_all=True)
         return _Demand(tuple(wanted), self._unit_rules(snapshot, tuple(wanted)))
+
+    def _allow_all(self, snapshot: Snapshot, column: int, amount: int) -> bool:
+        """Whether every provider's unit rules for ``column`` allow ``amount``."""
+        limits = self._limits.get(column)
+        if limits is None:
+            if not snapshot.size:
+                return True
+            limits = self._limits[column] = (
+                bool((snapshot.total[:, column] > 0).all()),
+                int(snapshot.min_unit[:, column].max()),
+                int(snapshot.max_unit[:, column].min()),
+                int(snapshot.step_size[:, column].max()),
+            )
+        provided, low, high, step = limits
+        return provided and low <= amount <= high and step <= 1
 
     def mask(self, ctx: Context, rows: IntArray) -> BoolArray:
         snap = ctx.snapshot

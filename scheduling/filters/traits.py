@@ -44,6 +44,9 @@ class TraitsFilter(HostFilter):
             return False  # most requests: no need to scan the extra specs
         return any(wanted_traits(request))
 
+    def request_key(self, request: Request) -> Hashable:
+        return wanted_traits(request)
+
     def reject(self, ctx: Context, row: int) -> str | None:
         required, forbidden = wanted_traits(ctx.request)
         traits = ctx.snapshot.providers[row].traits

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Mapping
 
 from scheduling.filters.base import Context, HostFilter
-from scheduling.model import Aggregate, Provider
+from scheduling.model import Aggregate, Provider, Request
 
 KEY = "instance_type"
 
@@ -23,6 +23,9 @@ class AggregateTypeAffinityFilter(HostFilter):
 
     def group_key(self, provider: Provider, aggregates: Mapping[str, Aggregate]) -> Hashable:
         return provider.aggregates
+
+    def request_key(self, request: Request) -> Hashable:
+        return request.flavor_name
 
     def reject(self, ctx: Context, row: int) -> str | None:
         restricting = [a for a in ctx.snapshot.aggregates_of(row) if KEY in a.metadata]
