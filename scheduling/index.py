@@ -664,7 +664,11 @@ class FeasibilityIndex:
         keep = min(max(_KEEP * batch, 64), 4096)
         if drawn is not None:
             self._keep(key, drawn)
-            if len(drawn.rows):
+            if len(drawn.rows) > batch:
+                # as many as asked first: the rest only if the filters after reject some
+                yield drawn.rows[:batch]
+                yield drawn.rows[batch:]
+            elif len(drawn.rows):
                 yield drawn.rows
             if drawn.boundary is None:
                 return  # the whole walk: nothing further
