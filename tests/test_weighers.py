@@ -261,6 +261,41 @@ def test_one_invalid_value_discards_the_valid_ones_too() -> None:
     assert _multipliers(RAMWeigher(4.0), ctx) == [4.0, 4.0]
 
 
+def test_aggregates_that_leave_every_provider_one_multiplier_make_it_uniform() -> None:
+    # every provider in an aggregate that sets the same value: one multiplier,
+    # weighed on the common path, to the same numbers as row by row
+    both = [
+        Aggregate("a", {"ram_weight_multiplier": "2.5"}),
+        Aggregate("b", {"ram_weight_multiplier": "2.5"}),
+    ]
+    providers = [
+        Provider("p0", aggregates=frozenset({"a"})),
+        Provider("p1", aggregates=frozenset({"a", "b"})),
+        Provider("p2", aggregates=frozenset({"b"})),
+    ]
+    inventories = {
+        p.provider_id: {"MEMORY_MB": {"total": 4096, "used": used}}
+        for p, used in zip(providers, (0, 1024, 3000), strict=True)
+    }
+    ctx = context(snapshot(providers, inventories, both))
+    weigher = RAMWeigher(1.0)
+    assert weigher.uniform_multiplier(ctx) == 2.5
+    assert _multipliers(weigher, ctx) == [2.5, 2.5, 2.5]
+    every = rows(3)
+    by_row = weigher.multipliers(ctx, every) * normalize(weigher.weigh(ctx, every), 0.0)
+    assert scores([weigher], ctx) == [float(x) for x in by_row]
+    # one provider outside them keeps the configured 1.0: row by row again
+    outside = context(snapshot([*providers, Provider("p3")], aggregates=both))
+    assert RAMWeigher(1.0).uniform_multiplier(outside) is None
+    # 0.0 and -0.0 are not one value (a product's sign differs)
+    signs = [
+        Aggregate("a", {"ram_weight_multiplier": "0.0"}),
+        Aggregate("b", {"ram_weight_multiplier": "-0.0"}),
+    ]
+    split = context(snapshot(providers[:1] + providers[2:], aggregates=signs))
+    assert RAMWeigher(1.0).uniform_multiplier(split) is None
+
+
 def test_aggregates_the_snapshot_does_not_know_are_ignored() -> None:
     ctx = context(snapshot([Provider("p0", aggregates=frozenset({"ghost"})), Provider("p1")]))
     assert _multipliers(RAMWeigher(2.0), ctx) == [2.0, 2.0]

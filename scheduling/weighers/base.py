@@ -25,7 +25,7 @@ from typing import ClassVar
 import numpy as np
 
 from scheduling.filters.base import Context
-from scheduling.model import Aggregate, FloatArray, IntArray
+from scheduling.model import Aggregate, FloatArray, IntArray, Snapshot
 
 log = logging.getLogger(__name__)
 
@@ -41,8 +41,8 @@ class Weigher(ABC):
     _overridden: tuple[Mapping[str, Aggregate], bool] | None = None
     """(aggregates, whether one of them sets ``multiplier_key``) for the last
     snapshot's aggregates, which its usage-only twins share."""
-    _by_row: tuple[Mapping[str, Aggregate], object, FloatArray] | None = None
-    """(aggregates, membership, every provider's multiplier) of the last snapshot."""
+    _by_row: tuple[Mapping[str, Aggregate], object, FloatArray, float | None] | None = None
+    """:meth:`_every` of the last snapshot."""
 
     def __init__(self, multiplier: float = 1.0) -> None:
         self.multiplier = multiplier
@@ -74,9 +74,9 @@ class Weigher(ABC):
             accumulate(total, multiplier, normalised)
 
     def uniform_multiplier(self, ctx: Context) -> float | None:
-        """The multiplier of every provider when no aggregate of the snapshot
-        can override it (what ``multipliers`` would fill its array with),
-        else None."""
+        """The multiplier of every provider (what ``multipliers`` would fill
+        its array with) when no aggregate of the snapshot can override it,
+        or when the overrides leave every provider the same one; else None."""
         if type(self).multipliers is not Weigher.multipliers:
             return None  # a subclass computes its own: ask it row by row
         aggregates = ctx.snapshot.aggregates
@@ -87,7 +87,9 @@ class Weigher(ABC):
                 known = (aggregates, any(key in a.metadata for a in aggregates.values()))
                 self._overridden = known
             if known[1]:
-                return None
+                # aggregates that all set the same value (as a cluster's
+                # often do) leave one multiplier: the common path's arithmetic
+                return self._every(ctx.snapshot)[3]
         return -self.multiplier if self.negated else self.multiplier
 
     def multipliers(self, ctx: Context, rows: IntArray) -> FloatArray:
@@ -96,29 +98,35 @@ class Weigher(ABC):
         until a provider joins or leaves an aggregate), each set of
         aggregates a provider is in once (few sets, many providers)."""
         snapshot = ctx.snapshot
-        aggregates = snapshot.aggregates
-        if not aggregates:
+        if not snapshot.aggregates:
             same = np.full(len(rows), self.multiplier, dtype=np.float64)
             return -same if self.negated else same
-        memo = self._by_row
-        if memo is None or memo[0] is not aggregates or memo[1] is not snapshot.membership:
-            known: dict[frozenset[str], float] = {}
-            every = np.empty(snapshot.size, dtype=np.float64)
-            for row, provider in enumerate(snapshot.providers):
-                names = provider.aggregates
-                value = known.get(names)
-                if value is None:
-                    value = known[names] = self._override(
-                        [aggregates[n] for n in sorted(names) if n in aggregates]
-                    )
-                every[row] = value
-            memo = self._by_row = (
-                aggregates,
-                snapshot.membership,
-                -every if self.negated else every,
-            )
-        out: FloatArray = memo[2][rows]
+        out: FloatArray = self._every(snapshot)[2][rows]
         return out
+
+    def _every(
+        self, snapshot: Snapshot
+    ) -> tuple[Mapping[str, Aggregate], object, FloatArray, float | None]:
+        """(aggregates, membership, every provider's multiplier, the one
+        value they all have or None), worked out once per membership."""
+        aggregates = snapshot.aggregates
+        memo = self._by_row
+        if memo is not None and memo[0] is aggregates and memo[1] is snapshot.membership:
+            return memo
+        known: dict[frozenset[str], float] = {}
+        every = np.empty(snapshot.size, dtype=np.float64)
+        for row, provider in enumerate(snapshot.providers):
+            names = provider.aggregates
+            value = known.get(names)
+            if value is None:
+                value = known[names] = self._override(
+                    [aggregates[n] for n in sorted(names) if n in aggregates]
+                )
+            every[row] = value
+        if self.negated:
+            every = -every
+        memo = self._by_row = (aggregates, snapshot.membership, every, _one_value(every))
+        return memo
 
     def _override(self, member_of: list[Aggregate]) -> float:
         """The multiplier of a provider in ``member_of``: the smallest of
@@ -142,6 +150,17 @@ class Weigher(ABC):
                 )
                 return self.multiplier
         return min(values) if values else self.multiplier
+
+
+def _one_value(every: FloatArray) -> float | None:
+    """The value every item of ``every`` has, bit for bit (0.0 and -0.0
+    differ, a NaN is never one), or None."""
+    if not len(every):
+        return None
+    first = every[:1]
+    if (every == first).all() and (np.signbit(every) == np.signbit(first)).all():
+        return float(first[0])
+    return None
 
 
 def accumulate(total: FloatArray, multiplier: float, normalised: FloatArray) -> None:
