@@ -9,6 +9,7 @@ each placement's virtual consumption visible to the next request of the wave.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections import deque
@@ -35,6 +36,9 @@ log = logging.getLogger(__name__)
 
 
 _DECISIONS = (Kind.ACCEPTED, Kind.REJECTED)
+_decode = json.JSONDecoder().decode
+"""An outcome's JSON text (UTF-8, as ``Outcome.to_json`` writes it) as a
+dict: ``json.loads`` of the bytes would first guess their encoding."""
 
 
 class DecisionTimeout(Exception):
@@ -76,30 +80,37 @@ class OutcomeFollower:
             # one that restarts publishes again those its view had not committed
             if end:
                 (last,) = self.log.read(self.topic, partition, end - 1, 1)
-                self._mark(Outcome.from_json(last.value), Kind.APPLIED)
+                outcome = Outcome.from_json(last.value)
+                self._mark(outcome.partition, outcome.offset, Kind.APPLIED)
 
-    def _mark(self, outcome: Outcome, kind: str) -> None:
+    def _mark(self, partition: int, offset: int, kind: str) -> None:
         if kind in _CHANGED_NOTHING:
             return
-        p, mark = outcome.partition, outcome.offset + 1
-        if mark > self.changed.get(p, 0):
-            self.changed[p] = mark
-        if kind not in _TOOK_ROOM_AT_MOST and mark > self.made_room.get(p, 0):
-            self.made_room[p] = mark
+        mark = offset + 1
+        if mark > self.changed.get(partition, 0):
+            self.changed[partition] = mark
+        if kind not in _TOOK_ROOM_AT_MOST and mark > self.made_room.get(partition, 0):
+            self.made_room[partition] = mark
 
     def poll(self) -> None:
+        watched, history = self.watched, self.history
         for partition, offset in enumerate(self.offsets):
             while records := self.log.read(self.topic, partition, offset, 5000):
                 offset = records[-1].offset + 1
                 for record in records:
-                    outcome = Outcome.from_json(record.value)
-                    subject, kind = outcome.subject, outcome.kind
-                    if subject in self.watched and kind in _DECISIONS:
-                        self.decided[subject] = outcome
-                    seen = self.history.get(subject)
-                    if seen is not None:
-                        seen.append(outcome)
-                    self._mark(outcome, kind)
+                    # most outcomes are of nothing watched or followed (every
+                    # provider's metrics report has one): read as a dict, and
+                    # made an Outcome only when kept
+                    data = _decode(record.value.decode())
+                    subject, kind = data["subject"], data["kind"]
+                    seen = history.get(subject)
+                    if seen is not None or (kind in _DECISIONS and subject in watched):
+                        outcome = Outcome.from_dict(data)
+                        if kind in _DECISIONS and subject in watched:
+                            self.decided[subject] = outcome
+                        if seen is not None:
+                            seen.append(outcome)
+                    self._mark(data["partition"], data["offset"], kind)
             self.offsets[partition] = offset
 
     def wait(
