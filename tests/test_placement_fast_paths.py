@@ -162,6 +162,26 @@ def test_free_reads_a_run_like_gathered_rows(n: int, data: st.DataObject) -> Non
     assert np.array_equal(fresh.free(kept, capacity), _gathered(snap, kept))
 
 
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(st.integers(1, 30), st.data())
+def test_gather_reads_a_run_like_gathered_rows(n: int, data: st.DataObject) -> None:
+    column = np.array(data.draw(st.lists(st.floats(-5, 5), min_size=n, max_size=n)))
+    start = data.draw(st.integers(0, n - 1))
+    run: IntArray = np.arange(start, data.draw(st.integers(start, n)), dtype=np.int64)
+    keep = np.array(data.draw(st.lists(st.booleans(), min_size=len(run), max_size=len(run))))
+    kept: IntArray = run[keep.astype(np.bool_)]
+    snap = Snapshot.build([Provider(f"p{i}") for i in range(n)], {})
+    ctx = Context(snap, Request("r", {}), snap.used)
+    ctx.consecutive(run, start)
+    read = [ctx.gather(column, run)]
+    ctx.narrow(run, keep.astype(np.bool_), kept)
+    read.append(ctx.gather(column, kept))
+    read.append(ctx.gather(column, kept[::-1].copy()))  # not the run: gathered one by one
+    for got, rows in zip(read, (run, kept, kept[::-1]), strict=True):
+        assert np.array_equal(got, column[rows])
+        assert not np.shares_memory(got, column)  # its own: the weighers write in it
+
+
 def _gathered(snap: Snapshot, rows: IntArray) -> IntArray:
     free: IntArray = (snap.capacity()[rows] - snap.used[rows]).T
     return free

@@ -33,7 +33,7 @@ class HypervisorVersionWeigher(Weigher):
             return
         # normalize's arithmetic on one gathered copy, in place: the versions
         # are a column of the snapshot, and a decision weighs a thousand rows
-        values = ctx.snapshot.hypervisor_version.take(rows)
+        values = ctx.gather(ctx.snapshot.hypervisor_version, rows)
         low, high = float(values.min()), float(values.max())
         if low == high:
             return  # all 0 after normalising: a finite multiplier adds nothing

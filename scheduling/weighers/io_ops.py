@@ -44,7 +44,7 @@ class IoOpsWeigher(Weigher):
         # Before the first pick the weights are the snapshot's own counts, so
         # their clamped float form is worked out once per snapshot; what is
         # left of normalize is one division by the largest.
-        values = self._clamped_counts(ctx.snapshot).take(rows)
+        values = ctx.gather(self._clamped_counts(ctx.snapshot), rows)
         high = max(float(values.max()), ctx.io_reference)
         if high > 0.0:  # all 0 otherwise: a finite multiplier adds nothing
             values /= high
