@@ -91,6 +91,36 @@ def test_replies_out_waits_for_every_reply_owed_and_drops_them_past_its_time() -
     assert hub.replies_out(0)
 
 
+def test_a_reply_is_owed_from_the_hand_over_before_its_caller_wakes() -> None:
+    hub = AnswerHub()
+    hub.expect(["a", "b"])
+    hub.hand_over([_answer("a")])
+    assert hub.replies_out(0)  # not all its answers: no reply yet
+    hub.hand_over([_answer("b")])
+    # the worker that handed them over runs on at once: it finds the reply
+    # owed although the caller has not woken yet (past its time, dropped)
+    assert not hub.replies_out(0)
+    assert hub.wait(["a", "b"], 0) == ({"a": _answer("a"), "b": _answer("b")}, [])
+    assert hub.replies_out(0)  # owed once, from the hand-over, not again on waking
+    hub.expect(["c"])
+    hub.hand_over([_answer("c")])
+
+    def reply() -> None:
+        hub.wait(["c"], 0)
+        hub.replied()
+
+    threading.Timer(0.01, reply).start()
+    assert hub.replies_out(30)
+
+
+def test_a_caller_whose_submission_failed_owes_no_reply() -> None:
+    hub = AnswerHub()
+    hub.expect(["a"])
+    hub.hand_over([_answer("a")])  # a resubmitted id answered again, say
+    hub.drop(["a"])
+    assert hub.replies_out(0)
+
+
 def test_serve_replies_with_the_answers_its_log_holds(tmp_path: Path) -> None:
     data = tmp_path / "data"
     port = _free_port()

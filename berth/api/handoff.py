@@ -12,7 +12,10 @@ wait is a condition, woken by the hand-over; nothing polls.
 It also tells the worker when the replies it woke are out
 (:meth:`AnswerHub.replies_out`), so that the work it does ahead of the
 next request (reading the view's changes) does not compete with them for
-the interpreter.
+the interpreter. A reply is owed from the hand-over that completes its
+caller's answers, not from when that caller's thread wakes: the worker
+that handed them over runs on at once, and would otherwise find nothing
+owed and start that work before the caller had even woken.
 """
 
 from __future__ import annotations
@@ -21,7 +24,19 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
+
+
+@dataclass(slots=True, eq=False)
+class _Waiter:
+    """One caller expecting ``ids``."""
+
+    ids: frozenset[str]
+    owed: bool = False
+    """Its answers are all handed over: counted in the replies owed."""
+    waiting: bool = False
+    """A :meth:`AnswerHub.wait` call is this caller's."""
 
 
 class AnswerHub:
@@ -32,14 +47,18 @@ class AnswerHub:
         self._wanted: Counter[str] = Counter()
         """Id -> how many callers wait for it."""
         self._found: dict[str, dict[str, Any]] = {}
+        self._waiters: list[_Waiter] = []
         self._owed = 0
-        """Replies whose callers were woken and that are not yet sent."""
+        """Replies whose answers are all handed over (or whose wait ended)
+        and that are not yet sent."""
 
     def expect(self, ids: Iterable[str]) -> None:
         """Wait for ``ids`` (before they are submitted: an answer handed
         over before this is not kept)."""
+        ids = list(ids)
         with self._cond:
             self._wanted.update(ids)
+            self._waiters.append(_Waiter(frozenset(ids)))
 
     def hand_over(self, answers: Sequence[dict[str, Any]]) -> None:
         """Durable answers, as appended (without their ``source``); a
@@ -52,6 +71,11 @@ class AnswerHub:
                     self._found[rid] = answer
                     woke = True
             if woke:
+                found = self._found
+                for waiter in self._waiters:
+                    if not waiter.owed and all(rid in found for rid in waiter.ids):
+                        waiter.owed = True
+                        self._owed += 1
                 self._cond.notify_all()
 
     def wait(self, ids: Sequence[str], timeout_s: float) -> tuple[dict[str, Any], list[str]]:
@@ -61,6 +85,7 @@ class AnswerHub:
         :meth:`replied` once it is sent."""
         deadline = time.monotonic() + timeout_s
         with self._cond:
+            waiter = self._claim(ids)
             try:
                 while not all(rid in self._found for rid in ids):
                     left = deadline - time.monotonic()
@@ -68,15 +93,36 @@ class AnswerHub:
                         break
                     self._cond.wait(left)
                 found = {rid: self._found[rid] for rid in ids if rid in self._found}
-                self._owed += 1
+                if waiter is None or not waiter.owed:
+                    self._owed += 1
                 return found, sorted(rid for rid in set(ids) if rid not in found)
             finally:
+                if waiter is not None:
+                    self._waiters.remove(waiter)
                 self._forget(ids)
 
     def drop(self, ids: Sequence[str]) -> None:
         """No longer wait for ``ids`` (their submission failed)."""
         with self._cond:
+            waiter = self._claim(ids)
+            if waiter is not None:
+                self._waiters.remove(waiter)
+                if waiter.owed:  # no reply will say it went out
+                    self._owed -= 1
+                    if self._owed <= 0:
+                        self._owed = 0
+                        self._cond.notify_all()
             self._forget(ids)
+
+    def _claim(self, ids: Sequence[str]) -> _Waiter | None:
+        """The first waiter :meth:`expect` made for ``ids`` that no call
+        has taken yet, now taken; the caller holds the condition."""
+        key = frozenset(ids)
+        for waiter in self._waiters:
+            if waiter.ids == key and not waiter.waiting:
+                waiter.waiting = True
+                return waiter
+        return None
 
     def _forget(self, ids: Sequence[str]) -> None:
         for rid in ids:

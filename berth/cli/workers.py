@@ -222,6 +222,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
         # the writers of every partition are these: the view moves only with them
         worker = _scheduler_worker(app, args, pump, None, lambda: [w.next_offset for w in writers])
         queue = QueueProjector(app.log, app.settings.topics, app.engine)
+        hub: AnswerHub | None = None
+
+        def replies_out() -> None:
+            if hub is not None:
+                hub.replies_out(REPLIES_OUT_WAIT_S)
+
         if args.api is not None:
             # this worker answers every request partition: it hands the
             # API's waiting callers their answers once durable, and lets
@@ -230,7 +236,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
             hub = AnswerHub()
             worker.on_answers = hub.hand_over
-            worker.before_idle = lambda: hub.replies_out(REPLIES_OUT_WAIT_S)
+            worker.before_idle = replies_out
             token, credentials = args.api_token_file, args.api_credentials
             if _start_api(app, args.api, args.config, token, credentials, hub) is None:
                 return 2
@@ -245,6 +251,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
             nonlocal scheduled
             busy = step_all(writers)
             answered = bool(worker.step())
+            if answered:
+                # the replies those answers woke go out before anything
+                # else this loop does (the queue's step, the next round)
+                replies_out()
             scheduled = scheduled or answered
             return bool(queue.step()) or answered or busy
 
