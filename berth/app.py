@@ -163,6 +163,7 @@ class App:
         partitions: list[int] | None = None,
         own: bool = True,
         view_version: Callable[[], object] | None = None,
+        decide: Callable[[], object] | None = None,
     ) -> SchedulerWorker:
         """A scheduler worker answering the request partitions given (all by
         default): single requests through a :class:`Scheduler`, batches and
@@ -174,7 +175,9 @@ class App:
         consumer group, which gave this process ``partitions``.
         ``view_version``: where the writers of every partition are, when
         they all run in this process: the view is read again only once
-        it moved (see :class:`LiveSnapshot`)."""
+        it moved (see :class:`LiveSnapshot`). ``decide``: what lets those
+        writers decide the claims a single request waits for, leaving
+        their view commit for later (see :class:`Scheduler`)."""
         from berth.client import Publisher
         from consumers.batches import BatchScheduler
         from consumers.coordinator import Coordinator
@@ -207,6 +210,7 @@ class App:
             pump=pump,
             max_attempts=config.max_attempts,
             policies=policies,
+            decide=decide,
         )
         batches = BatchScheduler(
             Coordinator(publisher, self.log, topics, follower, pump=pump),

@@ -75,6 +75,10 @@ class PartitionWriter:
         self.on_commit: Callable[[Batch], object] | None = None
         """Told of each batch once the view has committed it (an API in this
         process hands its waiting callers their decisions: no polling)."""
+        self.pending: Batch | None = None
+        """A batch decided and published whose view commit a round deferred
+        (:func:`catch_up_all` with ``defer``): committed before the next
+        batch is decided, or by :func:`flush_all`."""
         self.generation: int | None = None
         """The partition's generation this writer took it over at, when it
         was given an ``owner`` (a consumer group's worker): its commits are
@@ -127,19 +131,26 @@ class PartitionWriter:
             return None
         return self.write(records)
 
+    @property
+    def decided_to(self) -> int:
+        """The next record to decide: :attr:`next_offset`, or past the
+        batch whose commit is deferred."""
+        return self.next_offset if self.pending is None else self.pending.end
+
     def fetch(self) -> list[Record]:
-        """The next batch of records to decide, from :attr:`next_offset`;
+        """The next batch of records to decide, from :attr:`decided_to`;
         empty at the end of the log (or of ``until``)."""
         if self.halted is not None:
             raise PartitionHalted(self.halted)
         topic = self.topics.events
         wanted = self.batch_size
+        start = self.decided_to
         if self.until is not None:
-            wanted = min(wanted, self.until - self.next_offset)
+            wanted = min(wanted, self.until - start)
             if wanted <= 0:
                 return []
         try:
-            return self.log.read(topic, self.partition, self.next_offset, wanted)
+            return self.log.read(topic, self.partition, start, wanted)
         except CorruptLog as damaged:
             self.halted = damaged.damage
             raise PartitionHalted(self.halted) from damaged
@@ -162,7 +173,13 @@ class PartitionWriter:
         :meth:`commit` writes once the outcomes are published."""
         if self.halted is not None:
             raise PartitionHalted(self.halted)
+        self.flush()  # a batch's rows are planned from the state it left
         return decide(self.state, records)
+
+    def flush(self) -> None:
+        """Commit the batch whose commit was deferred, if any."""
+        if self.pending is not None:
+            _commit_each([(self, self.pending)])
 
     def commit(self, batch: Batch) -> None:
         """Commit a decided ``batch`` to the view, with the offset it ends at."""
@@ -172,12 +189,14 @@ class PartitionWriter:
     def committed(self, batch: Batch) -> None:
         """``batch`` is in the view: go on from its end."""
         self.next_offset = batch.end
+        self.pending = None
         if self.on_commit is not None:
             self.on_commit(batch)
 
     def reload(self) -> None:
         """The state again from the view, as of its offset: after a batch
         was decided but not committed."""
+        self.pending = None
         with self.view.engine.connect() as conn:
             self.state, self.next_offset = load_state(conn, self.partition, self.partitions)
         self.state.touched.clear()
@@ -224,18 +243,42 @@ def step_all(writers: Iterable[PartitionWriter]) -> bool:
     return _round(writers) > 0
 
 
-def catch_up_all(writers: Iterable[PartitionWriter]) -> int:
+def catch_up_all(writers: Iterable[PartitionWriter], defer: bool = False) -> int:
     """Every writer that has not halted up to its partition's current end,
-    in rounds as :func:`step_all` makes them; how many records that took."""
+    in rounds as :func:`step_all` makes them; how many records that took.
+    ``defer``: the last batch of each writer is decided and its outcomes
+    published (durable), but its view commit is left for the next round
+    or :func:`flush_all`, so that a scheduler waiting in this process for
+    those outcomes answers before the view's commit rather than after it
+    (a crash in between is the one between publishing and committing
+    that a restart already redoes)."""
     writers = list(writers)
+    if not defer:
+        flush_all(writers)
     total = 0
-    while decided := _round(writers):
+    while decided := _round(writers, defer):
         total += decided
     return total
 
 
-def _round(writers: Iterable[PartitionWriter]) -> int:
-    """A round of :func:`step_all`; how many records it decided."""
+def flush_all(writers: Iterable[PartitionWriter]) -> None:
+    """Commit every batch whose view commit was deferred, together when
+    they share a view (as a round commits)."""
+    decided = [(w, w.pending) for w in writers if w.pending is not None]
+    if not decided:
+        return
+    if _one_view(decided):
+        _commit_together(decided)
+    else:
+        _commit_each(decided)
+
+
+def _round(writers: Iterable[PartitionWriter], defer: bool = False) -> int:
+    """A round of :func:`step_all`; how many records it decided. Without
+    ``defer`` every batch deferred before is committed first."""
+    writers = list(writers)
+    if not defer:
+        flush_all(writers)
     fetched: list[tuple[PartitionWriter, list[Record]]] = []
     for writer in writers:
         if writer.halted is None:
@@ -246,6 +289,7 @@ def _round(writers: Iterable[PartitionWriter]) -> int:
                 continue
             if records:
                 fetched.append((writer, records))
+    flush_all(writer for writer, _ in fetched)  # before their next batches are decided
     decided = [(writer, writer.decide(records)) for writer, records in fetched]
     try:
         _publish_together(decided)
@@ -253,7 +297,10 @@ def _round(writers: Iterable[PartitionWriter]) -> int:
         for writer, _ in decided:
             writer.reload()  # decided, not committed: its state is ahead of the view
         raise
-    if _one_view(decided):
+    if defer:
+        for writer, batch in decided:
+            writer.pending = batch
+    elif _one_view(decided):
         _commit_together(decided)
     else:
         _commit_each(decided)

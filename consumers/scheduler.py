@@ -263,8 +263,15 @@ class Scheduler:
         wave: int = 0,
         depth: int = 1,
         policies: PolicyBook | None = None,
+        decide: Callable[[], object] | None = None,
     ) -> None:
-        """``generation`` goes into every reservation id, so a restarted worker
+        """``pump`` lets writers in this process catch up (the view
+        committed) before a snapshot is read; ``decide``, if given, is what
+        lets them decide while this waits for their decisions: they may
+        leave the view's commit of those for the next ``pump``, so that
+        the answer is not kept waiting for it (``pump`` by default).
+
+        ``generation`` goes into every reservation id, so a restarted worker
         that schedules a request again makes new claims rather than duplicates
         of the ones it made before (those are abandoned and expire).
 
@@ -285,6 +292,7 @@ class Scheduler:
         self.snapshot = snapshot
         self.follower = follower
         self.pump = pump
+        self.decide = decide or pump
         self.max_attempts = max_attempts
         self.decision_timeout_s = decision_timeout_s
         self.poll_interval_s = poll_interval_s
@@ -461,7 +469,7 @@ class Scheduler:
         decided = self.follower.decided
         self.follower.wait(
             lambda: all(rid in decided for rid in reservation_ids),
-            self.pump,
+            self.decide,
             self.decision_timeout_s,
             self.poll_interval_s,
             f"{len(reservation_ids)} claims",

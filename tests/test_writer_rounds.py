@@ -137,3 +137,47 @@ def test_a_round_whose_commit_fails_leaves_no_writer_ahead_of_the_view(
             f"r-{pid}" for pid in pids
         }
         assert all(kind == Kind.ACCEPTED for _, kind in decided)
+
+
+def _outcomes(app: App) -> Counter[tuple[str, str]]:
+    return Counter(
+        (o.subject, o.kind)
+        for p in range(PARTITIONS)
+        for r in app.log.read(app.settings.topics.outcomes, p, 0, 100)
+        if (o := Outcome.from_json(r.value)).subject.startswith("r-")
+    )
+
+
+def test_a_deferred_round_publishes_its_decisions_and_commits_them_later(tmp_path: Path) -> None:
+    with App(Settings(data_dir=tmp_path, partitions=PARTITIONS)) as app:
+        pids, writers = _a_claim_a_partition(app)
+        before = [w.next_offset for w in writers]
+        assert catch_up_all(writers, defer=True) == PARTITIONS
+        # decided and durable on the outcomes topic; not yet in the view
+        assert _outcomes(app) == Counter({(f"r-{pid}", Kind.ACCEPTED): 1 for pid in pids})
+        assert _held(app) == [0] * PARTITIONS
+        assert [w.next_offset for w in writers] == before
+        assert not catch_up_all(writers, defer=True)  # nothing decided twice
+        with app.engine.connect() as conn:
+            assert committed_offsets(conn) == dict(enumerate(before))
+        assert not step_all(writers)  # a round without defer commits them first
+        assert _held(app) == [3] * PARTITIONS
+        with app.engine.connect() as conn:
+            assert committed_offsets(conn) == {w.partition: w.next_offset for w in writers}
+        assert all(w.pending is None for w in writers)
+        assert _outcomes(app) == Counter({(f"r-{pid}", Kind.ACCEPTED): 1 for pid in pids})
+
+
+def test_writers_that_stop_before_a_deferred_commit_decide_alike_from_the_view(
+    tmp_path: Path,
+) -> None:
+    with App(Settings(data_dir=tmp_path, partitions=PARTITIONS)) as app:
+        pids, writers = _a_claim_a_partition(app)
+        catch_up_all(writers, defer=True)
+    # a new process: its writers start from the view, which never got the round
+    with App(Settings(data_dir=tmp_path, partitions=PARTITIONS)) as app:
+        writers = app.writers()
+        assert catch_up_all(writers) == PARTITIONS
+        assert _held(app) == [3] * PARTITIONS
+        # published again (at least once), and decided the same
+        assert _outcomes(app) == Counter({(f"r-{pid}", Kind.ACCEPTED): 2 for pid in pids})

@@ -27,7 +27,7 @@ from berth.cli.common import (
     worker_options,
 )
 from berth.history import fit_text
-from consumers.partition_writer import PartitionWriter, catch_up_all, step_all
+from consumers.partition_writer import PartitionWriter, catch_up_all, flush_all, step_all
 from ledger.log import Watches, merged
 from projections.view.ownership import OwnershipLost
 from schemas.events import DEFAULT_LEASE_MS, MAX_LEASE_MS
@@ -219,8 +219,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
         def pump() -> None:
             catch_up_all(writers)
 
+        def decide() -> None:
+            # the view's commit waits until the answer is out (flush_all below)
+            catch_up_all(writers, defer=True)
+
         # the writers of every partition are these: the view moves only with them
-        worker = _scheduler_worker(app, args, pump, None, lambda: [w.next_offset for w in writers])
+        worker = _scheduler_worker(
+            app, args, pump, None, lambda: [w.next_offset for w in writers], decide
+        )
         queue = QueueProjector(app.log, app.settings.topics, app.engine)
         hub: AnswerHub | None = None
 
@@ -253,8 +259,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
             answered = bool(worker.step())
             if answered:
                 # the replies those answers woke go out before anything
-                # else this loop does (the queue's step, the next round)
+                # else this loop does (the view's commit of the claims they
+                # decided, the queue's step, the next round)
                 replies_out()
+            flush_all(writers)
             scheduled = scheduled or answered
             return bool(queue.step()) or answered or busy
 
@@ -347,11 +355,14 @@ def _scheduler_worker(
     pump: Callable[[], object],
     owned: list[int] | None,
     view_version: Callable[[], object] | None = None,
+    decide: Callable[[], object] | None = None,
 ) -> SchedulerWorker:
     from scheduling.config import SchedulerConfig
 
     config = SchedulerConfig.load(args.config) if args.config else SchedulerConfig.default()
-    return app.scheduler_worker(config, pump, partitions=owned, view_version=view_version)
+    return app.scheduler_worker(
+        config, pump, partitions=owned, view_version=view_version, decide=decide
+    )
 
 
 def _run(
