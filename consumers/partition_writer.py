@@ -25,6 +25,7 @@ from projections.state import PartitionState
 from projections.view.generations import take_partition
 from projections.view.loader import load_state
 from projections.view.writer import ViewWriter
+from schemas.outcomes import Outcome
 
 log = logging.getLogger(__name__)
 
@@ -76,9 +77,13 @@ class PartitionWriter:
         """Told of each batch once the view has committed it (an API in this
         process hands its waiting callers their decisions: no polling)."""
         self.pending: Batch | None = None
-        """A batch decided and published whose view commit a round deferred
+        """A batch decided whose view commit a round deferred
         (:func:`catch_up_all` with ``defer``): committed before the next
         batch is decided, or by :func:`flush_all`."""
+        self.held = False
+        """Whether ``pending``'s outcomes are still to be appended (``hold``):
+        by whoever appends them with its own records (:func:`held_appends`),
+        else before it is committed."""
         self.generation: int | None = None
         """The partition's generation this writer took it over at, when it
         was given an ``owner`` (a consumer group's worker): its commits are
@@ -177,9 +182,8 @@ class PartitionWriter:
         return decide(self.state, records)
 
     def flush(self) -> None:
-        """Commit the batch whose commit was deferred, if any."""
-        if self.pending is not None:
-            _commit_each([(self, self.pending)])
+        """Publish and commit the batch whose commit was deferred, if any."""
+        flush_all([self])
 
     def commit(self, batch: Batch) -> None:
         """Commit a decided ``batch`` to the view, with the offset it ends at."""
@@ -190,6 +194,7 @@ class PartitionWriter:
         """``batch`` is in the view: go on from its end."""
         self.next_offset = batch.end
         self.pending = None
+        self.held = False
         if self.on_commit is not None:
             self.on_commit(batch)
 
@@ -197,6 +202,7 @@ class PartitionWriter:
         """The state again from the view, as of its offset: after a batch
         was decided but not committed."""
         self.pending = None
+        self.held = False
         with self.view.engine.connect() as conn:
             self.state, self.next_offset = load_state(conn, self.partition, self.partitions)
         self.state.touched.clear()
@@ -243,7 +249,9 @@ def step_all(writers: Iterable[PartitionWriter]) -> bool:
     return _round(writers) > 0
 
 
-def catch_up_all(writers: Iterable[PartitionWriter], defer: bool = False) -> int:
+def catch_up_all(
+    writers: Iterable[PartitionWriter], defer: bool = False, hold: bool = False
+) -> int:
     """Every writer that has not halted up to its partition's current end,
     in rounds as :func:`step_all` makes them; how many records that took.
     ``defer``: the last batch of each writer is decided and its outcomes
@@ -251,31 +259,78 @@ def catch_up_all(writers: Iterable[PartitionWriter], defer: bool = False) -> int
     or :func:`flush_all`, so that a scheduler waiting in this process for
     those outcomes answers before the view's commit rather than after it
     (a crash in between is the one between publishing and committing
-    that a restart already redoes)."""
+    that a restart already redoes). ``hold`` (which defers too): that
+    batch's outcomes are not appended either, but held for the caller to
+    append with its own records in one group commit (:func:`held_appends`,
+    :func:`held_outcomes`), so that what it appends on the strength of
+    those decisions is durable no sooner and no later than they are."""
     writers = list(writers)
-    if not defer:
+    if not (defer or hold):
         flush_all(writers)
     total = 0
-    while decided := _round(writers, defer):
+    while decided := _round(writers, defer or hold, hold):
         total += decided
     return total
 
 
+def held_outcomes(writers: Iterable[PartitionWriter]) -> list[Outcome]:
+    """The outcomes of the batches whose appends are held, in their order."""
+    return [
+        o
+        for w in writers
+        if w.held and w.pending is not None
+        for applied in w.pending.applied
+        for o in applied.outcomes
+    ]
+
+
+def held_appends(writers: Iterable[PartitionWriter]) -> list[tuple[str, list[Append]]]:
+    """What the held batches append, by topic, for the caller to append
+    with its own records (``Log.append_many``); once that returned,
+    :func:`held_appended`. Should it fail, they are still held: appended
+    before they are committed."""
+    by_topic: dict[str, list[Append]] = {}
+    for writer in writers:
+        if writer.held and writer.pending is not None:
+            outcomes, dead = writer.appends(writer.pending)
+            by_topic.setdefault(writer.topics.outcomes, []).extend(outcomes)
+            by_topic.setdefault(writer.topics.dead_letters, []).extend(dead)
+    return [(topic, appends) for topic, appends in by_topic.items() if appends]
+
+
+def held_appended(writers: Iterable[PartitionWriter]) -> None:
+    """The held batches' appends (:func:`held_appends`) are durable."""
+    for writer in writers:
+        writer.held = False
+
+
 def flush_all(writers: Iterable[PartitionWriter]) -> None:
-    """Commit every batch whose view commit was deferred, together when
-    they share a view (as a round commits)."""
+    """Commit every batch whose view commit was deferred (its outcomes
+    appended first, if held), together when they share a view (as a round
+    commits)."""
     decided = [(w, w.pending) for w in writers if w.pending is not None]
     if not decided:
         return
+    held = [(w, batch) for w, batch in decided if w.held]
+    if held:
+        try:
+            _publish_together(held)
+        except Exception:
+            for writer, _ in held:
+                writer.reload()
+            raise
+        for writer, _ in held:
+            writer.held = False
     if _one_view(decided):
         _commit_together(decided)
     else:
         _commit_each(decided)
 
 
-def _round(writers: Iterable[PartitionWriter], defer: bool = False) -> int:
+def _round(writers: Iterable[PartitionWriter], defer: bool = False, hold: bool = False) -> int:
     """A round of :func:`step_all`; how many records it decided. Without
-    ``defer`` every batch deferred before is committed first."""
+    ``defer`` every batch deferred before is committed first; with ``hold``
+    the round's outcomes are not appended (see :func:`catch_up_all`)."""
     writers = list(writers)
     if not defer:
         flush_all(writers)
@@ -292,7 +347,8 @@ def _round(writers: Iterable[PartitionWriter], defer: bool = False) -> int:
     flush_all(writer for writer, _ in fetched)  # before their next batches are decided
     decided = [(writer, writer.decide(records)) for writer, records in fetched]
     try:
-        _publish_together(decided)
+        if not hold:
+            _publish_together(decided)
     except Exception:
         for writer, _ in decided:
             writer.reload()  # decided, not committed: its state is ahead of the view
@@ -300,6 +356,7 @@ def _round(writers: Iterable[PartitionWriter], defer: bool = False) -> int:
     if defer:
         for writer, batch in decided:
             writer.pending = batch
+            writer.held = hold and writer.publish
     elif _one_view(decided):
         _commit_together(decided)
     else:

@@ -13,7 +13,7 @@ import json
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -112,6 +112,16 @@ class OutcomeFollower:
                             seen.append(outcome)
                     self._mark(data["partition"], data["offset"], kind)
             self.offsets[partition] = offset
+
+    def learn(self, outcomes: Iterable[Outcome]) -> None:
+        """Decisions on watched claims told by writers in this process
+        before their outcomes are appended (they are appended with the
+        answers that report them, in one group commit): kept as if read.
+        The rest of what the outcomes say is taken when they are read."""
+        watched, decided = self.watched, self.decided
+        for outcome in outcomes:
+            if outcome.subject in watched and outcome.kind in _DECISIONS:
+                decided[outcome.subject] = outcome
 
     def wait(
         self,

@@ -57,6 +57,10 @@ class SchedulerWorker:
         """Told of every answer (as appended, without its ``source``) once
         the log holds it durably: an API in this process hands them to
         its waiting callers (:mod:`berth.api.handoff`)."""
+        self.append_answers: Callable[[str, list[Append]], object] | None = None
+        """Appends the answers in place of the log's ``append`` (durably):
+        with the outcomes they report, which writers in this process hold
+        for them, in one group commit."""
         self.before_idle: Callable[[], object] | None = None
         """Waited on before :meth:`idle` reads the view's changes: the API's
         replies to the answers just given, which then go out first."""
@@ -128,7 +132,10 @@ class SchedulerWorker:
             key = data["request_id"].encode()
             appends.append(Append(partition, key, json.dumps(data).encode()))
             answers.append(answer)
-        self.log.append(self.topics.placements, appends)
+        if self.append_answers is not None:
+            self.append_answers(self.topics.placements, appends)
+        else:
+            self.log.append(self.topics.placements, appends)
         if self.on_answers is not None:
             self.on_answers(answers)  # durable now
 

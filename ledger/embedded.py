@@ -75,18 +75,20 @@ class FileCheck:
 
 
 class _Request:
-    """One ``append`` call waiting in the group-commit queue."""
+    """One ``append`` (or ``append_many``) call waiting in the group-commit queue."""
 
     __slots__ = ("chunks", "done", "error", "offsets", "order")
 
-    def __init__(self, partitions: Sequence[PartitionFile], records: Sequence[Append]) -> None:
-        chunks: dict[int, Chunk] = {}
+    def __init__(self, batches: Sequence[tuple[Sequence[PartitionFile], Sequence[Append]]]) -> None:
+        chunks: dict[PartitionFile, Chunk] = {}
         self.order: list[tuple[Chunk, int]] = []
-        for record in records:
-            chunk = chunks.get(record.partition)
-            if chunk is None:
-                chunk = chunks[record.partition] = Chunk(partitions[record.partition])
-            self.order.append((chunk, chunk.add(record.key, record.value)))
+        for partitions, records in batches:
+            for record in records:
+                part = partitions[record.partition]
+                chunk = chunks.get(part)
+                if chunk is None:
+                    chunk = chunks[part] = Chunk(part)
+                self.order.append((chunk, chunk.add(record.key, record.value)))
         self.chunks = list(chunks.values())
         self.offsets: list[int] = []
         self.error: BaseException | None = None
@@ -179,15 +181,23 @@ class EmbeddedLog(Log):
     # -- records ----------------------------------------------------------------
 
     def append(self, topic: str, records: Sequence[Append]) -> list[int]:
+        return self.append_many([(topic, records)])[0]
+
+    def append_many(self, batches: Sequence[tuple[str, Sequence[Append]]]) -> list[list[int]]:
+        """One group commit for them all: every file written, then each
+        fsynced (at once), before any of the records is acknowledged."""
         if self._read_only:
             raise LogError(f"{self._root} is open read-only")
-        partitions = self._partitions(topic)
-        for record in records:
-            if not 0 <= record.partition < len(partitions):
-                raise LogError(f"topic {topic!r} has no partition {record.partition}")
-        if not records:
-            return []
-        request = _Request(partitions, records)
+        located = []
+        for topic, records in batches:
+            partitions = self._partitions(topic)
+            for record in records:
+                if not 0 <= record.partition < len(partitions):
+                    raise LogError(f"topic {topic!r} has no partition {record.partition}")
+            located.append((partitions, records))
+        if not any(records for _, records in batches):
+            return [[] for _ in batches]
+        request = _Request(located)
         group: list[_Request] = []
         with self._cond:
             self._check_open()
@@ -212,8 +222,10 @@ class EmbeddedLog(Log):
         if isinstance(request.error, CorruptLog):
             raise CorruptLog(request.error.damage) from request.error
         if request.error is not None:
-            raise LogError(f"append to {topic!r} failed: {request.error}") from request.error
-        return request.offsets
+            topics = ", ".join(repr(topic) for topic, _ in batches)
+            raise LogError(f"append to {topics} failed: {request.error}") from request.error
+        offsets = iter(request.offsets)
+        return [[next(offsets) for _ in records] for _, records in batches]
 
     def read(self, topic: str, partition: int, offset: int, max_records: int) -> list[Record]:
         if offset < 0 or max_records < 0:

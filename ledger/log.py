@@ -95,6 +95,14 @@ class Log(ABC):
     def append(self, topic: str, records: Sequence[Append]) -> list[int]:
         """Append ``records`` durably; return their offsets, in the order given."""
 
+    def append_many(self, batches: Sequence[tuple[str, Sequence[Append]]]) -> list[list[int]]:
+        """Append each ``(topic, records)`` durably, in the order given; the
+        offsets of each. This default appends them one after another; the
+        embedded log makes them one group commit (one fsync per file, the
+        files synced at once), so none is acknowledged before all are
+        durable."""
+        return [self.append(topic, records) for topic, records in batches]
+
     @abstractmethod
     def read(self, topic: str, partition: int, offset: int, max_records: int) -> list[Record]:
         """Up to ``max_records`` records of one partition starting at ``offset``

@@ -142,6 +142,9 @@ def test_serve_replies_with_the_answers_its_log_holds(tmp_path: Path) -> None:
             status, reply = call(url, "/v1/requests?wait=30", body)
             assert status == 200, reply
             replied |= reply["answers"]
+            # what an answer reports was durable when the reply went out
+            for reservation, _ in reply["answers"].get("a", {}).get("reservations", []):
+                assert _logged_decisions(data)[reservation] == "accepted"
         status, again = call(url, "/v1/requests?wait=30", one | {"request_id": "a"})
         assert status == 200 and again["answers"] == {"a": replied["a"]}  # its first answer
     assert {rid: answer["placed"] for rid, answer in replied.items()} == {
@@ -202,6 +205,20 @@ def _logged_answers(data: Path) -> dict[str, Any]:
                 answer.pop("source")
                 answers[answer["request_id"]] = answer
         return answers
+    finally:
+        log.close()
+
+
+def _logged_decisions(data: Path) -> dict[str, str]:
+    log = EmbeddedLog(data, read_only=True)
+    try:
+        topic = DEFAULT_TOPICS.outcomes
+        return {
+            outcome["subject"]: outcome["kind"]
+            for p in range(log.partition_count(topic))
+            for record in log.read(topic, p, 0, 1000)
+            if (outcome := json.loads(record.value))
+        }
     finally:
         log.close()
 

@@ -139,6 +139,39 @@ def test_the_partitions_of_one_commit_are_synced_together(tmp_path: Path) -> Non
         assert [log.read("t", p, 0, 10)[0].value for p in (0, 1)] == [b"a", b"b"]
 
 
+def test_append_many_is_one_commit_over_topics_and_fails_whole(tmp_path: Path) -> None:
+    fsync = CountingFsync()
+    failing = {"on": False}
+
+    def sync(fd: int) -> None:
+        if failing["on"] and os.readlink(f"/proc/self/fd/{fd}").endswith("/b/p0.log"):
+            raise OSError(5, "simulated I/O error")
+        fsync(fd)
+
+    with closing(EmbeddedLog(tmp_path, fsync=sync)) as log:
+        log.create_topic("a", 2)
+        log.create_topic("b", 1)
+        log.append("a", [Append(1, b"k", b"first")])
+        before = fsync.calls
+        offsets = log.append_many(
+            [
+                ("a", [Append(0, b"k", b"a0"), Append(1, b"k", b"a1")]),
+                ("b", [Append(0, b"k", b"b0")]),
+            ]
+        )
+        assert offsets == [[0, 1], [0]]
+        assert fsync.calls - before == 3  # one group commit: a file each
+        assert log.append_many([("a", []), ("b", [])]) == [[], []]
+        # one file's fsync fails: neither topic's records are acknowledged
+        failing["on"] = True
+        with pytest.raises(LogError, match="'a', 'b'"):
+            log.append_many([("a", [Append(0, b"k", b"lost")]), ("b", [Append(0, b"k", b"lost")])])
+    with closing(EmbeddedLog(tmp_path)) as log:
+        assert [r.value for r in log.read("a", 0, 0, 10)] == [b"a0"]
+        assert [r.value for r in log.read("a", 1, 0, 10)] == [b"first", b"a1"]
+        assert [r.value for r in log.read("b", 0, 0, 10)] == [b"b0"]
+
+
 def test_concurrent_appends_share_fsyncs(tmp_path: Path) -> None:
     fsync = CountingFsync(delay=0.002)
     threads_count, per_thread = 8, 40

@@ -13,7 +13,15 @@ from sqlalchemy import select
 
 from berth.app import App, Settings
 from berth.client import Publisher
-from consumers.partition_writer import PartitionWriter, catch_up_all, step_all
+from consumers.partition_writer import (
+    PartitionWriter,
+    catch_up_all,
+    flush_all,
+    held_appended,
+    held_appends,
+    held_outcomes,
+    step_all,
+)
 from ledger.log import Append
 from ledger.partitioner import partition_for
 from projections.batch import Batch
@@ -181,3 +189,27 @@ def test_writers_that_stop_before_a_deferred_commit_decide_alike_from_the_view(
         assert _held(app) == [3] * PARTITIONS
         # published again (at least once), and decided the same
         assert _outcomes(app) == Counter({(f"r-{pid}", Kind.ACCEPTED): 2 for pid in pids})
+
+
+def test_a_held_round_leaves_its_outcomes_to_the_caller_or_to_its_commit(tmp_path: Path) -> None:
+    with App(Settings(data_dir=tmp_path, partitions=PARTITIONS)) as app:
+        pids, writers = _a_claim_a_partition(app)
+        assert catch_up_all(writers, hold=True) == PARTITIONS
+        # decided, in no log and no view yet: told to whoever appends them
+        assert not _outcomes(app)
+        assert _held(app) == [0] * PARTITIONS
+        told = {o.subject: o.kind for o in held_outcomes(writers)}
+        assert {s: k for s, k in told.items() if s.startswith("r-")} == {
+            f"r-{pid}": Kind.ACCEPTED for pid in pids
+        }
+        # appended with the caller's own records in one append
+        placements = app.settings.topics.placements
+        mine = [(placements, [Append(0, b"answer", b"{}")])]
+        app.log.append_many([*held_appends(writers[:2]), *mine])
+        held_appended(writers[:2])
+        assert _outcomes(app) == Counter({(f"r-{pid}", Kind.ACCEPTED): 1 for pid in pids[:2]})
+        # the others' are appended before their commit, which writes the view
+        flush_all(writers)
+        assert _outcomes(app) == Counter({(f"r-{pid}", Kind.ACCEPTED): 1 for pid in pids})
+        assert _held(app) == [3] * PARTITIONS
+        assert not any(w.held or w.pending for w in writers)

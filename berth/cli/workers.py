@@ -27,8 +27,16 @@ from berth.cli.common import (
     worker_options,
 )
 from berth.history import fit_text
-from consumers.partition_writer import PartitionWriter, catch_up_all, flush_all, step_all
-from ledger.log import Watches, merged
+from consumers.partition_writer import (
+    PartitionWriter,
+    catch_up_all,
+    flush_all,
+    held_appended,
+    held_appends,
+    held_outcomes,
+    step_all,
+)
+from ledger.log import Append, Watches, merged
 from projections.view.ownership import OwnershipLost
 from schemas.events import DEFAULT_LEASE_MS, MAX_LEASE_MS
 
@@ -220,13 +228,20 @@ def cmd_serve(args: argparse.Namespace) -> int:
             catch_up_all(writers)
 
         def decide() -> None:
-            # the view's commit waits until the answer is out (flush_all below)
-            catch_up_all(writers, defer=True)
+            # the outcomes are appended with the answers (append_answers), the
+            # view's commit waits until those are out (flush_all below)
+            catch_up_all(writers, hold=True)
+            worker.scheduler.follower.learn(held_outcomes(writers))
+
+        def append_answers(topic: str, answers: list[Append]) -> None:
+            app.log.append_many([*held_appends(writers), (topic, answers)])
+            held_appended(writers)
 
         # the writers of every partition are these: the view moves only with them
         worker = _scheduler_worker(
             app, args, pump, None, lambda: [w.next_offset for w in writers], decide
         )
+        worker.append_answers = append_answers
         queue = QueueProjector(app.log, app.settings.topics, app.engine)
         hub: AnswerHub | None = None
 
