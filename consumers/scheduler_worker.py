@@ -112,7 +112,7 @@ class SchedulerWorker:
         results = self.batches.drain_queue()
         for result in results:
             partition, offset = self.queued_at.pop(result.batch_id)
-            self._publish(partition, [(offset, result)])
+            self._publish([(partition, [(offset, result)])])
         return len(results)
 
     def tick(self) -> int:
@@ -120,18 +120,25 @@ class SchedulerWorker:
         and failed once past their deadline; how many were answered."""
         return self._drain_queue()
 
-    def _publish(self, partition: int, results: list[tuple[int, Scheduled | BatchResult]]) -> None:
+    def _publish(
+        self, results: list[tuple[int, list[tuple[int, Scheduled | BatchResult]]]]
+    ) -> None:
+        """Append the answers to the requests of each partition (partition,
+        [(offset, result)]), all in one append."""
         appends = []
         answers = []
-        for offset, result in results:
-            answer = result.to_dict()  # a ranking is worked out here, once
-            if isinstance(result, Scheduled) or result.status != "queued":
-                # as read back: nothing of the engine's snapshot kept alive
-                self.answered[answer["request_id"]] = Scheduled.from_dict(answer)
-            data: dict[str, Any] = {**answer, "source": [partition, offset]}
-            key = data["request_id"].encode()
-            appends.append(Append(partition, key, json.dumps(data).encode()))
-            answers.append(answer)
+        for partition, answered in results:
+            for offset, result in answered:
+                answer = result.to_dict()  # a ranking is worked out here, once
+                if isinstance(result, Scheduled) or result.status != "queued":
+                    # as read back: nothing of the engine's snapshot kept alive
+                    self.answered[answer["request_id"]] = Scheduled.from_dict(answer)
+                data: dict[str, Any] = {**answer, "source": [partition, offset]}
+                key = data["request_id"].encode()
+                appends.append(Append(partition, key, json.dumps(data).encode()))
+                answers.append(answer)
+        if not appends:
+            return
         if self.append_answers is not None:
             self.append_answers(self.topics.placements, appends)
         else:
@@ -196,14 +203,18 @@ class SchedulerWorker:
         transactions = [batch for _, _, s in read for _, batch in s.transactions]
         chosen = [policy for _, _, s in read for policy in s.policies]
         held = iter(self._alone(transactions, chosen) if transactions else ())
-        for partition, last, sorted_ in read:
+        published = []
+        for partition, _, sorted_ in read:
             results = sorted_.results
             results.extend((offset, next(held)) for offset, _ in sorted_.transactions)
             valid = sorted_.valid
             scheduled = self.scheduler.schedule([r for _, r in valid])
             results.extend(zip((o for o, _ in valid), scheduled, strict=True))
             results.sort(key=lambda pair: pair[0])
-            self._publish(partition, results)
+            published.append((partition, results))
+        # every partition's answers in one append: one group commit, not one each
+        self._publish(published)
+        for partition, last, _ in read:
             self.next_offsets[partition] = last + 1
         return answered
 
