@@ -203,16 +203,18 @@ class SchedulerWorker:
         transactions = [batch for _, _, s in read for _, batch in s.transactions]
         chosen = [policy for _, _, s in read for policy in s.policies]
         held = iter(self._alone(transactions, chosen) if transactions else ())
+        # every partition's single requests placed together (one snapshot, one
+        # append of claims a wave), and their answers in one append
+        valid = [(s.results, offset, r) for _, _, s in read for offset, r in s.valid]
+        scheduled = self.scheduler.schedule([r for _, _, r in valid])
+        for (results, offset, _), answer in zip(valid, scheduled, strict=True):
+            results.append((offset, answer))
         published = []
         for partition, _, sorted_ in read:
             results = sorted_.results
             results.extend((offset, next(held)) for offset, _ in sorted_.transactions)
-            valid = sorted_.valid
-            scheduled = self.scheduler.schedule([r for _, r in valid])
-            results.extend(zip((o for o, _ in valid), scheduled, strict=True))
             results.sort(key=lambda pair: pair[0])
             published.append((partition, results))
-        # every partition's answers in one append: one group commit, not one each
         self._publish(published)
         for partition, last, _ in read:
             self.next_offsets[partition] = last + 1
