@@ -133,3 +133,35 @@ def test_an_idle_worker_reads_the_views_changes_before_the_next_request(tmp_path
         assert [p.provider_id for p in snapshot.snapshot.providers if "r0.0" in p.instances] == [
             answer["reservations"][0][1] for answer in placement_answers(app)
         ]
+
+
+def test_a_steps_requests_of_every_partition_are_one_wave_and_one_answer_append(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = Settings(data_dir=tmp_path, partitions=2)
+    with App(settings) as app:
+        edge = Publisher(app.log, clock_ms=lambda: NOW_MS)
+        edge.publish([e for n in range(4) for e in provider(f"n{n}", ts=1, VCPU=4)])
+        where = edge.submit([_request(f"r{k}", 2) for k in range(6)])
+        assert {partition for partition, _ in where} == {0, 1}
+        worker = _worker(app)
+        appended: list[str] = []
+        real = app.log.append
+
+        def append(topic: str, records: list[Append]) -> list[int]:
+            appended.append(topic)
+            return real(topic, records)
+
+        monkeypatch.setattr(app.log, "append", append)
+        assert worker.step() == 6
+        # one append of every claim (one wave), one of every answer
+        assert appended.count(settings.topics.events) == 1
+        assert appended.count(settings.topics.placements) == 1
+        results = placement_answers(app)
+    assert sorted(str(r["request_id"]) for r in results if r["placed"]) == [
+        f"r{k}" for k in range(6)
+    ]
+    # each partition's answers in the order of its requests
+    for partition in (0, 1):
+        sources = [r["source"][1] for r in results if r["source"][0] == partition]
+        assert sources == sorted(sources)
