@@ -61,6 +61,7 @@ from sqlalchemy import func, select
 from berth.app import Settings, open_log
 from berth.replay import decide_until
 from ledger.log import Log
+from projections.claims import FINGERPRINTS
 from projections.pools import IntervalPool
 from projections.state import (
     PartitionState,
@@ -109,6 +110,10 @@ class Checkpoint:
     """Partition -> where its record at the checkpoint's offset starts in the
     events topic and the chain value it follows (:meth:`Log.mark`), for the
     partitions whose log said (none in a manifest from before them)."""
+    fingerprints: str = ""
+    """Which claim fingerprint its states hold (:data:`FINGERPRINTS`): states
+    with another ("" before manifests said: per-process ``hash()`` values)
+    would judge a late duplicate a reused id, so they are passed over."""
 
     @property
     def records(self) -> int:
@@ -126,6 +131,7 @@ class Checkpoint:
             "states_sha256": self.states_sha256,
             "taken_ms": self.taken_ms,
             "log_marks": {str(p): list(m) for p, m in sorted(self.marks.items())},
+            "fingerprints": self.fingerprints,
         }
 
     def to_dict(self) -> dict[str, object]:
@@ -200,6 +206,7 @@ class Checkpoints:
             int(time.time() * 1000),
             hashlib.sha256(data).hexdigest(),
             marks,
+            FINGERPRINTS,
         )
         _write_synced(path.with_suffix(".json"), json.dumps(checkpoint.manifest()).encode())
         self.prune()
@@ -267,6 +274,7 @@ class Checkpoints:
                             int(p): (int(position), int(chain))
                             for p, (position, chain) in data.get("log_marks", {}).items()
                         },
+                        str(data.get("fingerprints", "")),
                     )
                 )
             except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
@@ -356,6 +364,12 @@ def _read_states(
 ) -> tuple[list[PartitionState], Saved | None]:
     """The writers' states of the checkpoint and, if ``live``, its live
     snapshot, checked against its manifest."""
+    if checkpoint.fingerprints != FINGERPRINTS:
+        raise _Damaged(
+            f"its states hold claim fingerprints of another kind "
+            f"({checkpoint.fingerprints or 'per-process hash(), from before'}; "
+            f"this version uses {FINGERPRINTS}): a late duplicate would be judged a reused id"
+        )
     try:
         data = checkpoint.path.with_suffix(".states").read_bytes()
     except FileNotFoundError:

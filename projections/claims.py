@@ -9,6 +9,7 @@ oldest transaction always makes progress and two batches cannot livelock.
 
 from __future__ import annotations
 
+from hashlib import blake2b
 from typing import NamedTuple
 
 from projections.emitter import Emitter, missing_pool, missing_provider
@@ -30,34 +31,70 @@ from schemas.outcomes import Code, Kind, Reason
 Shapes = tuple[tuple[str, Amounts], ...]
 
 
+FINGERPRINTS = "blake2b-64/text-1"
+"""Which digest :func:`fingerprint` is and of what encoding: a checkpoint's
+manifest names it, and states saved with any other are not decided on."""
+
+
 def fingerprint(spec: ClaimSpec, shapes: Shapes) -> int:
     """A digest of a claim's content, to tell a duplicate from a reused id.
 
-    It is compared only within one process (a restarted writer recomputes it
-    from the view), so Python's per-process string hashing is good enough.
+    The same in every process and every run: checkpoints carry it to other
+    processes (``berth checkpoint``, ``berth explain``), so it is BLAKE2b
+    over a canonical text, never Python's per-process ``hash()``. The text
+    cannot be read two ways: each id is prefixed by its length, resource
+    classes are ``[A-Z0-9_]+``, and the rarer fields are one ``repr`` (tag
+    sets sorted). 64 bits is enough: two digests are compared only for one
+    reservation id, so a reused id with other content passes for a
+    duplicate with probability 2**-64 per reuse.
     """
+    f = spec.__dict__
+    consumer_id: str = f["consumer_id"]
+    project_id: str = f["project_id"]
+    parts = [
+        f"{len(consumer_id)}:{consumer_id}{len(project_id)}:{project_id}"
+        f"{f['lease_ms']};{len(shapes)}"
+    ]
+    for provider_id, amounts in shapes:
+        parts.append(f"{len(provider_id)}:{provider_id}{len(amounts)}")
+        for resource_class, amount in amounts:
+            parts.append(f"{resource_class}={amount},")
+    rare = _rare_fields(spec)
+    if rare:
+        parts.append(rare)
+    digest = blake2b("".join(parts).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little", signed=True)
+
+
+def _rare_fields(spec: ClaimSpec) -> str:
+    """The fields most claims leave empty, as one ``repr``; "" if all are."""
     f = spec.__dict__
     identifiers = f["identifiers"]
     items = f["items"]
     fits: tuple[object, ...] = ()
     if len(items) != 1 or items[0].__dict__["fit"] is not None:
         fits = tuple(item.fit for item in items)
-    return hash(
-        (
-            f["consumer_id"],
-            f["project_id"],
-            shapes,
-            tuple((i.pool_id, i.value) for i in identifiers) if identifiers else (),
-            f["lease_ms"],
-            f["anti_affinity_group"],
-            f["tags"],
-            f["require_with_tags"],
-            f["require_without_tags"],
-            f["server_group"],
-            f["group_host"],
-            fits,
-        )
+    rare = (
+        tuple((i.pool_id, i.value) for i in identifiers) if identifiers else (),
+        f["anti_affinity_group"],
+        _sorted(f["tags"]),
+        _sorted(f["require_with_tags"]),
+        _sorted(f["require_without_tags"]),
+        f["server_group"],
+        f["group_host"],
+        fits,
     )
+    if rare == _NONE_RARE:
+        return ""
+    return "|" + repr(rare)
+
+
+_NONE_RARE: tuple[object, ...] = ((), None, (), (), (), None, None, ())
+
+
+def _sorted(tags: frozenset[str]) -> tuple[str, ...]:
+    # a frozenset's order follows the per-process string hash
+    return tuple(sorted(tags)) if tags else ()
 
 
 def claim_shapes(state: PartitionState, spec: ClaimSpec) -> Shapes:
