@@ -69,9 +69,22 @@ class Ranking:
     Kept as the weighing left it (every candidate's score and each
     weigher's share, arrays made for this request alone) and worked out
     only when read: the scheduler's hot path pays for the shares, an
-    answer for the rest."""
+    answer for the rest. It holds the snapshot and the request, not the
+    decision's context, whose arrays (what is free on every candidate,
+    scaled, the run's mask) an answer kept until it is written would
+    otherwise hold alive: about half of what a ranking kept."""
 
-    __slots__ = ("_count", "_ctx", "_parts", "_rows", "_scores", "_settled", "_weighers")
+    __slots__ = (
+        "_count",
+        "_parts",
+        "_reference",
+        "_request",
+        "_rows",
+        "_scores",
+        "_settled",
+        "_snapshot",
+        "_weighers",
+    )
 
     def __init__(
         self,
@@ -82,7 +95,10 @@ class Ranking:
         parts: FloatArray,
         count: int,
     ) -> None:
-        self._ctx, self._rows, self._scores = ctx, rows, scores
+        # the request's first pick as it was: no earlier picks, the snapshot's usage
+        self._snapshot, self._request = ctx.snapshot, ctx.request
+        self._reference = (ctx.reference, ctx.io_reference)
+        self._rows, self._scores = rows, scores
         self._weighers, self._parts, self._count = tuple(weighers), parts, count
         self._settled: tuple[tuple[str, ...], FloatArray, FloatArray, FloatArray] | None = None
 
@@ -91,7 +107,9 @@ class Ranking:
         best, ties to the earlier row as the pick breaks them."""
         if self._settled is not None:
             return self._settled
-        ctx, weighers = self._ctx, self._weighers
+        weighers = self._weighers
+        ctx = Context(self._snapshot, self._request, self._snapshot.used)
+        ctx.reference, ctx.io_reference = self._reference
         best = best_positions(self._scores, self._count)
         top = self._rows[best]
         shares = self._parts[:, best]
@@ -105,7 +123,7 @@ class Ranking:
         else:  # one multiplier per weigher, the common case
             multipliers = np.array(uniform, dtype=np.float64)[:, None].repeat(len(best), axis=1)
             values = shares / multipliers
-        providers = ctx.snapshot.providers
+        providers = self._snapshot.providers
         ids = tuple(providers[row].provider_id for row in top.tolist())
         self._settled = (ids, self._scores[best], values, multipliers)
         return self._settled

@@ -72,6 +72,26 @@ def test_ties_go_to_the_earlier_provider_and_ranked_zero_keeps_none() -> None:
     assert _engine(ranked=0).place(snapshot, request).ranking is None
 
 
+def test_ties_across_the_cut_go_to_the_earlier_providers() -> None:
+    """A tie at the tenth place goes to the earlier rows, after the
+    providers that score more, wherever they are."""
+    names = [f"p{i:02d}" for i in range(40)]
+    roomy = {"p07", "p21", "p33"}  # more free: ranked first, in row order
+    snapshot = Snapshot.build(
+        [Provider(name, host=name) for name in names],
+        {
+            name: {"VCPU": {"total": 16 if name in roomy else 8}, "MEMORY_MB": {"total": 4096}}
+            for name in names
+        },
+    )
+    request = Request("r", {"VCPU": 1})
+    ranking = _engine(ranked=10).place(snapshot, request).ranking
+    assert ranking is not None
+    tied = [n for n in names if n not in roomy]
+    assert list(ranking.providers) == sorted(roomy) + tied[:7]
+    assert ranking.scores[0] > ranking.scores[3] == ranking.scores[9]
+
+
 def test_an_answer_carries_its_candidates_and_the_offsets_its_snapshot_reflected(
     tmp_path: Path,
 ) -> None:
