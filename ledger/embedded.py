@@ -77,9 +77,18 @@ class FileCheck:
 class _Request:
     """One ``append`` (or ``append_many``) call waiting in the group-commit queue."""
 
-    __slots__ = ("chunks", "done", "error", "offsets", "order")
+    __slots__ = ("chunks", "done", "error", "offsets", "order", "seq", "topics")
 
-    def __init__(self, batches: Sequence[tuple[Sequence[PartitionFile], Sequence[Append]]]) -> None:
+    def __init__(
+        self,
+        batches: Sequence[tuple[Sequence[PartitionFile], Sequence[Append]]],
+        topics: frozenset[str],
+        seq: int,
+    ) -> None:
+        self.topics = topics
+        """The topics it writes: committed by a leader of every one of them."""
+        self.seq = seq
+        """Its place in the order the process's appends arrived in."""
         chunks: dict[PartitionFile, Chunk] = {}
         self.order: list[tuple[Chunk, int]] = []
         for partitions, records in batches:
@@ -99,11 +108,14 @@ class EmbeddedLog(Log):
     """A :class:`Log` stored in files under ``data_dir``, safe for many threads
     and many processes.
 
-    Concurrent ``append`` calls of one process share fsyncs: each caller queues
-    its framed records, and whichever finds no commit in progress becomes the
-    leader, locks the touched partition files against other processes, writes
-    everything queued and fsyncs each touched partition once, then wakes the
-    others with their offsets. Every process sees the records and topics the
+    Concurrent ``append`` calls of one process to one topic share fsyncs:
+    each caller queues its framed records, and whichever finds no commit of
+    that topic in progress becomes the leader, locks the touched partition
+    files against other processes, writes everything queued and fsyncs each
+    touched partition once, then wakes the others with their offsets. Each
+    topic has its queue and its leader: an append to one (a writer's
+    outcomes) does not wait for the fsync of another's (the events it
+    decided, and the next ones arriving). Every process sees the records and topics the
     others have made durable (see :mod:`ledger.embedded_file`). ``fsync`` is
     injectable so tests can count calls.
 
@@ -129,8 +141,12 @@ class EmbeddedLog(Log):
         self._topics: dict[str, list[PartitionFile]] = {}
         self._topics_lock = threading.Lock()
         self._cond = threading.Condition(threading.Lock())
-        self._queue: list[_Request] = []
-        self._leading = False
+        self._queues: dict[str, list[_Request]] = {}
+        """Topic -> the appends waiting for its next commit."""
+        self._leading: set[str] = set()
+        """The topics a commit is in progress for."""
+        self._arrived = 0
+        """How many appends have been queued: each one's ``seq``."""
         self._closed = False
         self._broken: BaseException | None = None
         self._lock_fd = -1
@@ -197,23 +213,25 @@ class EmbeddedLog(Log):
             located.append((partitions, records))
         if not any(records for _, records in batches):
             return [[] for _ in batches]
-        request = _Request(located)
+        topics = frozenset(topic for topic, records in batches if records)
         group: list[_Request] = []
+        claimed: list[str] = []
         with self._cond:
             self._check_open()
-            self._queue.append(request)
-            while self._leading and not request.done:
-                self._cond.wait()
-            if not request.done:
-                self._leading = True
-                group, self._queue = self._queue, []
-        if group:
-            try:
+            self._arrived += 1
+            request = _Request(located, topics, self._arrived)
+            for topic in topics:
+                self._queues.setdefault(topic, []).append(request)
+        try:
+            group = self._lead(request, claimed)
+            if group:
                 self._commit(group)
-            finally:
-                with self._cond:
-                    self._leading = False
-                    self._cond.notify_all()
+        finally:
+            with self._cond:
+                if not request.done and request not in group:
+                    self._unqueue(request)  # interrupted while waiting: not to be left behind
+                self._leading.difference_update(claimed)
+                self._cond.notify_all()
         if group and not isinstance(request.error, Exception | None):
             # the leader was interrupted (a signal's KeyboardInterrupt, an
             # exit) mid-commit: nothing was acknowledged, and the interrupt
@@ -222,10 +240,50 @@ class EmbeddedLog(Log):
         if isinstance(request.error, CorruptLog):
             raise CorruptLog(request.error.damage) from request.error
         if request.error is not None:
-            topics = ", ".join(repr(topic) for topic, _ in batches)
-            raise LogError(f"append to {topics} failed: {request.error}") from request.error
+            names = ", ".join(repr(topic) for topic, _ in batches)
+            raise LogError(f"append to {names} failed: {request.error}") from request.error
         offsets = iter(request.offsets)
         return [[next(offsets) for _ in records] for _, records in batches]
+
+    def _lead(self, request: _Request, claimed: list[str]) -> list[_Request]:
+        """Wait until ``request`` is committed by another leader, or lead the
+        commit of every topic it writes: the group to commit, ``claimed``
+        filled with those topics (for the caller to release). The topics are
+        claimed one at a time in their sorted order, by every caller, so that
+        two appends spanning topics never each hold one the other waits for;
+        once it holds one, no other leader can take ``request``."""
+        with self._cond:
+            for topic in sorted(request.topics):
+                while topic in self._leading and not request.done:
+                    self._cond.wait()
+                if request.done:
+                    return []
+                self._leading.add(topic)
+                claimed.append(topic)
+            return self._take(frozenset(claimed))
+
+    def _take(self, claimed: frozenset[str]) -> list[_Request]:
+        """Out of the queues of the ``claimed`` topics, every append that
+        writes no other topic, in the order they arrived."""
+        group: dict[int, _Request] = {}
+        for topic in claimed:
+            left = []
+            for request in self._queues.pop(topic, []):
+                if request.topics <= claimed:
+                    group[request.seq] = request
+                else:
+                    left.append(request)  # for a leader of all its topics
+            if left:
+                self._queues[topic] = left
+        return [group[seq] for seq in sorted(group)]
+
+    def _unqueue(self, request: _Request) -> None:
+        for topic in request.topics:
+            queue = [other for other in self._queues.get(topic, []) if other is not request]
+            if queue:
+                self._queues[topic] = queue
+            else:
+                self._queues.pop(topic, None)
 
     def read(self, topic: str, partition: int, offset: int, max_records: int) -> list[Record]:
         if offset < 0 or max_records < 0:
@@ -327,7 +385,7 @@ class EmbeddedLog(Log):
                 return
             self._closed = True
             # Requests already queued were accepted, so let them commit first.
-            while self._leading or self._queue:
+            while self._leading or self._queues:
                 self._cond.wait()
         self._close_files()
 
@@ -395,9 +453,11 @@ class EmbeddedLog(Log):
         if len(fds) == 1:
             self._fsync(fds[0])
             return
-        if self._syncers is None:
-            self._syncers = ThreadPoolExecutor(_SYNC_THREADS, thread_name_prefix="berth-fsync")
-        helped = [(fd, self._syncers.submit(self._fsync, fd)) for fd in fds[1:]]
+        with self._cond:  # two topics' leaders may get here at once
+            if self._syncers is None:
+                self._syncers = ThreadPoolExecutor(_SYNC_THREADS, thread_name_prefix="berth-fsync")
+            syncers = self._syncers
+        helped = [(fd, syncers.submit(self._fsync, fd)) for fd in fds[1:]]
         failure: BaseException | None = None
         try:
             self._fsync(fds[0])

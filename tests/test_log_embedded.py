@@ -197,6 +197,43 @@ def test_concurrent_appends_share_fsyncs(tmp_path: Path) -> None:
         assert len({r.value for r in read_all(log, "t", 0)}) == appends
 
 
+class GatedFsync:
+    """os.fsync, held at a gate for the files of one topic once ``armed``:
+    an fsync there waits until the gate opens."""
+
+    def __init__(self, held_dir: Path) -> None:
+        self.held_dir = held_dir
+        self.armed = False
+        self.gate = threading.Event()
+        self.waiting = threading.Event()
+
+    def __call__(self, fd: int) -> None:
+        if self.armed and Path(os.readlink(f"/proc/self/fd/{fd}")).parent == self.held_dir:
+            self.waiting.set()
+            assert self.gate.wait(30), "the gate never opened"
+        os.fsync(fd)
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="names an fd through /proc")
+def test_an_append_to_one_topic_does_not_wait_for_another_topics_fsync(tmp_path: Path) -> None:
+    fsync = GatedFsync(tmp_path / "log" / "slow")
+    with closing(EmbeddedLog(tmp_path, fsync=fsync)) as log:
+        log.create_topic("slow", 1)
+        log.create_topic("fast", 1)
+        fsync.armed = True
+        slow = threading.Thread(target=log.append, args=("slow", [Append(0, b"k", b"held")]))
+        slow.start()
+        assert fsync.waiting.wait(30)  # the slow topic's leader is in its fsync
+        try:
+            # a group commit per topic: this one leads its own, and returns
+            assert log.append("fast", [Append(0, b"k", b"v")]) == [0]
+            assert slow.is_alive()  # still in its fsync
+        finally:
+            fsync.gate.set()
+            slow.join(timeout=30)
+        assert [r.value for r in read_all(log, "slow", 0)] == [b"held"]
+
+
 def test_readers_see_only_whole_records_during_appends(tmp_path: Path) -> None:
     with closing(EmbeddedLog(tmp_path)) as log:
         log.create_topic("t", 1)
