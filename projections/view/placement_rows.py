@@ -1,7 +1,12 @@
 """The view's rows of Placement's model (issue 32): each provider, consumer
 and custom name a batch changed, deleted and written again as it is at the
 end of the batch (a provider gone is only deleted). Deleting them all
-first lets a batch hand a provider's name to another."""
+first lets a batch hand a provider's name to another.
+
+Providers and consumers go through the driver's cursor (:meth:`Plan.bulk`),
+as the other hot rows do: every write of allocations rewrites a consumer
+and its providers, and building, compiling and binding SQLAlchemy
+statements for them cost the writer more than the database did."""
 
 from __future__ import annotations
 
@@ -11,8 +16,21 @@ from sqlalchemy import delete, insert, tuple_
 
 from projections.placement.model import PlacementState
 from projections.state import PartitionState
-from projections.view.plan import Plan, chunks
-from projections.view.tables import placement_consumers, placement_names, placement_providers
+from projections.view.plan import Plan, compact_json
+from projections.view.tables import placement_names
+
+_DELETE_PROVIDER = "DELETE FROM placement_providers WHERE uuid = ?"
+_INSERT_PROVIDER = (
+    'INSERT INTO placement_providers (uuid, "partition", name, generation, parent_uuid, '
+    "root_uuid, traits, aggregates, inventories, created_ms, updated_ms, updated_offset) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_DELETE_CONSUMER = "DELETE FROM placement_consumers WHERE uuid = ?"
+_INSERT_CONSUMER = (
+    'INSERT INTO placement_consumers (uuid, "partition", project_id, user_id, consumer_type, '
+    "generation, allocations, created_ms, updated_ms, updated_offset) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
 
 
 def write_placement(plan: Plan, state: PartitionState, offset: int) -> None:
@@ -33,61 +51,56 @@ def write_placement(plan: Plan, state: PartitionState, offset: int) -> None:
 def _providers(
     plan: Plan, partition: int, placement: PlacementState, uuids: list[str], offset: int
 ) -> None:
-    for some in chunks(uuids, 500):
-        plan.execute(delete(placement_providers).where(placement_providers.c.uuid.in_(some)))
-    rows: list[dict[str, Any]] = []
+    plan.bulk(_DELETE_PROVIDER, [(uuid,) for uuid in uuids])
+    rows: list[tuple[Any, ...]] = []
     for uuid in uuids:
         p = placement.providers.get(uuid)
         if p is None:
             continue
+        inventories = {rc: inv.model_dump(mode="json") for rc, inv in sorted(p.inventories.items())}
         rows.append(
-            {
-                "uuid": uuid,
-                "partition": partition,
-                "name": p.name,
-                "generation": p.generation,
-                "parent_uuid": p.parent,
-                "root_uuid": p.root,
-                "traits": sorted(p.traits),
-                "aggregates": list(p.aggregates),
-                "inventories": {
-                    rc: inv.model_dump(mode="json") for rc, inv in sorted(p.inventories.items())
-                },
-                "created_ms": p.created_ms,
-                "updated_ms": p.updated_ms,
-                "updated_offset": offset,
-            }
+            (
+                uuid,
+                partition,
+                p.name,
+                p.generation,
+                p.parent,
+                p.root,
+                compact_json(sorted(p.traits)),
+                compact_json(list(p.aggregates)),
+                compact_json(inventories),
+                p.created_ms,
+                p.updated_ms,
+                offset,
+            )
         )
-    if rows:
-        plan.execute(insert(placement_providers), rows)
+    plan.bulk(_INSERT_PROVIDER, rows)
 
 
 def _consumers(
     plan: Plan, partition: int, placement: PlacementState, uuids: list[str], offset: int
 ) -> None:
-    for some in chunks(uuids, 500):
-        plan.execute(delete(placement_consumers).where(placement_consumers.c.uuid.in_(some)))
-    rows: list[dict[str, Any]] = []
+    plan.bulk(_DELETE_CONSUMER, [(uuid,) for uuid in uuids])
+    rows: list[tuple[Any, ...]] = []
     for uuid in uuids:
         c = placement.consumers.get(uuid)
         if c is None:
             continue
         rows.append(
-            {
-                "uuid": uuid,
-                "partition": partition,
-                "project_id": c.project_id,
-                "user_id": c.user_id,
-                "consumer_type": c.consumer_type,
-                "generation": c.generation,
-                "allocations": c.allocations,
-                "created_ms": c.created_ms,
-                "updated_ms": c.updated_ms,
-                "updated_offset": offset,
-            }
+            (
+                uuid,
+                partition,
+                c.project_id,
+                c.user_id,
+                c.consumer_type,
+                c.generation,
+                compact_json(c.allocations),
+                c.created_ms,
+                c.updated_ms,
+                offset,
+            )
         )
-    if rows:
-        plan.execute(insert(placement_consumers), rows)
+    plan.bulk(_INSERT_CONSUMER, rows)
 
 
 def _names(
