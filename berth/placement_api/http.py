@@ -4,6 +4,7 @@ JSON body checked as Placement checks them) and their answers."""
 from __future__ import annotations
 
 import json
+import re
 import uuid as uuidlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -126,11 +127,114 @@ def validate(instance: Any, schema: dict[str, Any]) -> None:
     """``jsonschema.validate`` (its checks, its best error), with the
     validator of each schema made and checked once, not at every request:
     checking the schema itself cost more than the rest of a candidates
-    request."""
+    request. An instance :func:`surely_valid` says is valid is not given to
+    jsonschema at all (it took a fifth of a write's CPU)."""
+    if surely_valid(instance, schema):
+        return
     validator = _validator(json.dumps(schema))  # in its order: the errors come in it
     error = jsonschema.exceptions.best_match(validator.iter_errors(instance))
     if error is not None:
         raise error
+
+
+_TYPES: dict[str, Any] = {
+    "object": lambda v: isinstance(v, dict),
+    "array": lambda v: isinstance(v, list),
+    "string": lambda v: isinstance(v, str),
+    "integer": lambda v: type(v) is int,  # jsonschema's also takes 1.0: that is left to it
+    "number": lambda v: type(v) in (int, float),
+    "boolean": lambda v: isinstance(v, bool),
+    "null": lambda v: v is None,
+}
+
+
+def surely_valid(instance: Any, schema: dict[str, Any]) -> bool:
+    """Whether ``instance`` is valid against ``schema`` by the few keywords
+    Placement's common bodies and queries use, read as jsonschema reads
+    them. False says "not surely": an invalid instance, or one this does
+    not judge (another keyword, an integer written 1.0), which jsonschema
+    then judges and words. It must never say True where jsonschema finds
+    an error."""
+    for keyword, value in schema.items():
+        check = _KEYWORDS.get(keyword)
+        if check is None or not check(instance, value, schema):
+            return False
+    return True
+
+
+def _type(instance: Any, value: Any, _: dict[str, Any]) -> bool:
+    names = [value] if isinstance(value, str) else value
+    return any(name in _TYPES and _TYPES[name](instance) for name in names)
+
+
+def _properties(instance: Any, value: dict[str, Any], _: dict[str, Any]) -> bool:
+    if not isinstance(instance, dict):
+        return True
+    return all(
+        key not in instance or surely_valid(instance[key], sub) for key, sub in value.items()
+    )
+
+
+def _pattern_properties(instance: Any, value: dict[str, Any], _: dict[str, Any]) -> bool:
+    if not isinstance(instance, dict):
+        return True
+    return all(
+        surely_valid(found, sub)
+        for pattern, sub in value.items()
+        for key, found in instance.items()
+        if re.search(pattern, key)
+    )
+
+
+def _additional(instance: Any, value: Any, schema: dict[str, Any]) -> bool:
+    if not isinstance(instance, dict):
+        return True
+    named = schema.get("properties", {})
+    patterns = schema.get("patternProperties", {})
+    extra = [
+        found
+        for key, found in instance.items()
+        if key not in named and not any(re.search(pattern, key) for pattern in patterns)
+    ]
+    if isinstance(value, bool):
+        return value or not extra
+    return isinstance(value, dict) and all(surely_valid(found, value) for found in extra)
+
+
+def _items(instance: Any, value: Any, _: dict[str, Any]) -> bool:
+    if not isinstance(instance, list):
+        return True
+    return isinstance(value, dict) and all(surely_valid(item, value) for item in instance)
+
+
+def _sized(kind: type, measure: Any) -> Any:
+    """A keyword that bounds the size of instances of ``kind`` (others pass it)."""
+    return lambda instance, value, _: not isinstance(instance, kind) or measure(instance, value)
+
+
+def _numeric(compare: Any) -> Any:
+    return lambda instance, value, _: type(instance) not in (int, float) or compare(instance, value)
+
+
+_KEYWORDS: dict[str, Any] = {
+    "type": _type,
+    "properties": _properties,
+    "patternProperties": _pattern_properties,
+    "additionalProperties": _additional,
+    "items": _items,
+    "required": _sized(dict, lambda i, v: all(name in i for name in v)),
+    "minProperties": _sized(dict, lambda i, v: len(i) >= v),
+    "maxProperties": _sized(dict, lambda i, v: len(i) <= v),
+    "minItems": _sized(list, lambda i, v: len(i) >= v),
+    "maxItems": _sized(list, lambda i, v: len(i) <= v),
+    "minLength": _sized(str, lambda i, v: len(i) >= v),
+    "maxLength": _sized(str, lambda i, v: len(i) <= v),
+    "pattern": _sized(str, lambda i, v: re.search(v, i) is not None),
+    "format": lambda instance, value, _: FORMATS.conforms(instance, value),
+    "minimum": _numeric(lambda i, v: i >= v),
+    "maximum": _numeric(lambda i, v: i <= v),
+}
+"""Each keyword judged as jsonschema judges it, for what it applies to."""
 
 
 def latest(*values: int | None) -> int | None:
