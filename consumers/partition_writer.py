@@ -14,9 +14,11 @@ read next. Writers of other partitions go on.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import logging
-from collections.abc import Callable, Iterable
+import threading
+from collections.abc import Callable, Iterable, Iterator
 
 from ledger.log import Append, CorruptLog, Log, LogError, Record, Watches
 from ledger.topics import DEFAULT_TOPICS, Topics
@@ -84,6 +86,13 @@ class PartitionWriter:
         """Whether ``pending``'s outcomes are still to be appended (``hold``):
         by whoever appends them with its own records (:func:`held_appends`),
         else before it is committed."""
+        self.lock = threading.RLock()
+        """Held by whoever decides this partition's next records in rounds
+        (:func:`step_all`: the process's loop, or a write of the Placement
+        API that drives the writer of its partition itself), and by whoever
+        touches the batch a round left deferred or held (:func:`flush_all`,
+        :func:`held_appends`; :func:`locked` across an append of the held
+        outcomes): reentrant, as a round flushes what an earlier one left."""
         self.generation: int | None = None
         """The partition's generation this writer took it over at, when it
         was given an ``owner`` (a consumer group's worker): its commits are
@@ -273,41 +282,62 @@ def catch_up_all(
     return total
 
 
+@contextlib.contextmanager
+def locked(writers: Iterable[PartitionWriter]) -> Iterator[list[PartitionWriter]]:
+    """Every writer's :attr:`~PartitionWriter.lock`, taken in one order by
+    every thread (so that two holders of several cannot deadlock): no round
+    and no flush of theirs runs meanwhile in another thread."""
+    writers = list(writers)
+    with contextlib.ExitStack() as held:
+        for writer in sorted(writers, key=lambda w: (w.partition, id(w))):
+            held.enter_context(writer.lock)
+        yield writers
+
+
 def held_outcomes(writers: Iterable[PartitionWriter]) -> list[Outcome]:
     """The outcomes of the batches whose appends are held, in their order."""
-    return [
-        o
-        for w in writers
-        if w.held and w.pending is not None
-        for applied in w.pending.applied
-        for o in applied.outcomes
-    ]
+    with locked(writers) as writers:
+        return [
+            o
+            for w in writers
+            if w.held and w.pending is not None
+            for applied in w.pending.applied
+            for o in applied.outcomes
+        ]
 
 
 def held_appends(writers: Iterable[PartitionWriter]) -> list[tuple[str, list[Append]]]:
     """What the held batches append, by topic, for the caller to append
     with its own records (``Log.append_many``); once that returned,
-    :func:`held_appended`. Should it fail, they are still held: appended
-    before they are committed."""
+    :func:`held_appended`, both under :func:`locked` (else a round in
+    another thread may append them too, flushing them). Should it fail,
+    they are still held: appended before they are committed."""
     by_topic: dict[str, list[Append]] = {}
-    for writer in writers:
-        if writer.held and writer.pending is not None:
-            outcomes, dead = writer.appends(writer.pending)
-            by_topic.setdefault(writer.topics.outcomes, []).extend(outcomes)
-            by_topic.setdefault(writer.topics.dead_letters, []).extend(dead)
+    with locked(writers) as writers:
+        for writer in writers:
+            if writer.held and writer.pending is not None:
+                outcomes, dead = writer.appends(writer.pending)
+                by_topic.setdefault(writer.topics.outcomes, []).extend(outcomes)
+                by_topic.setdefault(writer.topics.dead_letters, []).extend(dead)
     return [(topic, appends) for topic, appends in by_topic.items() if appends]
 
 
 def held_appended(writers: Iterable[PartitionWriter]) -> None:
     """The held batches' appends (:func:`held_appends`) are durable."""
-    for writer in writers:
-        writer.held = False
+    with locked(writers) as writers:
+        for writer in writers:
+            writer.held = False
 
 
 def flush_all(writers: Iterable[PartitionWriter]) -> None:
     """Commit every batch whose view commit was deferred (its outcomes
     appended first, if held), together when they share a view (as a round
     commits)."""
+    with locked(writers) as writers:
+        _flush_locked(writers)
+
+
+def _flush_locked(writers: list[PartitionWriter]) -> None:
     decided = [(w, w.pending) for w in writers if w.pending is not None]
     if not decided:
         return
@@ -330,10 +360,17 @@ def flush_all(writers: Iterable[PartitionWriter]) -> None:
 def _round(writers: Iterable[PartitionWriter], defer: bool = False, hold: bool = False) -> int:
     """A round of :func:`step_all`; how many records it decided. Without
     ``defer`` every batch deferred before is committed first; with ``hold``
-    the round's outcomes are not appended (see :func:`catch_up_all`)."""
-    writers = list(writers)
+    the round's outcomes are not appended (see :func:`catch_up_all`). It
+    holds each writer's :attr:`~PartitionWriter.lock` (:func:`locked`) from
+    its fetch to its commit, so that two threads never decide one partition
+    at once."""
+    with locked(writers) as writers:
+        return _locked_round(writers, defer, hold)
+
+
+def _locked_round(writers: list[PartitionWriter], defer: bool, hold: bool) -> int:
     if not defer:
-        flush_all(writers)
+        _flush_locked(writers)
     fetched: list[tuple[PartitionWriter, list[Record]]] = []
     for writer in writers:
         if writer.halted is None:
@@ -344,7 +381,7 @@ def _round(writers: Iterable[PartitionWriter], defer: bool = False, hold: bool =
                 continue
             if records:
                 fetched.append((writer, records))
-    flush_all(writer for writer, _ in fetched)  # before their next batches are decided
+    _flush_locked([writer for writer, _ in fetched])  # before their next batches are decided
     decided = [(writer, writer.decide(records)) for writer, records in fetched]
     try:
         if not hold:

@@ -1,7 +1,9 @@
 """The writer's handoff of decisions to the Placement API's waiting writes
 (berth.placement_api.service.Handoff): each write gets its own record's
 outcomes, whichever thread commits them and whenever; a record the writer
-commits past without a decision answers at once, not at the timeout."""
+commits past without a decision answers at once, not at the timeout; given
+a round of the writer to run, the waiting writes run it themselves, one at
+a time, and leave it to the loop once it fails."""
 
 from __future__ import annotations
 
@@ -78,3 +80,80 @@ def test_a_write_never_committed_times_out() -> None:
     handoff = Handoff()
     waiting = handoff.expect("never")
     assert handoff.wait("never", waiting, 5, 0.05) is None
+
+
+class _Writer:
+    """A writer's rounds as a write drives them: each commits the records
+    appended since the last, as one batch, and tells who ran it."""
+
+    def __init__(self, handoff: Handoff) -> None:
+        self.handoff = handoff
+        self.appended: list[str] = []
+        self.decided = 0
+        self.rounds: list[str] = []
+        self.inside = 0
+        self.overlapped = False
+        self.lock = threading.Lock()
+
+    def append(self, event_id: str) -> int:
+        with self.lock:
+            self.appended.append(event_id)
+            return len(self.appended) - 1
+
+    def round(self) -> bool:
+        with self.lock:
+            self.inside += 1
+            self.overlapped = self.overlapped or self.inside > 1
+            start, ids = self.decided, self.appended[self.decided :]
+            self.decided = len(self.appended)
+        self.rounds.append(threading.current_thread().name)
+        time.sleep(0.001)  # a round takes a while: the other writes queue meanwhile
+        if ids:
+            applied = [_applied(start + n, event_id) for n, event_id in enumerate(ids)]
+            self.handoff.committed(Batch(0, start, start + len(ids), applied))
+        with self.lock:
+            self.inside -= 1
+        return bool(ids)
+
+
+def test_waiting_writes_drive_the_writer_one_round_at_a_time() -> None:
+    writer = _Writer(Handoff())
+    handoff = writer.handoff = Handoff(writer.round)
+    ids = [f"e{n}" for n in range(40)]
+
+    def write(event_id: str) -> int:
+        waiting = handoff.expect(event_id)
+        offset = writer.append(event_id)
+        [outcome] = handoff.wait(event_id, waiting, offset, 30.0) or []
+        assert outcome.event_id == event_id
+        return outcome.offset
+
+    with ThreadPoolExecutor(8, thread_name_prefix="write") as pool:
+        offsets = list(pool.map(write, ids))
+    assert sorted(offsets) == list(range(len(ids)))
+    assert not writer.overlapped  # never two rounds at once
+    assert writer.rounds and all(name.startswith("write") for name in writer.rounds)
+    assert len(writer.rounds) < len(ids)  # a round decides the writes queued behind it
+
+
+def test_a_round_that_fails_leaves_the_writer_to_the_loop() -> None:
+    rounds: list[int] = []
+
+    def failing() -> bool:
+        rounds.append(1)
+        raise RuntimeError("the view is gone")
+
+    handoff = Handoff(failing)
+    waiting = handoff.expect("e0")
+    answer: list[list[Outcome] | None] = []
+    waiter = threading.Thread(target=lambda: answer.append(handoff.wait("e0", waiting, 0, 30.0)))
+    waiter.start()
+    deadline = time.monotonic() + 30
+    while not rounds and time.monotonic() < deadline:
+        time.sleep(0.001)
+    # the loop's round decides it; the write does not try again
+    handoff.committed(Batch(0, 0, 1, [_applied(0, "e0")]))
+    waiter.join(timeout=30)
+    [found] = answer
+    assert [outcome.event_id for outcome in found or []] == ["e0"]
+    assert rounds == [1]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import logging
 import sys
@@ -34,6 +35,7 @@ from consumers.partition_writer import (
     held_appended,
     held_appends,
     held_outcomes,
+    locked,
     step_all,
 )
 from ledger.log import Append, Watches, merged
@@ -234,8 +236,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
             worker.scheduler.follower.learn(held_outcomes(writers))
 
         def append_answers(topic: str, answers: list[Append]) -> None:
-            app.log.append_many([*held_appends(writers), (topic, answers)])
-            held_appended(writers)
+            # locked: a Placement write driving its writer's round meanwhile
+            # would otherwise append the same held outcomes, flushing them
+            with locked(writers):
+                app.log.append_many([*held_appends(writers), (topic, answers)])
+                held_appended(writers)
 
         # the writers of every partition are these: the view moves only with them
         worker = _scheduler_worker(
@@ -501,14 +506,13 @@ def _start_placement_api(
             print(f"berth: {error}", file=sys.stderr)
             return None
         verifier = KeystoneVerifier(options)
-    handoff = Handoff()
-    service = PlacementService(app, handoff=handoff)
+    service = PlacementService(app)  # with no handoff: decided in another process
     for writer in writers:
         if writer.partition == service.partition:
-            writer.on_commit = handoff.committed
+            # the API's writes drive this writer themselves (see Handoff)
+            service.handoff = Handoff(functools.partial(step_all, [writer]))
+            writer.on_commit = service.handoff.committed
             break
-    else:
-        service.handoff = None  # decided in another process: from the log
     try:
         server = PlacementServer(
             service, *address, policy, cors, verifier.caller if verifier else None

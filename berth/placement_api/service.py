@@ -5,15 +5,17 @@ threads.
 
 When the writer of Placement's partition runs in this process (``berth
 serve``), it hands each committed batch's decisions to the waiting writes
-(:class:`Handoff`); otherwise a write follows the outcomes topic and polls
+(:class:`Handoff`), and a write whose record no one is deciding yet drives
+that writer itself; otherwise a write follows the outcomes topic and polls
 the view."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from sqlalchemy import select
@@ -27,6 +29,8 @@ from projections.view.tables import partition_offsets
 from schemas.codec import EventDecodeError, validate_event
 from schemas.events import PLACEMENT_KEY, Event
 from schemas.outcomes import Code, Kind, Outcome
+
+log = logging.getLogger(__name__)
 
 DECISION_TIMEOUT_S = 30.0
 VIEW_POLL_S = 0.002
@@ -59,14 +63,27 @@ class Handoff:
     (:attr:`PartitionWriter.on_commit`): once handed over, a decision is
     also in the view, and no write polls for either. Each write is woken
     alone, when its own record's batch is committed (or, rarely, when a
-    batch had a record that did not decode)."""
+    batch had a record that did not decode).
 
-    def __init__(self) -> None:
+    Given ``drive`` (a round of that writer: :func:`step_all` on it alone),
+    a waiting write whose record is durable and that finds no other write
+    driving the writer runs the round itself, in its own thread, as the
+    leader of a group commit does: every record durable by then is decided
+    in it, and the writes it answers need not wait for the process's loop
+    to wake, nor for its turn there after the other partitions and the
+    scheduler. The round holds the writer's lock, so the loop and a write
+    never decide the partition at once; should a round fail, the writes
+    stop driving and leave the writer to the loop, which says why."""
+
+    def __init__(self, drive: Callable[[], object] | None = None) -> None:
         self._lock = threading.Lock()
         self._waiting: dict[str, _Waiting] = {}
         """Event id -> the write waiting for its record's outcomes."""
         self._end = 0
         """The offset after the last batch committed."""
+        self._drive = drive
+        self._driving = False
+        """Whether a write is running a round of the writer."""
 
     def expect(self, event_id: str) -> _Waiting:
         """Keep the outcomes of ``event_id``'s record (before it is appended)."""
@@ -97,15 +114,49 @@ class Handoff:
         is committed; None when the writer committed past it without a
         decision (a dead letter) or ``timeout_s`` passed first."""
         deadline = time.monotonic() + timeout_s
+        may_lead = True  # until a round this write ran decided nothing
         try:
-            while waiting.woken.wait(max(0.0, deadline - time.monotonic())):
+            while True:
                 with self._lock:
                     if waiting.outcomes is not None or self._end > offset:
                         return waiting.outcomes
-                    waiting.woken.clear()  # another record's dead letter
-            return None
+                    leads = may_lead and self._drive is not None and not self._driving
+                    self._driving = self._driving or leads
+                    waiting.woken.clear()  # another record's dead letter, or a round ended
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    if leads:
+                        self._led()
+                    return None
+                if leads:
+                    may_lead = self._lead()
+                elif not waiting.woken.wait(left):
+                    return None
         finally:
             self.forget(event_id)
+
+    def _lead(self) -> bool:
+        """Run a round of the writer for the writes waiting; whether it
+        decided any record. The writes still waiting after it are woken:
+        one of them leads the next."""
+        drive = self._drive
+        decided = False
+        try:
+            if drive is not None:
+                decided = bool(drive())
+        except Exception:
+            log.exception("placement-api: a write's round of the writer failed; left to the loop")
+            self._drive = None
+        finally:
+            self._led()
+        return decided
+
+    def _led(self) -> None:
+        """The round is over: the writes still waiting look again."""
+        with self._lock:
+            self._driving = False
+            for waiting in self._waiting.values():
+                waiting.woken.set()
 
     def forget(self, event_id: str) -> None:
         """``event_id`` waits no more (not appended after all, or timed out)."""
