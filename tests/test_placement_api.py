@@ -151,6 +151,27 @@ def _candidates(api: httpx.Client, query: str) -> list[str]:
     return [uuid for r in answer.json()["allocation_requests"] for uuid in sorted(r["allocations"])]
 
 
+def test_a_provider_deleted_is_not_taken_for_one_that_exists(tmp_path: Path) -> None:
+    # the API remembers the providers a write named once found, until a
+    # provider is deleted: a write naming it afterwards hears it is gone
+    with berth_server(tmp_path / "data") as address, _client(address) as api:
+        rp, other = _provider(api, vcpus=8), _provider(api, vcpus=8)
+        consumer = str(uuid.uuid4())
+        assert _allocate(api, consumer, rp, 1, None).status_code == 204
+        assert _allocate(api, str(uuid.uuid4()), other, 1, None).status_code == 204
+        assert api.delete(f"/allocations/{consumer}").status_code == 204
+        assert api.delete(f"/resource_providers/{rp}").status_code == 204
+        gone = _allocate(api, str(uuid.uuid4()), rp, 1, None)
+        assert gone.status_code == 400, gone.text
+        detail = gone.json()["errors"][0]["detail"]
+        # worded by the API's own check, as Placement words it, not the writer's refusal
+        assert detail.endswith(
+            f"\n\n Allocation for resource provider '{rp}' that does not exist.  "
+        )
+        # the other is found again, read from the view once more
+        assert _allocate(api, str(uuid.uuid4()), other, 1, None).status_code == 204
+
+
 def test_candidates_follow_every_write(tmp_path: Path) -> None:
     """The index candidates are found from is kept up to date, not rebuilt:
     each write (an allocation, traits, a new provider, a deletion) shows in

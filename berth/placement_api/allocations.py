@@ -10,7 +10,7 @@ from berth.placement_api import errors, schemas
 from berth.placement_api.errors import bad_request, conflict, not_found
 from berth.placement_api.http import Req, Resp, check_accept, latest
 from berth.placement_api.providers import INVENTORY_DEFAULTS, existing
-from berth.placement_api.reads import Consumer, consumer, consumers, existing_uuids, providers
+from berth.placement_api.reads import Consumer, consumer, consumers, providers
 from berth.placement_api.service import Refused
 from schemas.outcomes import Code
 
@@ -66,7 +66,7 @@ def _check_providers(req: Req, allocations: dict[str, Any], known: set[str] | No
     """400 unless every provider ``allocations`` names exists (of those
     ``known`` to, when the caller has read them already)."""
     if known is None:
-        known = existing_uuids(req.service.engine, sorted(allocations))
+        known = req.service.existing(sorted(allocations))
     for uuid in allocations:
         if uuid not in known:
             raise bad_request(f"Allocation for resource provider '{uuid}' that does not exist.")
@@ -104,7 +104,7 @@ def put_consumer_allocations(req: Req, consumer_uuid: str) -> Resp:
     else:
         allocations = {rp: a["resources"] for rp, a in listed.items()}
     spec = _spec(req, uuid, data, allocations)
-    known = existing_uuids(req.service.engine, sorted(allocations))
+    known = req.service.existing(sorted(allocations))
     if set(allocations) - known:
         _check_consumer_generation(req, spec)
     _check_providers(req, allocations, known)
@@ -137,7 +137,7 @@ def post_allocations(req: Req) -> Resp:
         allocations = {rp: a["resources"] for rp, a in body["allocations"].items()}
         specs.append(_spec(req, _consumer_uuid(raw_uuid), body, allocations))
     named = sorted({rp for spec in specs for rp in spec["allocations"]})
-    if set(named) - existing_uuids(req.service.engine, named):
+    if set(named) - req.service.existing(named):
         # as for one consumer: Placement checks every consumer before the providers
         for spec in specs:
             _check_consumer_generation(req, spec)

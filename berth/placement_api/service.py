@@ -23,11 +23,12 @@ from sqlalchemy import select
 from berth.app import App
 from berth.client import Decisions, Publisher, PublishError
 from berth.placement_api.errors import PlacementError
+from berth.placement_api.reads import existing_uuids
 from ledger.publisher import wall_clock_ms
 from projections.batch import Batch
 from projections.view.tables import partition_offsets
 from schemas.codec import EventDecodeError, validate_event
-from schemas.events import PLACEMENT_KEY, Event
+from schemas.events import PLACEMENT_KEY, Event, PlacementProviderDeleted
 from schemas.outcomes import Code, Kind, Outcome
 
 log = logging.getLogger(__name__)
@@ -84,6 +85,9 @@ class Handoff:
         self._drive = drive
         self._driving = False
         """Whether a write is running a round of the writer."""
+        self.deletions = 0
+        """How many committed batches deleted a Placement provider (see
+        :meth:`PlacementService.existing`)."""
 
     def expect(self, event_id: str) -> _Waiting:
         """Keep the outcomes of ``event_id``'s record (before it is appended)."""
@@ -94,6 +98,8 @@ class Handoff:
 
     def committed(self, batch: Batch) -> None:
         """The writer committed ``batch``: its decisions for those who wait."""
+        if any(isinstance(applied.event, PlacementProviderDeleted) for applied in batch.applied):
+            self.deletions += 1  # before any write this batch answers is woken
         with self._lock:
             self._end = batch.end
             if not self._waiting:
@@ -179,6 +185,37 @@ class PlacementService:
         self.partition = self.publisher.partition_of(PLACEMENT_KEY)
         self.timeout_s = timeout_s
         self.handoff = handoff
+        self._known: set[str] = set()
+        """Providers the view held since the handoff's ``deletions`` was
+        :attr:`_known_era`."""
+        self._known_era = 0
+        self._known_lock = threading.Lock()
+
+    def existing(self, uuids: list[str]) -> set[str]:
+        """Which of ``uuids`` are providers, as the view holds them. With a
+        handoff (the writer of Placement's partition in this process, the
+        only one to change its providers), a provider once found is
+        remembered until a batch deletes a provider: a write of allocations
+        then reads no table to check the providers it names. Remembering is
+        as good as reading the view a little earlier, which a write racing a
+        deletion may do anyway (the writer judges it again), and a deletion
+        is forgotten before its caller is answered."""
+        handoff = self.handoff
+        if handoff is None:
+            return existing_uuids(self.engine, uuids)
+        with self._known_lock:
+            era = handoff.deletions
+            if era != self._known_era:
+                self._known.clear()
+                self._known_era = era
+            missing = [uuid for uuid in uuids if uuid not in self._known]
+        if not missing:
+            return set(uuids)
+        found = existing_uuids(self.engine, missing)
+        with self._known_lock:
+            if self._known_era == era == handoff.deletions:  # no deletion since the read
+                self._known |= found
+        return found | (set(uuids) - set(missing))
 
     def write(self, fields: Mapping[str, Any]) -> Outcome:
         """Append one Placement event and return the writer's decision once
