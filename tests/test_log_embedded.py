@@ -234,6 +234,54 @@ def test_an_append_to_one_topic_does_not_wait_for_another_topics_fsync(tmp_path:
         assert [r.value for r in read_all(log, "slow", 0)] == [b"held"]
 
 
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="names an fd through /proc")
+def test_appends_spanning_topics_lead_each_topics_commit_in_one_order(tmp_path: Path) -> None:
+    fsync = GatedFsync(tmp_path / "log" / "slow")
+    with closing(EmbeddedLog(tmp_path, fsync=fsync)) as log:
+        log.create_topic("slow", 1)
+        log.create_topic("fast", 2)
+        fsync.armed = True
+        slow = threading.Thread(target=log.append, args=("slow", [Append(0, b"k", b"first")]))
+        slow.start()
+        assert fsync.waiting.wait(30)  # the slow topic's leader is in its fsync
+        acknowledged: list[bool] = []
+
+        def spanning(n: int) -> None:
+            # half name the topics one way round, half the other
+            batches = [
+                ("slow", [Append(0, b"k", b"s%d" % n)]),
+                ("fast", [Append(n % 2, b"k", b"f%d" % n)]),
+            ]
+            log.append_many(batches if n % 2 else batches[::-1])
+            acknowledged.append(fsync.gate.is_set())
+
+        threads = [threading.Thread(target=spanning, args=(n,)) for n in range(8)]
+        threads += [
+            threading.Thread(target=log.append, args=("fast", [Append(n % 2, b"k", b"one%d" % n)]))
+            for n in range(8)
+        ]
+        try:
+            for thread in threads:
+                thread.start()
+            deadline = time.monotonic() + 30
+            while len(log._queues.get("slow", [])) < 8:  # every spanning append queued
+                assert time.monotonic() < deadline, "the appends spanning topics never queued"
+                time.sleep(0.001)
+        finally:
+            fsync.gate.set()
+        # no two of them wait for each other: all are done, each record once
+        for thread in [slow, *threads]:
+            thread.join(timeout=30)
+            assert not thread.is_alive()
+        # none acknowledged before the slow topic's commit ahead of it was durable
+        assert acknowledged == [True] * 8
+        slows = [r.value for r in read_all(log, "slow", 0)]
+        assert slows[0] == b"first" and sorted(slows[1:]) == sorted(b"s%d" % n for n in range(8))
+        fasts = [r.value for p in (0, 1) for r in read_all(log, "fast", p)]
+        expected = [b"f%d" % n for n in range(8)] + [b"one%d" % n for n in range(8)]
+        assert sorted(fasts) == sorted(expected)
+
+
 def test_readers_see_only_whole_records_during_appends(tmp_path: Path) -> None:
     with closing(EmbeddedLog(tmp_path)) as log:
         log.create_topic("t", 1)

@@ -4,6 +4,7 @@ round that fails between the two leaves no writer ahead of the view."""
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,6 +21,7 @@ from consumers.partition_writer import (
     held_appended,
     held_appends,
     held_outcomes,
+    locked,
     step_all,
 )
 from ledger.log import Append
@@ -213,3 +215,37 @@ def test_a_held_round_leaves_its_outcomes_to_the_caller_or_to_its_commit(tmp_pat
         assert _outcomes(app) == Counter({(f"r-{pid}", Kind.ACCEPTED): 1 for pid in pids})
         assert _held(app) == [3] * PARTITIONS
         assert not any(w.held or w.pending for w in writers)
+
+
+def test_a_round_another_thread_drives_waits_for_the_held_outcomes_append(
+    tmp_path: Path,
+) -> None:
+    # serve appends the held outcomes with its answers under the writers'
+    # locks; a Placement write driving its writer's round meanwhile (which
+    # flushes, appending held outcomes itself) must wait, not append them too
+    with App(Settings(data_dir=tmp_path, partitions=PARTITIONS)) as app:
+        pids, writers = _a_claim_a_partition(app)
+        assert catch_up_all(writers, hold=True) == PARTITIONS
+        entered = threading.Event()
+        driven: list[bool] = []
+
+        def drive() -> None:
+            entered.set()
+            driven.append(step_all([writers[0]]))
+
+        driver = threading.Thread(target=drive)
+        placements = app.settings.topics.placements
+        with locked(writers):
+            held = held_appends(writers)
+            driver.start()
+            assert entered.wait(30)
+            assert writers[0].held  # the round waits for the lock, flushing nothing
+            app.log.append_many([*held, (placements, [Append(0, b"answer", b"{}")])])
+            held_appended(writers)
+        driver.join(timeout=30)
+        assert not driver.is_alive() and driven == [False]  # it committed, decided nothing new
+        assert writers[0].pending is None
+        flush_all(writers)
+        # each decision appended once, by the caller; the view has them all
+        assert _outcomes(app) == Counter({(f"r-{pid}", Kind.ACCEPTED): 1 for pid in pids})
+        assert _held(app) == [3] * PARTITIONS
