@@ -24,8 +24,11 @@ $(COMPILED): $(BIN)/.installed berth/compile.py $(shell find projections -name '
 demo: $(COMPILED)
 	$(BIN)/berth demo
 
+# TEST_WORKERS pytest processes share the tests out (pytest-xdist); a long
+# test leaves the others to the idle worker (worksteal)
+TEST_WORKERS ?= 2
 test: $(COMPILED)
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist worksteal
 
 lint: $(BIN)/.installed
 	$(BIN)/ruff check .
