@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 import threading
 import time
-from contextlib import closing
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from ledger import frames
 from ledger.embedded import EmbeddedLog
 from ledger.log import Append, CorruptLog, Log, LogError, Record
 from tests.contracts.log_contract import LogContract, read_all
+from tests.polling import wait_for
 
 
 class TestEmbeddedLog(LogContract):
@@ -214,36 +216,41 @@ class GatedFsync:
         os.fsync(fd)
 
 
-@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="names an fd through /proc")
-def test_an_append_to_one_topic_does_not_wait_for_another_topics_fsync(tmp_path: Path) -> None:
+@contextmanager
+def _slow_topic_in_its_fsync(
+    tmp_path: Path, first: bytes, fast_partitions: int
+) -> Iterator[tuple[EmbeddedLog, GatedFsync, threading.Thread]]:
+    """A log whose topic "slow" has an append held in its fsync until the
+    gate opens (on leaving, at the latest), beside a topic "fast"."""
     fsync = GatedFsync(tmp_path / "log" / "slow")
     with closing(EmbeddedLog(tmp_path, fsync=fsync)) as log:
         log.create_topic("slow", 1)
-        log.create_topic("fast", 1)
+        log.create_topic("fast", fast_partitions)
         fsync.armed = True
-        slow = threading.Thread(target=log.append, args=("slow", [Append(0, b"k", b"held")]))
+        slow = threading.Thread(target=log.append, args=("slow", [Append(0, b"k", first)]))
         slow.start()
         assert fsync.waiting.wait(30)  # the slow topic's leader is in its fsync
         try:
-            # a group commit per topic: this one leads its own, and returns
-            assert log.append("fast", [Append(0, b"k", b"v")]) == [0]
-            assert slow.is_alive()  # still in its fsync
+            yield log, fsync, slow
         finally:
             fsync.gate.set()
             slow.join(timeout=30)
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="names an fd through /proc")
+def test_an_append_to_one_topic_does_not_wait_for_another_topics_fsync(tmp_path: Path) -> None:
+    with _slow_topic_in_its_fsync(tmp_path, b"held", 1) as (log, fsync, slow):
+        # a group commit per topic: this one leads its own, and returns
+        assert log.append("fast", [Append(0, b"k", b"v")]) == [0]
+        assert slow.is_alive()  # still in its fsync
+        fsync.gate.set()
+        slow.join(timeout=30)
         assert [r.value for r in read_all(log, "slow", 0)] == [b"held"]
 
 
 @pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="names an fd through /proc")
 def test_appends_spanning_topics_lead_each_topics_commit_in_one_order(tmp_path: Path) -> None:
-    fsync = GatedFsync(tmp_path / "log" / "slow")
-    with closing(EmbeddedLog(tmp_path, fsync=fsync)) as log:
-        log.create_topic("slow", 1)
-        log.create_topic("fast", 2)
-        fsync.armed = True
-        slow = threading.Thread(target=log.append, args=("slow", [Append(0, b"k", b"first")]))
-        slow.start()
-        assert fsync.waiting.wait(30)  # the slow topic's leader is in its fsync
+    with _slow_topic_in_its_fsync(tmp_path, b"first", 2) as (log, fsync, slow):
         acknowledged: list[bool] = []
 
         def spanning(n: int) -> None:
@@ -263,10 +270,8 @@ def test_appends_spanning_topics_lead_each_topics_commit_in_one_order(tmp_path: 
         try:
             for thread in threads:
                 thread.start()
-            deadline = time.monotonic() + 30
-            while len(log._queues.get("slow", [])) < 8:  # every spanning append queued
-                assert time.monotonic() < deadline, "the appends spanning topics never queued"
-                time.sleep(0.001)
+            # every spanning append queued
+            wait_for(lambda: len(log._queues.get("slow", [])) >= 8, "the spanning appends", 30)
         finally:
             fsync.gate.set()
         # no two of them wait for each other: all are done, each record once

@@ -16,6 +16,7 @@ from projections.batch import Applied, Batch, DeadLetter
 from schemas.codec import validate_event
 from schemas.events import PLACEMENT_KEY
 from schemas.outcomes import Kind, Outcome
+from tests.polling import wait_for
 
 
 def _applied(offset: int, event_id: str) -> Applied:
@@ -148,9 +149,7 @@ def test_a_round_that_fails_leaves_the_writer_to_the_loop() -> None:
     answer: list[list[Outcome] | None] = []
     waiter = threading.Thread(target=lambda: answer.append(handoff.wait("e0", waiting, 0, 30.0)))
     waiter.start()
-    deadline = time.monotonic() + 30
-    while not rounds and time.monotonic() < deadline:
-        time.sleep(0.001)
+    wait_for(lambda: bool(rounds), "the waiting write's round", timeout_s=30)
     # the loop's round decides it; the write does not try again
     handoff.committed(Batch(0, 0, 1, [_applied(0, "e0")]))
     waiter.join(timeout=30)
