@@ -149,22 +149,8 @@ def _built(
             used[base + c] = amount
     numbers = np.stack([m[1] for m in made])[kind_of] if made else np.zeros((n, r, 5), np.int64)
     ratios = np.stack([m[2] for m in made])[kind_of] if made else np.ones((n, r))
-    total, reserved, min_unit, max_unit, step_size = (
-        np.ascontiguousarray(numbers[:, :, k]) for k in range(5)
-    )
-    step_size[step_size == 0] = 1
-    return Snapshot(
-        providers=tuple(records),
-        classes=classes,
-        total=total,
-        reserved=reserved,
-        used=np.array(used, dtype=np.int64).reshape(n, r),
-        allocation_ratio=np.ascontiguousarray(ratios, dtype=np.float64),
-        min_unit=min_unit,
-        max_unit=max_unit,
-        step_size=step_size,
-        aggregates=aggregates,
-    )
+    used_table = np.array(used, dtype=np.int64).reshape(n, r)
+    return Snapshot.from_table(records, classes, numbers, used_table, ratios, aggregates)
 
 
 def _aggregates(states: Sequence[PartitionState], plain: _Plain) -> dict[str, Aggregate]:

@@ -426,16 +426,33 @@ class Snapshot:
                     (
                         inv.get("total", 0),
                         inv.get("reserved", 0),
-                        inv.get("used", 0),
                         inv.get("min_unit", 1),
                         inv.get("max_unit", 2**31 - 1),
                         inv.get("step_size", 1),
+                        inv.get("used", 0),
                     )
                 )
                 ratios.append(inv.get("allocation_ratio", 1.0))
         table = np.array(numbers, dtype=np.int64).reshape(n, r, 6)
-        total, reserved, used, min_unit, max_unit, step_size = (
-            np.ascontiguousarray(table[:, :, k]) for k in range(6)
+        return cls.from_table(
+            providers, classes, table, table[:, :, 5], np.array(ratios).reshape(n, r), aggregates
+        )
+
+    @classmethod
+    def from_table(
+        cls,
+        providers: Sequence[Provider],
+        classes: tuple[str, ...],
+        table: IntArray,
+        used: IntArray,
+        ratios: FloatArray,
+        aggregates: Mapping[str, Aggregate] | None = None,
+    ) -> Snapshot:
+        """A snapshot from ``table[row, class]`` = (total, reserved, min_unit,
+        max_unit, step_size, ...), the used amounts and the allocation ratios
+        (a step of 0, a class a provider lacks, counts as 1)."""
+        total, reserved, min_unit, max_unit, step_size = (
+            np.ascontiguousarray(table[:, :, k]) for k in range(5)
         )
         step_size[step_size == 0] = 1
         return cls(
@@ -443,8 +460,8 @@ class Snapshot:
             classes=classes,
             total=total,
             reserved=reserved,
-            used=used,
-            allocation_ratio=np.array(ratios, dtype=np.float64).reshape(n, r),
+            used=np.ascontiguousarray(used, dtype=np.int64),
+            allocation_ratio=np.ascontiguousarray(ratios, dtype=np.float64),
             min_unit=min_unit,
             max_unit=max_unit,
             step_size=step_size,
