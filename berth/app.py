@@ -23,6 +23,7 @@ from projections.view.writer import ViewWriter
 if TYPE_CHECKING:  # the scheduler's parts load only in processes that schedule
     from berth.client import Publisher
     from consumers.scheduler_worker import SchedulerWorker
+    from consumers.snapshot_source import ChangeFeed
     from scheduling.config import SchedulerConfig
 
 DEFAULT_DATA_DIR = "berth-data"
@@ -164,6 +165,7 @@ class App:
         own: bool = True,
         view_version: Callable[[], object] | None = None,
         decide: Callable[[], object] | None = None,
+        feed: ChangeFeed | None = None,
     ) -> SchedulerWorker:
         """A scheduler worker answering the request partitions given (all by
         default): single requests through a :class:`Scheduler`, batches and
@@ -177,7 +179,9 @@ class App:
         they all run in this process: the view is read again only once
         it moved (see :class:`LiveSnapshot`). ``decide``: what lets those
         writers decide the claims a single request waits for, leaving
-        their view commit for later (see :class:`Scheduler`)."""
+        their view commit for later (see :class:`Scheduler`). ``feed``:
+        what those writers commit, told from their states, which the
+        scheduler's snapshot then need not read back from the view."""
         from berth.client import Publisher
         from consumers.batches import BatchScheduler
         from consumers.coordinator import Coordinator
@@ -201,7 +205,7 @@ class App:
         # re-reads only what changed since the last wave (placements too),
         # and says which offsets it reflects, so each wave counts the
         # claims proposed since
-        snapshot = LiveSnapshot(self.engine, placements=True, version=view_version)
+        snapshot = LiveSnapshot(self.engine, placements=True, version=view_version, feed=feed)
         scheduler = Scheduler(
             publisher,
             engine,

@@ -15,7 +15,7 @@ import functools
 from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 from sqlalchemy import Connection, Engine, Row, Select, bindparam, func, or_, select
@@ -253,7 +253,7 @@ def _since(moved: tuple[int, ...]) -> tuple[Select[Any], Select[Any]]:
 
 
 @dataclass(frozen=True, slots=True)
-class _Placed:
+class Placed:
     """What an active reservation contributes to the providers it is on."""
 
     consumer_id: str
@@ -271,7 +271,7 @@ class _Placed:
         return (*self.providers, self.member[1])
 
     @classmethod
-    def of(cls, row: Any) -> _Placed:
+    def of(cls, row: Any) -> Placed:
         return cls(
             row.consumer_id,
             tuple(item["provider_id"] for item in row.items),
@@ -285,11 +285,11 @@ class _Placements:
     """What is placed where: the active reservations, by provider."""
 
     def __init__(self) -> None:
-        self.active: dict[str, _Placed] = {}
+        self.active: dict[str, Placed] = {}
         self.on: dict[str, set[str]] = defaultdict(set)
         """Provider -> ids of the active reservations on it."""
 
-    def put(self, reservation_id: str, placed: _Placed | None) -> set[str]:
+    def put(self, reservation_id: str, placed: Placed | None) -> set[str]:
         """Record a reservation's current placement (None: no longer active);
         the providers whose placements that changed."""
         touched: set[str] = set()
@@ -329,7 +329,7 @@ class _Placements:
 def _placements(active: Sequence[Row[Any]]) -> _Placements:
     placements = _Placements()
     for row in active:
-        placements.put(row.reservation_id, _Placed.of(row))
+        placements.put(row.reservation_id, Placed.of(row))
     return placements
 
 
@@ -398,6 +398,38 @@ def _aggregates(conn: Connection, partitions: int | None = None) -> dict[str, Ag
     return {aid: found[aid][2] for aid in sorted(found)}
 
 
+@dataclass(frozen=True, slots=True)
+class Fed:
+    """What changed since a live snapshot's last read, told by the writers
+    that made the view's rows rather than read back from them: the rows
+    the view now holds of the providers changed, as its reader returns
+    them."""
+
+    offsets: dict[int, int]
+    """Partition -> the view's next offset these changes take it to."""
+    changed: Sequence[Any]
+    """The changed providers' rows (the columns of ``_PROVIDERS_IN``)."""
+    usage: Sequence[Any]
+    """Their inventories' rows (the columns of ``_INVENTORIES_IN``)."""
+
+
+PutPlaced = Callable[[str, Placed | None], set[str]]
+"""Records a reservation's placement (None: no longer active); the
+providers whose placements that changed (:meth:`_Placements.put`)."""
+
+
+class ChangeFeed(Protocol):
+    """The changes to the view since given offsets, from the writers that
+    commit them in this process (``berth serve``)."""
+
+    def since(self, seen: Mapping[int, int], put: PutPlaced) -> Fed | None:
+        """The changes committed since ``seen``, the placements of the
+        reservations decided on since given to ``put`` (the providers it
+        says changed are among those changed); None when the feed cannot
+        tell them (the view is then read)."""
+        ...
+
+
 class LiveSnapshot:
     """A snapshot of the view kept current by re-reading only what changed
     since the last call: the providers whose ``updated_offset`` is past the
@@ -416,12 +448,16 @@ class LiveSnapshot:
         placements: bool = False,
         limit: int = _INCREMENTAL_LIMIT,
         version: Callable[[], object] | None = None,
+        feed: ChangeFeed | None = None,
     ) -> None:
         """``version``: where the view's writers are, when every one of
         them runs in this process (``berth serve``): while it is what it
-        was at the last read, the view has not changed and is not read."""
+        was at the last read, the view has not changed and is not read.
+        ``feed``: those writers' changes, taken from their states instead
+        of read back from the view when it can tell them."""
         self.engine = engine
         self.version = version
+        self.feed = feed
         self._version: object = None
         self.snapshot: Snapshot | None = None
         self.seen: dict[int, int] = {}
@@ -457,8 +493,32 @@ class LiveSnapshot:
         version = None if self.version is None else self.version()
         if version is not None and self.snapshot is not None and version == self._version:
             return self.snapshot  # nothing committed to the view since it was read
-        snapshot = self._read()
+        snapshot = self._fed()
+        if snapshot is None:
+            snapshot = self._read()
         self._version = version
+        return snapshot
+
+    def _fed(self) -> Snapshot | None:
+        """The snapshot brought up to date from the feed's changes alone,
+        or None when the view must be read instead (no feed, nothing read
+        yet, a change the feed cannot tell, a provider new to the snapshot
+        or a resource class new to it; and without placements, which tell
+        the providers a reservation no longer active was on). The
+        placements it recorded first are recorded again, the same, by the
+        read."""
+        snapshot, placements = self.snapshot, self.placements
+        if self.feed is None or snapshot is None or placements is None:
+            return None
+        fed = self.feed.since(self.seen, placements.put)
+        if fed is None or any(row.provider_id not in snapshot.row_of for row in fed.changed):
+            return None
+        if fed.changed:
+            updated = self._update(snapshot, fed.changed, fed.usage, placements)
+            if updated is None:
+                return None
+            self.snapshot = snapshot = updated
+        self.seen = fed.offsets
         return snapshot
 
     def _read(self) -> Snapshot:
@@ -523,7 +583,7 @@ class LiveSnapshot:
         decided_since: Select[Any],
         moved: tuple[int, ...],
         offsets: Mapping[int, int],
-    ) -> dict[str, _Placed | None] | None:
+    ) -> dict[str, Placed | None] | None:
         """Reservation id -> where it is placed now (None: no longer active),
         for every reservation decided on since the last call; None when that
         is more than re-reading everything would cost."""
@@ -533,7 +593,7 @@ class LiveSnapshot:
         if len(rows) > self.limit:
             return None
         return {
-            row.reservation_id: _Placed.of(row) if row.status in ACTIVE_STATUSES else None
+            row.reservation_id: Placed.of(row) if row.status in ACTIVE_STATUSES else None
             for row in rows
         }
 

@@ -11,21 +11,28 @@ view's reader decodes them, and the snapshot built from them as
 same, every so many steps). ``berth explain --request`` decides the records since a
 checkpoint on the checkpoint's states in memory and ranks on this: the
 view's rows written and read back cost most of a replay.
+
+:class:`WriterFeed` makes the rows of the providers that changed the same
+way, for ``berth serve``'s live snapshot: its writers run in the process,
+so what they commit need not be read back from the view.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
 
+from consumers.partition_writer import PartitionWriter, locked
 from consumers.server_groups import GroupRule
-from consumers.snapshot_source import provider_from_row
+from consumers.snapshot_source import Fed, Placed, PutPlaced, provider_from_row
 from ledger.partitioner import partition_for
+from projections.batch import Batch
 from projections.fitting import use_json
-from projections.state import PartitionState, ProviderState, placements
+from projections.state import PartitionState, ProviderState, Reservation, placements
 from scheduling.model import Aggregate, FloatArray, IntArray, Provider, Snapshot
 
 
@@ -199,3 +206,183 @@ def rules_of(states: Sequence[PartitionState]) -> dict[str, GroupRule]:
         for gid, group in state.groups.items()
     }
     return dict(sorted(rules.items()))
+
+
+class _Inventory(NamedTuple):
+    """An inventory's row as the view's reader returns it (the columns a
+    live snapshot's update reads)."""
+
+    provider_id: str
+    resource_class: str
+    total: int
+    reserved: int
+    min_unit: int
+    max_unit: int
+    step_size: int
+    allocation_ratio: float
+    held: int
+    consumed: int
+
+
+def _inventories(provider: ProviderState) -> list[_Inventory]:
+    """Its inventories' rows, as :mod:`projections.view.usage_rows` writes them."""
+    own, held, consumed = provider.own.limits, provider.held, provider.consumed
+    return [
+        _Inventory(
+            provider.provider_id,
+            rc,
+            limits.total,
+            limits.reserved,
+            limits.min_unit,
+            limits.max_unit,
+            limits.step_size,
+            float(own[i].allocation_ratio),
+            held[i],
+            consumed[i],
+        )
+        for i, (rc, limits) in enumerate(
+            zip(provider.layout.classes, provider.layout.limits, strict=True)
+        )
+    ]
+
+
+def _placed(reservation: Reservation) -> Placed:
+    """What an active reservation places where, as its view row says it."""
+    return Placed(
+        reservation.consumer_id,
+        tuple(provider.provider_id for provider, _ in reservation.items),
+        reservation.group,
+        tuple(sorted(reservation.tags)),
+        reservation.membership,
+    )
+
+
+_READ_BACK = frozenset({"provider_registered", "provider_retired", "aggregate_defined"})
+"""Events whose changes a feed leaves to a read of the view: providers come
+or go, an aggregate's metadata reaches every member (as do OpenStack
+Placement's events, ``placement_*``, which count on providers they do not name)."""
+_MOST_BATCHES = 10_000
+"""Batches a feed keeps at most between two reads; past that the next read
+is of the view (a process whose scheduler is idle while its writers work)."""
+
+
+class WriterFeed:
+    """What the writers of every partition, all in this process (``berth
+    serve``), commit to the view, told from the batches they commit and
+    their states (a :class:`~consumers.snapshot_source.ChangeFeed`): the
+    subjects of a batch's outcomes, and the providers its events name,
+    are what changed, as the view's reader finds them from the outcome
+    rows and the providers' offsets."""
+
+    def __init__(self, writers: Sequence[PartitionWriter], most: int = _MOST_BATCHES) -> None:
+        self.writers = list(writers)
+        self.most = most
+        self._lock = threading.Lock()
+        self._batches: list[Batch] = []
+        self._overflowed = False
+        for writer in self.writers:
+            writer.on_commit = then(writer.on_commit, self._committed)
+
+    def _committed(self, batch: Batch) -> None:
+        with self._lock:
+            if not self._overflowed:
+                self._batches.append(batch)
+                if len(self._batches) > self.most:
+                    self._batches.clear()
+                    self._overflowed = True
+
+    def since(self, seen: Mapping[int, int], put: PutPlaced) -> Fed | None:
+        # the writers' locks: no round moves their states meanwhile (the
+        # Placement API's writes drive one from their own threads)
+        with locked(self.writers) as writers, self._lock:
+            batches, self._batches = self._batches, []
+            overflowed, self._overflowed = self._overflowed, False
+            if overflowed or any(w.pending is not None for w in writers):
+                return None  # (a state ahead of the view's offset: decided, not committed)
+            # (a partition the view has no offset for yet is not named, as the view's read does not)
+            offsets = {
+                w.partition: w.next_offset for w in writers if w.next_offset or w.partition in seen
+            }
+            if not seen.keys() <= offsets.keys():
+                return None
+            followed = _following(batches, seen, offsets)
+            if followed is None:
+                return None
+            states = {w.partition: w.state for w in writers}
+            touched = _touched(followed, states, put)
+            if touched is None:
+                return None
+            return _rows(touched, list(states.values()), offsets)
+
+
+def then(
+    first: Callable[[Batch], object] | None, second: Callable[[Batch], object]
+) -> Callable[[Batch], object]:
+    """A writer's ``on_commit`` that tells ``first`` (if any), then ``second``."""
+    if first is None:
+        return second
+
+    def both(batch: Batch) -> None:
+        first(batch)
+        second(batch)
+
+    return both
+
+
+def _following(
+    batches: list[Batch], seen: Mapping[int, int], offsets: Mapping[int, int]
+) -> list[Batch] | None:
+    """The batches past ``seen``, if they are every one from there to
+    ``offsets`` (else None)."""
+    reach = dict(seen)
+    followed = []
+    for batch in batches:  # committed in each partition's order
+        at = reach.get(batch.partition, 0)
+        if batch.end <= at:
+            continue  # the view was read past it
+        if batch.start != at:
+            return None
+        reach[batch.partition] = batch.end
+        followed.append(batch)
+    if any(reach.get(p, 0) != end for p, end in offsets.items()):
+        return None
+    return followed
+
+
+def _touched(
+    batches: list[Batch], states: Mapping[int, PartitionState], put: PutPlaced
+) -> set[str] | None:
+    """The providers ``batches`` changed, the placements of the
+    reservations they decided on given to ``put``; None if one holds an
+    event left to a read of the view."""
+    touched: set[str] = set()
+    for batch in batches:
+        state = states[batch.partition]
+        for applied in batch.applied:
+            event = applied.event
+            if event.type in _READ_BACK or event.type.startswith("placement_"):
+                return None
+            named = getattr(event, "provider_id", None)
+            if isinstance(named, str):
+                touched.add(named)
+            for outcome in applied.outcomes:
+                subject = outcome.subject
+                if subject in state.providers:
+                    touched.add(subject)
+                reservation = state.reservations.get(subject)
+                touched |= put(subject, None if reservation is None else _placed(reservation))
+    return touched
+
+
+def _rows(touched: set[str], states: list[PartitionState], offsets: dict[int, int]) -> Fed | None:
+    """The rows of the providers ``touched``; None if one is in no state."""
+    plain = _Plain()
+    changed: list[_Row] = []
+    usage: list[_Inventory] = []
+    for pid in sorted(touched):
+        provider = next((s.providers[pid] for s in states if pid in s.providers), None)
+        if provider is None:
+            return None
+        changed.append(_row(provider, plain))
+        usage += _inventories(provider)
+    return Fed(offsets, changed, usage)

@@ -229,3 +229,96 @@ def test_a_live_snapshot_told_where_the_writers_are_reads_the_view_only_once_the
         full = snapshot_from_view(app.engine, placements=False)
         assert len(statements) > read and moved is not first
         assert (moved.used == full.used).all() and moved.providers == full.providers
+
+
+def test_a_live_snapshot_fed_by_its_writers_matches_a_full_read_without_reading_the_view(
+    tmp_path: Path,
+) -> None:
+    """``berth serve``'s live snapshot: what the writers of this process
+    commit is told from their states (WriterFeed), not read back. Seeded
+    claims (groups, tags, consumers), consumes, releases, expiries, state,
+    traits, inventory and metrics changes leave it equal to a full read of
+    the view with no statement run; a provider arriving and an aggregate
+    defined are read from the view, and the feed goes on from there."""
+    import random
+
+    from sqlalchemy import event
+
+    from berth.app import App, Settings
+    from berth.client import Publisher
+    from consumers.snapshot_source import LiveSnapshot
+    from consumers.state_snapshot import WriterFeed
+    from tests.builders import aggregates, report, tick
+
+    rng = random.Random(7)
+    nodes = [f"n{n}" for n in range(8)]
+    with App(Settings(data_dir=tmp_path / "app", partitions=3)) as app:
+        edge = Publisher(app.log, clock_ms=lambda: 10**12)
+        writers = app.writers()
+        edge.publish([e for n in nodes for e in provider(n, ts=1, VCPU=64, DISK_GB=1000)])
+        catch_up_all(writers)
+        live = LiveSnapshot(app.engine, placements=True, feed=WriterFeed(writers))
+        live()
+        statements: list[str] = []
+        event.listen(app.engine, "before_cursor_execute", lambda *a: statements.append(a[2]))
+        held: dict[str, str] = {}
+        now = 10
+        for round_ in range(30):
+            events: list[Event] = []
+            for _ in range(rng.randint(1, 5)):
+                now += rng.randint(1, 300)
+                node = rng.choice(nodes)
+                roll = rng.random()
+                if roll < 0.5 or not held:
+                    rid = f"r{round_}-{now}"
+                    events.append(
+                        claim(
+                            rid,
+                            node,
+                            ts=now,
+                            VCPU=1,
+                            lease_ms=rng.choice((200, 5000)),
+                            group=rng.choice((None, "g1")),
+                            tags=rng.sample(["web", "db"], rng.randint(0, 2)),
+                            consumer=f"vm{rng.randint(0, 9)}",
+                        )
+                    )
+                    held[rid] = node
+                elif roll < 0.8:
+                    rid = rng.choice(sorted(held))
+                    pid = held.pop(rid)
+                    maker = rng.choice((consume, release))
+                    events.append(maker(rid, ts=now).model_copy(update={"partition_key": pid}))
+                elif roll < 0.85:
+                    events.append(set_state(node, rng.choice(("enabled", "disabled")), ts=now))
+                elif roll < 0.9:
+                    events.append(traits(node, rng.choice(("HW_GPU", "SSD")), ts=now))
+                elif roll < 0.95:
+                    events.append(inventory(node, VCPU=rng.choice((64, 96)), DISK_GB=1000, ts=now))
+                else:
+                    events.append(report(node, {"cpu.percent": rng.random()}, ts=now))
+            if rng.random() < 0.3:
+                events.append(tick(now).model_copy(update={"partition_key": rng.choice(nodes)}))
+            edge.publish(events)
+            catch_up_all(writers)
+            statements.clear()
+            fed = live()
+            assert statements == [], f"round {round_}: the view was read"
+            full = snapshot_from_view(app.engine, placements=True)
+            assert fed.providers == full.providers, f"round {round_}"
+            for name in RESOURCE_ARRAYS:
+                assert (getattr(fed, name) == getattr(full, name)).all(), (round_, name)
+        assert any(p.groups for p in full.providers) and any(p.tags for p in full.providers)
+        # a provider arrives, then an aggregate is defined: read from the view
+        edge.publish([*provider("n9", ts=now, VCPU=8), aggregates("n1", "agg", ts=now)])
+        edge.define_aggregate("agg", {"cpu_allocation_ratio": "2.0"}, "agg-def")
+        catch_up_all(writers)
+        assert live().providers == snapshot_from_view(app.engine, placements=True).providers
+        assert statements != []
+        edge.publish([claim("after", "n9", ts=now + 1, VCPU=2)])
+        catch_up_all(writers)
+        statements.clear()
+        after = live()
+        assert statements == []
+        full = snapshot_from_view(app.engine, placements=True)
+        assert after.providers == full.providers and (after.used == full.used).all()

@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from berth.api.handoff import AnswerHub
     from consumers.balance_worker import MoveClaim
     from consumers.scheduler_worker import SchedulerWorker
+    from consumers.snapshot_source import ChangeFeed
     from scheduling.balance import Plan
     from schemas.topology import TopologyFit
 
@@ -220,6 +221,7 @@ def add_commands(commands: Commands) -> None:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from consumers.queue_projector import QueueProjector
+    from consumers.state_snapshot import WriterFeed
 
     stop_on_sigterm()
     settings = settings_from(args)
@@ -242,9 +244,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 app.log.append_many([*held_appends(writers), (topic, answers)])
                 held_appended(writers)
 
-        # the writers of every partition are these: the view moves only with them
+        # the writers of every partition are these: the view moves only with
+        # them, and what they commit is told from their states (no read back)
         worker = _scheduler_worker(
-            app, args, pump, None, lambda: [w.next_offset for w in writers], decide
+            app,
+            args,
+            pump,
+            None,
+            lambda: [w.next_offset for w in writers],
+            decide,
+            WriterFeed(writers),
         )
         worker.append_answers = append_answers
         queue = QueueProjector(app.log, app.settings.topics, app.engine)
@@ -376,12 +385,13 @@ def _scheduler_worker(
     owned: list[int] | None,
     view_version: Callable[[], object] | None = None,
     decide: Callable[[], object] | None = None,
+    feed: ChangeFeed | None = None,
 ) -> SchedulerWorker:
     from scheduling.config import SchedulerConfig
 
     config = SchedulerConfig.load(args.config) if args.config else SchedulerConfig.default()
     return app.scheduler_worker(
-        config, pump, partitions=owned, view_version=view_version, decide=decide
+        config, pump, partitions=owned, view_version=view_version, decide=decide, feed=feed
     )
 
 
@@ -486,6 +496,7 @@ def _start_placement_api(
     from berth.placement_api.policy import Policy
     from berth.placement_api.server import PlacementServer
     from berth.placement_api.service import Handoff, PlacementService
+    from consumers.state_snapshot import then
 
     listen = args.placement_api
     address = parse_address(listen, "the Placement API listens on")
@@ -511,7 +522,7 @@ def _start_placement_api(
         if writer.partition == service.partition:
             # the API's writes drive this writer themselves (see Handoff)
             service.handoff = Handoff(functools.partial(step_all, [writer]))
-            writer.on_commit = service.handoff.committed
+            writer.on_commit = then(writer.on_commit, service.handoff.committed)
             break
     try:
         server = PlacementServer(
