@@ -7,7 +7,7 @@ its own scheduler, against Kafka and PostgreSQL (see bench.end_to_end).
 Once ready (its log, view and scheduler set up, the view read once), it
 prints ``ready`` and waits for a line on stdin: the race starts for every
 publisher at once, as Placement's harness starts its workers. Then it prints
-one JSON object: the results of its requests.
+one JSON object on one line: the results of its requests.
 """
 
 from __future__ import annotations
@@ -88,7 +88,9 @@ def main() -> None:
     log.close()
     engine.dispose()
     cpu_s = time.process_time() - cpu_started
-    print(json.dumps({"results": results, "cpu_s": cpu_s}))
+    # one line, flushed: the race ends when the results are out, not once
+    # this interpreter has torn itself down (a quarter of a second, loaded)
+    print(json.dumps({"results": results, "cpu_s": cpu_s}), flush=True)
 
 
 if __name__ == "__main__":
