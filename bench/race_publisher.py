@@ -18,7 +18,7 @@ import sys
 import time
 from dataclasses import replace
 
-from berth.app import Settings, open_log
+from berth.app import Settings, open_log, tune_gc
 from berth.client import Publisher
 from consumers.scheduler import OutcomeFollower, Scheduled, Scheduler
 from consumers.snapshot_source import LiveSnapshot
@@ -65,6 +65,7 @@ def main() -> None:
         depth=depth,
     )
     scheduler.snapshot()  # a running scheduler has read the view once
+    tune_gc()  # as berth scheduler does once set up
     print("ready", flush=True)
     sys.stdin.readline()
     cpu_started = time.process_time()
