@@ -19,6 +19,7 @@ from consumers.partition_writer import catch_up_all
 from tests.builders import claim, provider
 from tests.conftest import Cli
 from tests.http_calls import call, serving
+from tests.polling import wait_for
 from tests.processes import berth_running
 
 
@@ -133,8 +134,16 @@ def test_serve_with_the_api_answers_requests_and_decides_events(tmp_path: Path) 
         assert {rid: answers[rid]["placed"] for rid in "abc"} == {"a": True, "b": True, "c": False}
         assert {answers[rid]["reservations"][0][1] for rid in "ab"} == {"n1", "n2"}
         (rid, pid) = answers["a"]["reservations"][0]
-        status, reply = call(url, f"/v1/history/{rid}")
-        assert status == 200 and reply["reservations"][0]["items"][0]["provider_id"] == pid
+        history: list[Any] = []
+
+        def in_the_view() -> bool:
+            # the answer is durable once replied; the view commits the claim
+            # just after the reply went out (docs/performance.md, Latency)
+            history[:] = call(url, f"/v1/history/{rid}")
+            return history[0] == 200 and bool(history[1]["reservations"])
+
+        wait_for(in_the_view, "the view to hold the placement")
+        assert history[1]["reservations"][0]["items"][0]["provider_id"] == pid
 
 
 def test_berth_api_runs_beside_the_writers(tmp_path: Path, cli: Cli) -> None:
