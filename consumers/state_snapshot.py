@@ -261,9 +261,11 @@ _READ_BACK = frozenset({"provider_registered", "provider_retired", "aggregate_de
 """Events whose changes a feed leaves to a read of the view: providers come
 or go, an aggregate's metadata reaches every member (as do OpenStack
 Placement's events, ``placement_*``, which count on providers they do not name)."""
-_MOST_BATCHES = 10_000
-"""Batches a feed keeps at most between two reads; past that the next read
-is of the view (a process whose scheduler is idle while its writers work)."""
+_MOST_RECORDS = 20_000
+"""Records a feed keeps the batches of at most between two reads; past that
+the next read is of the view, which then costs less than going through
+them (and a process whose scheduler is idle while its writers work keeps
+no more)."""
 
 
 class WriterFeed:
@@ -274,11 +276,12 @@ class WriterFeed:
     are what changed, as the view's reader finds them from the outcome
     rows and the providers' offsets."""
 
-    def __init__(self, writers: Sequence[PartitionWriter], most: int = _MOST_BATCHES) -> None:
+    def __init__(self, writers: Sequence[PartitionWriter], most: int = _MOST_RECORDS) -> None:
         self.writers = list(writers)
         self.most = most
         self._lock = threading.Lock()
         self._batches: list[Batch] = []
+        self._records = 0
         self._overflowed = False
         for writer in self.writers:
             writer.on_commit = then(writer.on_commit, self._committed)
@@ -287,7 +290,8 @@ class WriterFeed:
         with self._lock:
             if not self._overflowed:
                 self._batches.append(batch)
-                if len(self._batches) > self.most:
+                self._records += batch.end - batch.start
+                if self._records > self.most:
                     self._batches.clear()
                     self._overflowed = True
 
@@ -295,7 +299,7 @@ class WriterFeed:
         # the writers' locks: no round moves their states meanwhile (the
         # Placement API's writes drive one from their own threads)
         with locked(self.writers) as writers, self._lock:
-            batches, self._batches = self._batches, []
+            batches, self._batches, self._records = self._batches, [], 0
             overflowed, self._overflowed = self._overflowed, False
             if overflowed or any(w.pending is not None for w in writers):
                 return None  # (a state ahead of the view's offset: decided, not committed)

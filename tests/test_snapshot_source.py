@@ -259,10 +259,14 @@ def test_a_live_snapshot_fed_by_its_writers_matches_a_full_read_without_reading_
         catch_up_all(writers)
         live = LiveSnapshot(app.engine, placements=True, feed=WriterFeed(writers))
         live()
+        # past three records between two reads, a feed leaves them to the view
+        small = LiveSnapshot(app.engine, placements=True, feed=WriterFeed(writers, most=3))
+        small()
         statements: list[str] = []
         event.listen(app.engine, "before_cursor_execute", lambda *a: statements.append(a[2]))
         held: dict[str, str] = {}
         now = 10
+        overflowed = False
         for round_ in range(30):
             events: list[Event] = []
             for _ in range(rng.randint(1, 5)):
@@ -308,6 +312,10 @@ def test_a_live_snapshot_fed_by_its_writers_matches_a_full_read_without_reading_
             assert fed.providers == full.providers, f"round {round_}"
             for name in RESOURCE_ARRAYS:
                 assert (getattr(fed, name) == getattr(full, name)).all(), (round_, name)
+            read_before = len(statements)
+            assert small().providers == full.providers, f"round {round_}, overflowed"
+            overflowed = overflowed or len(statements) > read_before
+        assert overflowed
         assert any(p.groups for p in full.providers) and any(p.tags for p in full.providers)
         # a provider arrives, then an aggregate is defined: read from the view
         edge.publish([*provider("n9", ts=now, VCPU=8), aggregates("n1", "agg", ts=now)])
