@@ -323,10 +323,13 @@ def test_a_live_snapshot_fed_by_its_writers_matches_a_full_read_without_reading_
         catch_up_all(writers)
         assert live().providers == snapshot_from_view(app.engine, placements=True).providers
         assert statements != []
-        edge.publish([claim("after", "n9", ts=now + 1, VCPU=2)])
+        # a claim, and a provider joining the aggregate (its ratio): told, not read
+        edge.publish([claim("after", "n9", ts=now + 1, VCPU=2), aggregates("n2", "agg", ts=now)])
         catch_up_all(writers)
         statements.clear()
         after = live()
         assert statements == []
         full = snapshot_from_view(app.engine, placements=True)
-        assert after.providers == full.providers and (after.used == full.used).all()
+        assert after.providers == full.providers and after.aggregates == full.aggregates
+        for name in RESOURCE_ARRAYS:
+            assert (getattr(after, name) == getattr(full, name)).all(), name
