@@ -57,10 +57,10 @@ class SchedulerWorker:
         """Told of every answer (as appended, without its ``source``) once
         the log holds it durably: an API in this process hands them to
         its waiting callers (:mod:`berth.api.handoff`)."""
-        self.append_answers: Callable[[str, list[Append]], object] | None = None
-        """Appends the answers in place of the log's ``append`` (durably):
-        with the outcomes they report, which writers in this process hold
-        for them, in one group commit."""
+        self.append_answers: Callable[[str, list[Append]], list[int]] | None = None
+        """Appends the answers in place of the log's ``append`` (durably),
+        returning their offsets: with the outcomes they report, which
+        writers in this process hold for them, in one group commit."""
         self.before_idle: Callable[[], object] | None = None
         """Waited on before :meth:`idle` reads the view's changes: the API's
         replies to the answers just given, which then go out first."""
@@ -77,9 +77,14 @@ class SchedulerWorker:
             self._requeue()
 
     def _resume(self) -> dict[int, int]:
-        """Next request offset per partition, and the answers given so far, from
-        the results already published."""
-        self.answered: dict[str, Scheduled] = {}
+        """Next request offset per partition, and where the answers given so
+        far are, from the results already published."""
+        self.answered: dict[str, int] = {}
+        """Request (or batch) id -> where its final answer is on the
+        placements topic (``_position``): what a resubmitted id is answered
+        from, read back. Only the position is kept, not the answer with its
+        ranked candidates, so memory grows by one small int an id rather
+        than by an answer."""
         nexts = {p: 0 for p in self.partitions}
         for p in range(self.log.partition_count(self.topics.placements)):
             offset = 0
@@ -94,7 +99,8 @@ class SchedulerWorker:
                             self.queued_at[rid] = (source[0], source[1])
                     else:
                         self.queued_at.pop(rid, None)
-                        self.answered[rid] = Scheduled.from_dict(data)
+                        # a resubmission's copy after it changes nothing
+                        self.answered.setdefault(rid, _position(record.partition, record.offset))
                     if source[0] in nexts:
                         nexts[source[0]] = max(nexts[source[0]], source[1] + 1)
         return nexts
@@ -127,22 +133,25 @@ class SchedulerWorker:
         [(offset, result)]), all in one append."""
         appends = []
         answers = []
+        final: list[str | None] = []  # the id of each final answer, None for a queued one
         for partition, answered in results:
             for offset, result in answered:
                 answer = result.to_dict()  # a ranking is worked out here, once
-                if isinstance(result, Scheduled) or result.status != "queued":
-                    # as read back: nothing of the engine's snapshot kept alive
-                    self.answered[answer["request_id"]] = Scheduled.from_dict(answer)
                 data: dict[str, Any] = {**answer, "source": [partition, offset]}
                 key = data["request_id"].encode()
                 appends.append(Append(partition, key, json.dumps(data).encode()))
                 answers.append(answer)
+                queued = isinstance(result, BatchResult) and result.status == "queued"
+                final.append(None if queued else answer["request_id"])
         if not appends:
             return
         if self.append_answers is not None:
-            self.append_answers(self.topics.placements, appends)
+            offsets = self.append_answers(self.topics.placements, appends)
         else:
-            self.log.append(self.topics.placements, appends)
+            offsets = self.log.append(self.topics.placements, appends)
+        for rid, append, offset in zip(final, appends, offsets, strict=True):
+            if rid is not None:  # the first answer stays the one a resubmission gets
+                self.answered.setdefault(rid, _position(append.partition, offset))
         if self.on_answers is not None:
             self.on_answers(answers)  # durable now
 
@@ -250,8 +259,12 @@ class SchedulerWorker:
             earlier = self.answered.get(request.request_id)
             if earlier is not None or request.request_id in seen:
                 # a resubmitted request gets its first answer, not a second placement
-                again = earlier or Scheduled(
-                    request.request_id, False, (), 0, "duplicate request id in one batch"
+                again = (
+                    self._read_answer(earlier)
+                    if earlier is not None
+                    else Scheduled(
+                        request.request_id, False, (), 0, "duplicate request id in one batch"
+                    )
                 )
                 out.results.append((record.offset, again))
                 continue
@@ -289,6 +302,15 @@ class SchedulerWorker:
             out.valid.append((record.offset, request))
         return out
 
+    def _read_answer(self, position: int) -> Scheduled:
+        """The answer at ``position`` (see ``_position``), read back from
+        the placements topic, without its ``source``."""
+        partition, offset = position >> _OFFSET_BITS, position & _OFFSET_MASK
+        (record,) = self.log.read(self.topics.placements, partition, offset, 1)
+        data = json.loads(record.value)
+        del data["source"]
+        return Scheduled.from_dict(data)
+
     @staticmethod
     def _failed(request: PlacementRequest, reason: str, policy: Policy | None = None) -> Scheduled:
         label = "" if policy is None else policy.label
@@ -306,6 +328,16 @@ class _Sorted:
     """Requests that are a transaction each, as one-member batches."""
     policies: list[Policy | None]
     """The policy that places each of ``transactions``."""
+
+
+_OFFSET_BITS = 48
+_OFFSET_MASK = (1 << _OFFSET_BITS) - 1
+
+
+def _position(partition: int, offset: int) -> int:
+    """A record's (partition, offset) as one int: one object an answered id
+    keeps, not a tuple of two."""
+    return partition << _OFFSET_BITS | offset
 
 
 def _generation(log_: Log, topics: Topics) -> str:

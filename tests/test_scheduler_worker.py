@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import gc
 import json
+import tracemalloc
 from pathlib import Path
 
 import pytest
 
+import consumers.partition_writer
+import consumers.scheduler_worker
 from berth.app import App, Settings
 from berth.client import Publisher
 from consumers.partition_writer import catch_up_all
@@ -165,3 +169,58 @@ def test_a_steps_requests_of_every_partition_are_one_wave_and_one_answer_append(
     for partition in (0, 1):
         sources = [r["source"][1] for r in results if r["source"][0] == partition]
         assert sources == sorted(sources)
+
+
+def _retained_per_answer(worker: SchedulerWorker, edge: Publisher, first: int, more: int) -> float:
+    """Bytes the worker still holds, per answer, for ``more`` answers after
+    ``first`` (what the steps it took left allocated, traced through it)."""
+    through = [  # the worker's own, not its writers' (the pump runs them in its step)
+        tracemalloc.Filter(True, consumers.scheduler_worker.__file__, all_frames=True),
+        tracemalloc.Filter(False, consumers.partition_writer.__file__, all_frames=True),
+    ]
+
+    def held() -> int:
+        gc.collect()
+        stats = tracemalloc.take_snapshot().filter_traces(through).statistics("filename")
+        return sum(s.size for s in stats)
+
+    edge.submit([_request(f"r{k}", 1) for k in range(first)])
+    while worker.step():
+        pass
+    before = held()
+    edge.submit([_request(f"r{k}", 1) for k in range(first, first + more)])
+    while worker.step():
+        pass
+    return (held() - before) / more
+
+
+def test_the_memory_a_worker_keeps_does_not_grow_with_its_answers_candidates(
+    tmp_path: Path,
+) -> None:
+    """Every answer records its best 10 candidates with each weigher's part
+    (a few KB); the worker keeps only where each answer is, for a
+    resubmitted id, which is then answered the same, read back."""
+    with App(Settings(data_dir=tmp_path, partitions=2)) as app:
+        edge = Publisher(app.log, clock_ms=lambda: NOW_MS)
+        edge.publish([e for n in range(40) for e in provider(f"n{n}", ts=1, VCPU=400)])
+        worker = _worker(app)
+        tracemalloc.start(30)
+        try:
+            per_answer = _retained_per_answer(worker, edge, 20, 200)
+        finally:
+            tracemalloc.stop()
+        first = {r["request_id"]: r for r in placement_answers(app)}
+        assert len(first["r3"]["candidates"]) == 10
+        assert len(json.dumps(first["r3"]["candidates"])) > 1000
+        # its id and where its answer is (an answer kept whole: about 9 KB)
+        assert per_answer < 1000, per_answer
+        # resubmitted, to a worker that answered it and to a restarted one
+        edge.submit([_request("r3", 1), _request("r7", 2)])
+        assert worker.step() == 2
+        edge.submit([_request("r3", 1)])
+        assert _worker(app).step() == 1
+        again = [r for r in placement_answers(app) if r["request_id"] in ("r3", "r7")]
+    assert len(again) == 5
+    for answer in again:
+        rid = answer["request_id"]
+        assert {**answer, "source": None} == {**first[rid], "source": None}

@@ -237,12 +237,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
             catch_up_all(writers, hold=True)
             worker.scheduler.follower.learn(held_outcomes(writers))
 
-        def append_answers(topic: str, answers: list[Append]) -> None:
+        def append_answers(topic: str, answers: list[Append]) -> list[int]:
             # locked: a Placement write driving its writer's round meanwhile
             # would otherwise append the same held outcomes, flushing them
             with locked(writers):
-                app.log.append_many([*held_appends(writers), (topic, answers)])
+                offsets = app.log.append_many([*held_appends(writers), (topic, answers)])
                 held_appended(writers)
+            return offsets[-1]
 
         # the writers of every partition are these: the view moves only with
         # them, and what they commit is told from their states (no read back)
