@@ -3,6 +3,18 @@
     python -m bench.end_to_end [--providers 10000] [--requests 20000] [--sample 10]
                                [--wave 2000] [--writer-processes N] [--described]
     python -m bench.end_to_end --scenario race [--kafka auto|HOST:PORT]
+    python -m bench.end_to_end --scenario answers [--ranked 10] [--callgrind]
+
+The answers scenario is the scheduler worker's whole path, as ``berth
+serve`` runs it in one process: the requests are submitted on the requests
+topic beforehand, then the worker reads them (decoded and checked), ranks and
+places them, its writers decide the claims, and each answer, with its best
+``--ranked`` candidates and their weighers' parts, is encoded and appended
+to the placements topic. Its placements per CPU second (the process's, writers
+included) and, under ``valgrind --tool=callgrind --instr-atstart=no`` with
+``--callgrind``, its instructions an answer (which do not drift with the
+machine's load) are what ranked answers cost end to end, the encoding
+included, which the sustained scenario (no scheduler worker) leaves out.
 
 The sustained scenario publishes the cluster, then places a stream of
 requests in waves (one view snapshot per wave, completed with the claims
@@ -37,6 +49,7 @@ from typing import Any
 
 from sqlalchemy import func, select
 
+from bench.callgrind import Marks, totals
 from bench.common import (
     AGGREGATES,
     aggregate_member,
@@ -326,6 +339,69 @@ def sustained(
     }
 
 
+def _stream(requests: int, explain: bool = False) -> list[PlacementRequest]:
+    return [
+        PlacementRequest(
+            request_id=f"r{k}",
+            ts_ms=NOW_MS,
+            project_id="bench",
+            resources=FLAVORS[k % len(FLAVORS)],
+            explain=explain,
+        )
+        for k in range(requests)
+    ]
+
+
+def answers(
+    providers: int, requests: int, sample: float, ranked: int, callgrind: bool = False
+) -> dict[str, Any]:
+    """The scheduler worker answering ``requests`` submitted beforehand, its
+    writers pumped in its own thread as ``berth serve`` does: placements
+    per CPU second, the mean answer's size, and with ``callgrind`` (under
+    valgrind) the instructions an answer of the steps that answered them."""
+    with tempfile.TemporaryDirectory(prefix="berth-e2e-") as tmp:
+        app = _setup(Path(tmp), providers, partitions=16)
+        writers = app.writers()
+        config = SchedulerConfig.default()
+        config.sampling = Sampling(percentage=sample, minimum=100)
+        config.bounded = Bounded("full")
+        config.ranked = ranked
+        worker = app.scheduler_worker(config, lambda: catch_up_all(writers))
+        Publisher(app.log, clock_ms=lambda: NOW_MS).submit(_stream(requests))
+        marks = Marks() if callgrind else None
+        if marks is not None:
+            marks.start()
+        cpu_started = time.process_time()
+        with timed() as t:
+            while worker.step():
+                pass
+        cpu_s = time.process_time() - cpu_started
+        if marks is not None:
+            marks.dump("answers")
+            marks.stop()
+        catch_up_all(writers)
+        topic = app.settings.topics.placements
+        written = [
+            r.value
+            for p in range(app.settings.partitions)
+            for r in app.log.read(topic, p, 0, 10**6)
+        ]
+        app.close()
+    placed = sum(b'"placed": true' in value for value in written)
+    figures: dict[str, Any] = {
+        "answers_placements_per_s": round(placed / t[0], 1),
+        "answers_placements_per_cpu_s": round(placed / cpu_s, 1),
+        "answers_placed": placed,
+        "answers_failed": len(written) - placed,
+        "answer_bytes_mean": round(sum(map(len, written)) / max(len(written), 1)),
+    }
+    if marks is not None and marks.running:
+        figures["answers_instructions_each"] = round(
+            totals(os.getpid())["answers"] / max(len(written), 1)
+        )
+    return figures
+
+
 def _cpu_s(pid: int) -> float:
     """The CPU time a running process has used so far (Linux's /proc; 0 elsewhere)."""
     try:
@@ -484,7 +560,13 @@ def main() -> None:
     parser.add_argument(
         "--explain", choices=("off", "on", "both"), default="both", help="sustained runs to make"
     )
-    parser.add_argument("--scenario", choices=("sustained", "race"), default="sustained")
+    parser.add_argument("--scenario", choices=("sustained", "race", "answers"), default="sustained")
+    parser.add_argument(
+        "--callgrind",
+        action="store_true",
+        help="answers: under valgrind --tool=callgrind --instr-atstart=no, count "
+        "the instructions an answer",
+    )
     parser.add_argument(
         "--kafka", default="", help="race on Kafka + PostgreSQL: auto (start tansu) or HOST:PORT"
     )
@@ -525,6 +607,12 @@ def main() -> None:
                 )
             )
         )
+        return
+    if args.scenario == "answers":
+        note(f"answers through the scheduler worker, ranked {args.ranked} ...")
+        found = answers(args.providers, args.requests, args.sample, args.ranked, args.callgrind)
+        common = {"providers": args.providers, "requests": args.requests, "ranked": args.ranked}
+        print(json.dumps({**common, "sample_percentage": args.sample, **found}))
         return
     figures: dict[str, Any] = {
         "providers": args.providers,
