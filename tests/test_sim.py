@@ -269,6 +269,7 @@ _REAL_VIEW_WRITER = ViewWriter
 def _consumed_unseen(mp: pytest.MonkeyPatch) -> None:
     """A snapshot made from the writers' states that counts what is held
     and not what is consumed (``berth explain``'s)."""
+
     def used(provider: ProviderState) -> list[int]:
         return list(provider.held)
 
@@ -357,8 +358,11 @@ VARIANTS = (
         lambda mp: mp.setattr(partition_writer, "decide", _holds_never_expire(decide)),
     ),
     Variant("anti-affinity dropped", invariants.ANTI_AFFINITY, 5, 1000, _groups_ignored),
+    # caught by about one seed in eight (5 of seeds 1-40, the first 31), as
+    # the seeded runs go since a resubmitted id is answered as recorded: a
+    # run's course follows what its scheduler answers
     Variant(
-        "server groups' rules ignored", invariants.SERVER_GROUPS, 3, 1000, _group_rules_ignored
+        "server groups' rules ignored", invariants.SERVER_GROUPS, 31, 1000, _group_rules_ignored
     ),
     Variant("projects' policies ignored", invariants.POLICY, 3, 1000, _assignments_ignored),
     Variant(
