@@ -126,9 +126,7 @@ class SchedulerWorker:
         and failed once past their deadline; how many were answered."""
         return self._drain_queue()
 
-    def _publish(
-        self, results: list[tuple[int, list[tuple[int, Scheduled | BatchResult]]]]
-    ) -> None:
+    def _publish(self, results: list[tuple[int, list[tuple[int, _Answer]]]]) -> None:
         """Append the answers to the requests of each partition (partition,
         [(offset, result)]), all in one append."""
         appends = []
@@ -302,14 +300,14 @@ class SchedulerWorker:
             out.valid.append((record.offset, request))
         return out
 
-    def _read_answer(self, position: int) -> Scheduled:
+    def _read_answer(self, position: int) -> _Recorded:
         """The answer at ``position`` (see ``_position``), read back from
         the placements topic, without its ``source``."""
         partition, offset = position >> _OFFSET_BITS, position & _OFFSET_MASK
         (record,) = self.log.read(self.topics.placements, partition, offset, 1)
         data = json.loads(record.value)
         del data["source"]
-        return Scheduled.from_dict(data)
+        return _Recorded(data)
 
     @staticmethod
     def _failed(request: PlacementRequest, reason: str, policy: Policy | None = None) -> Scheduled:
@@ -317,11 +315,25 @@ class SchedulerWorker:
         return Scheduled(request.request_id, False, (), 0, reason, policy=label)
 
 
+@dataclass(frozen=True, slots=True)
+class _Recorded:
+    """An answer as it was appended, given again to a resubmitted id: the
+    same, whatever kind of answer it was."""
+
+    data: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.data)
+
+
+_Answer = Scheduled | BatchResult | _Recorded
+
+
 @dataclass(slots=True)
 class _Sorted:
     """One partition's read batch of requests, sorted by how each is answered."""
 
-    results: list[tuple[int, Scheduled | BatchResult]]
+    results: list[tuple[int, _Answer]]
     valid: list[tuple[int, PlacementRequest]]
     """Single requests, for the scheduler's waves."""
     transactions: list[tuple[int, BatchRequest]]
