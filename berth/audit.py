@@ -42,6 +42,7 @@ from projections.state import PartitionState
 from scheduling.config import SchedulerConfig
 from scheduling.engine import Engine, Placement
 from scheduling.model import Snapshot
+from schemas.ranked import candidates_of
 from schemas.requests import BatchRequest, PlacementRequest, request_from_json
 
 READ_BATCH = 5_000
@@ -204,7 +205,7 @@ def explain_request(
         "recorded": recorded,
         "recomputed": list(again.providers),
         "same": list(again.providers) == recorded if answer["placed"] else not again.placed,
-        "candidates": answer.get("candidates", []),
+        "candidates": candidates_of(answer),
         **_group_story(snapshot, request, group),
         **story,
     }

@@ -173,26 +173,35 @@ class Scheduled:
     (records below it applied), when the snapshot says so."""
     candidates: tuple[Mapping[str, Any], ...] = ()
     """A placed request's best candidates on its last attempt, best first,
-    each with its weighers' parts, as an answer read back holds them."""
+    each with its weighers' parts, as answers recorded them before
+    ``ranked`` (read back from an older log)."""
+    ranked: Mapping[str, Any] | None = None
+    """The same in the compact form answers record (:mod:`schemas.ranked`),
+    as read back."""
     ranking: Ranking | None = field(default=None, compare=False)
-    """The same, as the engine left them: worked out only when the answer
-    is written (:class:`scheduling.engine.Ranking`)."""
+    """The same, as the engine left them: encoded only when the answer is
+    written (:class:`scheduling.engine.Ranking`)."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        data = {
             "request_id": self.request_id,
             "placed": self.placed,
             "reservations": [list(pair) for pair in self.reservations],
             "attempts": self.attempts,
             "reason": self.reason,
             "trace": list(self.trace),
-            **({"policy": self.policy} if self.policy else {}),
-            **({"offsets": {str(p): o for p, o in self.offsets.items()}} if self.offsets else {}),
-            **({"candidates": self._candidates()} if self.candidates or self.ranking else {}),
         }
-
-    def _candidates(self) -> list[Any]:
-        return self.ranking.to_dicts() if self.ranking is not None else list(self.candidates)
+        if self.policy:
+            data["policy"] = self.policy
+        if self.offsets:
+            data["offsets"] = {str(p): o for p, o in self.offsets.items()}
+        if self.candidates:
+            data["candidates"] = list(self.candidates)
+        if self.ranking is not None:
+            data["ranked"] = self.ranking.compact()
+        elif self.ranked is not None:
+            data["ranked"] = self.ranked
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Scheduled:
@@ -206,6 +215,7 @@ class Scheduled:
             policy=data.get("policy", ""),
             offsets={int(p): o for p, o in data.get("offsets", {}).items()},
             candidates=tuple(data.get("candidates", ())),
+            ranked=data.get("ranked"),
         )
 
 

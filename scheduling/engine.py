@@ -16,6 +16,7 @@ cannot be placed.
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
@@ -104,7 +105,9 @@ class Ranking:
 
     def _settle(self) -> tuple[tuple[str, ...], FloatArray, FloatArray, FloatArray]:
         """(providers, their scores, values, multipliers) of the ``count``
-        best, ties to the earlier row as the pick breaks them."""
+        best, ties to the earlier row as the pick breaks them. The
+        multipliers are one column (weigher x 1) when every candidate has
+        each weigher's configured one, else weigher x candidate."""
         if self._settled is not None:
             return self._settled
         weighers = self._weighers
@@ -121,12 +124,24 @@ class Ranking:
             zeros = np.zeros_like(shares)
             values = np.divide(shares, multipliers, out=zeros, where=multipliers != 0)
         else:  # one multiplier per weigher, the common case
-            multipliers = np.array(uniform, dtype=np.float64)[:, None].repeat(len(best), axis=1)
+            multipliers = np.array(uniform, dtype=np.float64)[:, None]
             values = shares / multipliers
         providers = self._snapshot.providers
         ids = tuple(providers[row].provider_id for row in top.tolist())
         self._settled = (ids, self._scores[best], values, multipliers)
         return self._settled
+
+    def compact(self) -> dict[str, object]:
+        """The ranking as an answer records it (:mod:`schemas.ranked`): the
+        providers, the weighers and their numbers as little-endian float64,
+        base64, encoded at once rather than float by float."""
+        providers, scores, values, multipliers = self._settle()
+        numbers = np.concatenate((scores, values.ravel(), multipliers.ravel()))
+        return {
+            "providers": list(providers),
+            "weighers": [w.name for w in self._weighers],
+            "numbers": base64.b64encode(numbers.astype("<f8", copy=False).tobytes()).decode(),
+        }
 
     @property
     def providers(self) -> tuple[str, ...]:
@@ -148,7 +163,8 @@ class Ranking:
     @property
     def multipliers(self) -> FloatArray:
         """weigher x candidate: the multiplier (an aggregate's, if it sets one)."""
-        return self._settle()[3]
+        providers, _, _, multipliers = self._settle()
+        return np.broadcast_to(multipliers, (len(self._weighers), len(providers)))
 
     def __eq__(self, other: object) -> bool:
         """Equal when every candidate, score and part is (same placements)."""
@@ -168,9 +184,9 @@ class Ranking:
         return f"Ranking({', '.join(self.providers)})"
 
     def to_dicts(self) -> list[dict[str, object]]:
-        providers, scores, values_by_weigher, multipliers_by_weigher = self._settle()
+        providers, scores, values_by_weigher, _ = self._settle()
         names = self.weighers
-        values, multipliers = values_by_weigher.T.tolist(), multipliers_by_weigher.T.tolist()
+        values, multipliers = values_by_weigher.T.tolist(), self.multipliers.T.tolist()
         return [
             {
                 "provider_id": pid,

@@ -19,9 +19,10 @@ from consumers.partition_writer import catch_up_all
 from scheduling.config import SchedulerConfig
 from scheduling.engine import Engine
 from scheduling.filters.base import Context
-from scheduling.model import Provider, Request, Snapshot
+from scheduling.model import Aggregate, Provider, Request, Snapshot
 from scheduling.registry import DEFAULT_FILTERS, DEFAULT_WEIGHERS, FILTERS, WEIGHERS
 from scheduling.weighers.combine import weigh_all
+from schemas.ranked import candidates_of, expand
 from schemas.requests import PlacementRequest
 from tests.builders import provider
 from tests.test_engine_properties import cases
@@ -45,6 +46,7 @@ def test_the_ranking_is_the_weighers_order_and_its_first_is_the_pick(
         assert placement.ranking is None
         return
     assert placement.ranking is not None
+    compact = placement.ranking.compact()  # before the ranking is worked out for to_dicts
     ranking = placement.ranking.to_dicts()
     assert ranking[0]["provider_id"] == placement.providers[0]
     # every candidate of the first instance, weighed as the engine does
@@ -53,6 +55,9 @@ def test_the_ranking_is_the_weighers_order_and_its_first_is_the_pick(
     order = np.argsort(-scores, kind="stable")[:3]
     expected = [(snapshot.providers[int(rows[i])].provider_id, float(scores[i])) for i in order]
     assert [(r["provider_id"], r["score"]) for r in ranking] == expected
+    # an answer's compact form reads back as the same numbers, bit for bit
+    assert expand(json.loads(json.dumps(compact))) == ranking
+    assert placement.ranking.compact() == compact
     for ranked in ranking:
         parts = ranked["weighers"]
         assert isinstance(parts, dict) and isinstance(ranked["score"], float)
@@ -119,9 +124,37 @@ def test_an_answer_carries_its_candidates_and_the_offsets_its_snapshot_reflected
         assert answers.wait(["r1"], 10.0) == []
         answer = answers.found["r1"]
         assert answer["placed"] and answer["reservations"][0][1] == "n1"
-    names = [c["provider_id"] for c in answer["candidates"]]
+    candidates = candidates_of(answer)
+    names = [c["provider_id"] for c in candidates]
     assert names == ["n1", "n2", "n0"]  # spreading by free RAM
-    assert answer["candidates"][0]["weighers"]["RAMWeigher"] == [1.0, 1.0]
-    assert answer["candidates"][2]["weighers"]["RAMWeigher"] == [0.25, 1.0]  # 2,048 of 8,192
+    assert candidates[0]["weighers"]["RAMWeigher"] == [1.0, 1.0]
+    assert candidates[2]["weighers"]["RAMWeigher"] == [0.25, 1.0]  # 2,048 of 8,192
     assert {p: o for p, o in answer["offsets"].items() if o} == {p: o for p, o in ends.items() if o}
     json.dumps(answer)  # it is JSON as it stands
+
+
+def test_an_aggregates_multiplier_is_recorded_per_candidate() -> None:
+    """Where an aggregate sets a weigher's multiplier for some providers,
+    the compact form keeps one multiplier per candidate, and reads back as
+    the engine ranked them."""
+    names = [f"p{i}" for i in range(12)]
+    heavy = Aggregate("heavy", {"ram_weight_multiplier": "2.5"})
+    snapshot = Snapshot.build(
+        [
+            Provider(n, host=n, aggregates=frozenset({"heavy"} if i % 3 else ()))
+            for i, n in enumerate(names)
+        ],
+        {
+            n: {"VCPU": {"total": 8}, "MEMORY_MB": {"total": 1024 * (i + 1)}}
+            for i, n in enumerate(names)
+        },
+        {"heavy": heavy},
+    )
+    ranking = _engine(ranked=12).place(snapshot, Request("r", {"VCPU": 1})).ranking
+    assert ranking is not None
+    compact = ranking.compact()
+    candidates = expand(compact)
+    assert candidates == ranking.to_dicts()
+    ram = [c["weighers"]["RAMWeigher"][1] for c in candidates]
+    assert set(ram) == {1.0, 2.5}
+    assert [c["provider_id"] for c in candidates] == compact["providers"]

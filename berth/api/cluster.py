@@ -25,6 +25,7 @@ from scheduling.engine import Engine as PlacementEngine
 from scheduling.filters.base import Context
 from scheduling.model import Provider, Snapshot
 from scheduling.weighers.combine import weigh_all
+from schemas.ranked import expand
 from schemas.requests import BatchRequest, PlacementRequest, request_from_json
 
 RANKED = 10
@@ -151,6 +152,8 @@ def find_answers(log: Log, topic: str, partition: int, request_id: str) -> list[
             if record.key == key:
                 answer = json.loads(record.value)
                 answer.pop("source", None)
+                if "ranked" in answer:  # readable for the page
+                    answer["candidates"] = expand(answer.pop("ranked"))
                 answers.append(answer)
     return answers
 

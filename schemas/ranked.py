@@ -1,0 +1,58 @@
+"""An answer's ranking on the wire: its best candidates, each weigher's
+normalised value and multiplier, in a compact form that followers of the
+placements topic which do not read it skip without decoding.
+
+``{"providers": [...], "weighers": [...], "numbers": BASE64}``: the numbers
+are little-endian float64, bit for bit what the engine computed: the
+candidates' scores (one per provider), then each weigher's values (weigher
+after weigher, one per provider), then the multipliers: one per weigher when
+every candidate has that weigher's configured one (the common case), else
+one per weigher and provider, laid out as the values. The number of each is
+known from the two lists, and which layout from the count. Floats written as
+text cost ten times more to encode than the rest of an answer;
+:func:`expand` gives the readable form (a candidate per dict) where one is
+shown or explained.
+"""
+
+from __future__ import annotations
+
+import base64
+import sys
+from array import array
+from collections.abc import Mapping
+from typing import Any
+
+
+def expand(ranked: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The candidates best first, each ``{"provider_id", "score", "weighers":
+    {name: [normalised value, multiplier]}}``."""
+    providers: list[str] = list(ranked["providers"])
+    weighers: list[str] = list(ranked["weighers"])
+    numbers = array("d", base64.b64decode(ranked["numbers"]))
+    if sys.byteorder != "little":
+        numbers.byteswap()
+    n, w = len(providers), len(weighers)
+    scores, values, multipliers = numbers[:n], numbers[n : n + w * n], numbers[n + w * n :]
+    uniform = len(multipliers) == w
+    if len(multipliers) not in (w, w * n):
+        raise ValueError(f"{len(numbers)} numbers for {n} candidates and {w} weighers")
+    return [
+        {
+            "provider_id": pid,
+            "score": scores[c],
+            "weighers": {
+                name: [values[k * n + c], multipliers[k] if uniform else multipliers[k * n + c]]
+                for k, name in enumerate(weighers)
+            },
+        }
+        for c, pid in enumerate(providers)
+    ]
+
+
+def candidates_of(answer: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """An answer's candidates, readable: from its compact ``ranked``, or its
+    ``candidates`` as answers recorded them before it (none: empty)."""
+    ranked = answer.get("ranked")
+    if ranked is not None:
+        return expand(ranked)
+    return list(answer.get("candidates") or ())
