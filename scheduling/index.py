@@ -47,6 +47,11 @@ reflected, which rows it has re-read since, so it can follow a twin of an
 earlier snapshot too (a scheduler's working copies branch off the view's
 snapshots and come back). Anything else (a snapshot built anew, other
 classes or aggregates, a new largest capacity of a weighed class) is a rebuild, O(providers).
+Each row re-read is noted once in a log, with its free capacity and its
+place in the walk's order worked out then: a walk kept for a kind of
+request is brought up to date from the slice of the log since it was
+taken, in a few array steps however many rows that slice holds and
+however many kinds read it.
 """
 
 from __future__ import annotations
@@ -68,9 +73,6 @@ _WHOLE = 64
 _KEEP = 8
 """A walk reads and keeps this many times the rows a request asks for, so
 the next requests of its kind take what it kept for a while."""
-_FEW = 8
-"""A kept walk brought up to date past at most this many rows re-read is
-updated row by row in Python numbers."""
 _STEPS = 4
 """Recent snapshots the index remembers how to return to (a scheduler's
 working copies, one per request, each made from the one before)..."""
@@ -276,14 +278,26 @@ class FeasibilityIndex:
         """(Request kind, shape) -> the rows its last walk found..."""
         self._shapes: dict[_Reads, dict[tuple[tuple[int, int], ...], None]] = {}
         """...and per kind, the shapes kept, in the order they were kept."""
-        self._logged: list[IntArray] = []
-        """The rows of each refresh, oldest first..."""
+        self._log = np.zeros(1024, dtype=np.int64)
+        """The rows of each refresh, oldest first, one after another (so
+        the rows since any refresh are one slice, however many refreshes)..."""
+        self._log_free = np.zeros((len(snapshot.classes), 1024), dtype=np.int64)
+        self._log_keys = np.zeros(1024, dtype=np.int64)
+        """...with each row's free capacity and walk order key as it was
+        re-read (worked out once, not once per walk kept)..."""
+        self._log_latest = np.zeros(1024, dtype=np.bool_)
+        """...whether it is the row's latest entry..."""
+        self._log_ends: list[int] = []
+        """...where each refresh's rows end in ``_log``..."""
         self._log_base = 0
-        """...the first of them being refresh number ``_log_base``."""
-        self._logged_rows = 0
+        """...the first of them being refresh number ``_log_base``..."""
+        self._log_offset = 0
+        """...and ``_log[0]`` entry number ``_log_offset`` of all noted."""
+        self._last = np.full(snapshot.size, -1, dtype=np.int64)
+        """Per row, the number of its latest entry (-1: none yet)."""
         self._mark = np.zeros(snapshot.size, dtype=np.bool_)
-        self._asked: dict[tuple[tuple[int, int], ...], tuple[npt.NDArray[np.intp], IntArray]] = {}
-        """A shape's (column, amount) pairs -> its columns and amounts as arrays."""
+        """All False between calls: the rows a kept walk loses, marked
+        (a byte a provider: a walk's rows read from it stay in cache)."""
         self._passing: dict[_Reads, tuple[npt.NDArray[np.int8], list[npt.NDArray[np.int8]]]] = {}
         """Request kind -> per group, the static filters' verdict
         (see :class:`Verdicts`), and each filter's own..."""
@@ -463,7 +477,6 @@ class FeasibilityIndex:
         self.refreshed += len(rows)
         if not len(rows):
             return True
-        self._note(rows)
         if len(rows) == 1 and self._refresh_one(snapshot, int(rows[0]), capacity):
             return True
         weighed = snapshot.capacity_by_class()[:, rows]
@@ -502,6 +515,7 @@ class FeasibilityIndex:
         else:
             np.maximum.at(self.ub, new, free.T)
             np.maximum.at(self.level_ub, ranks, free.T)
+        self._note(rows, free)
         return True
 
     def _refresh_one(self, snapshot: Snapshot, row: int, capacity: IntArray | None) -> bool:
@@ -526,6 +540,7 @@ class FeasibilityIndex:
             bound = bounds[k].tolist()
             if any(f > b for f, b in zip(free, bound, strict=True)):
                 bounds[k] = [max(f, b) for f, b in zip(free, bound, strict=True)]
+        self._note_one(row, free, new)
         return True
 
     def _rank_of(self, free: list[int]) -> int:
@@ -826,136 +841,118 @@ class FeasibilityIndex:
         capacity: IntArray | None,
     ) -> _Drawn:
         """``drawn`` as of now: the rows re-read since it was taken leave it,
-        and come back where they belong if they still fit before its end."""
-        since = self._logged[drawn.epoch - self._log_base :]
-        if not since:
+        and come back where they belong if they still fit before its end
+        (as the log noted them: their latest entries are how they are now)."""
+        start, end = self._since(drawn.epoch)
+        if start == end:
             return drawn
-        if len(since) <= _FEW and sum(len(rows) for rows in since) <= _FEW:
-            return self._update_few(drawn, since, snapshot, demand, passing, capacity)
-        changed = np.concatenate(since) if len(since) > 1 else since[0]
+        epoch, boundary = self._epoch(), drawn.boundary
+        latest = self._log_latest[start:end]  # one entry for each row re-read since
+        changed = self._log[start:end]
         mark = self._mark
-        mark[changed] = True  # a row per provider, all False between calls
+        mark[changed[latest]] = True
         stay = ~mark[drawn.rows]
         mark[changed] = False
-        epoch = self._epoch()
-        # the rows that come back: those that hold the demand (the cheapest
-        # test, first), before the end, in a group the filters let through
-        back = self._holding(snapshot, capacity, changed, demand)
-        if len(back):
-            if len(since) > 1 and len(back) > 1:
-                back = np.unique(back)  # a row re-read twice comes back once
-            keys = self._order_keys(back)
-            if drawn.boundary is not None:
-                before = keys <= drawn.boundary
-                back, keys = back[before], keys[before]
-        if len(back):
-            gids = self.bucket_of[back] // self.levels
+        # the rows that come back: those whose latest entry holds the demand,
+        # before the end, in a group the filters let through
+        back = latest
+        free = self._log_free
+        for j, amount in demand:
+            back = back & (free[j, start:end] >= amount)
+        keys = self._log_keys[start:end]
+        if boundary is not None:
+            back = back & (keys <= boundary)
+        found = np.flatnonzero(back)
+        rows = changed[found]
+        keys = keys[found]
+        if len(rows):
+            gids = self.bucket_of[rows] // self.levels
             verdicts = passing.known[gids]
             if (verdicts < 0).any():  # groups not asked yet
                 passing.admit(np.unique(gids) if len(gids) > 1 else gids)
                 verdicts = passing.known[gids]
             admitted = verdicts > 0
-            back, keys = back[admitted], keys[admitted]
-        if not len(back):  # none come back: what stays is in order already
-            if np.count_nonzero(stay) == len(stay):
-                return _Drawn(epoch, drawn.layout, drawn.rows, drawn.keys, drawn.boundary)
-            return _Drawn(epoch, drawn.layout, drawn.rows[stay], drawn.keys[stay], drawn.boundary)
-        rows = np.concatenate((drawn.rows[stay], back))
-        merged = np.concatenate((drawn.keys[stay], keys))
-        order = np.argsort(merged, kind="stable")
-        return _Drawn(epoch, drawn.layout, rows[order], merged[order], drawn.boundary)
-
-    def _update_few(
-        self,
-        drawn: _Drawn,
-        since: Sequence[IntArray],
-        snapshot: Snapshot,
-        demand: Sequence[tuple[int, int]],
-        passing: Verdicts,
-        capacity: IntArray | None,
-    ) -> _Drawn:
-        """``_update`` when few rows were re-read (the picks of the last
-        few requests): the rows that come back found in Python numbers, as
-        a row's few values cost less so than through NumPy's calls; the
-        same rows and order as ``_update``'s."""
-        changed = list(dict.fromkeys(row for rows in since for row in rows.tolist()))
-        mark = self._mark
-        mark[changed] = True  # a row per provider, all False between calls
-        stay = ~mark[drawn.rows]
-        mark[changed] = False
-        cap = snapshot.capacity_by_class() if capacity is None else capacity
-        used, bucket_of, levels = snapshot.used, self.bucket_of, self.levels
-        order, known, boundary = self._group_order(), passing.known, drawn.boundary
-        back: list[tuple[int, int]] = []
-        for row in changed:
-            free = cap[:, row].tolist()
-            taken = used[row].tolist()
-            if any(free[j] - taken[j] < amount for j, amount in demand):
-                continue
-            b = int(bucket_of[row])
-            gid = b // levels
-            key = ((b % levels) << 48) | (int(order[gid]) << 24) | row
-            if boundary is not None and key > boundary:
-                continue
-            if known[gid] < 0:
-                passing.admit(np.asarray([gid], dtype=np.int64))
-            if known[gid] > 0:
-                back.append((key, row))
-        epoch = self._epoch()
-        if not back:  # none come back: what stays is in order already
-            if np.count_nonzero(stay) == len(stay):
-                return _Drawn(epoch, drawn.layout, drawn.rows, drawn.keys, boundary)
-            return _Drawn(epoch, drawn.layout, drawn.rows[stay], drawn.keys[stay], boundary)
-        rows, keys = drawn.rows, drawn.keys
+            rows, keys = rows[admitted], keys[admitted]
+        kept_rows, kept_keys = drawn.rows, drawn.keys
         if np.count_nonzero(stay) != len(stay):
-            rows, keys = rows[stay], keys[stay]
-        if len(back) == 1:  # one row comes back (the usual pick): put it in its place
-            (key, row), at = back[0], int(keys.searchsorted(back[0][0]))
-            rows = np.concatenate((rows[:at], [row], rows[at:]))
-            keys = np.concatenate((keys[:at], [key], keys[at:]))
+            kept_rows, kept_keys = kept_rows[stay], kept_keys[stay]
+        if not len(rows):  # none come back: what stays is in order already
+            return _Drawn(epoch, drawn.layout, kept_rows, kept_keys, boundary)
+        if len(rows) == 1:  # one row comes back (the usual pick): put it in its place
+            at = int(kept_keys.searchsorted(keys[0]))
+            rows = np.concatenate((kept_rows[:at], rows, kept_rows[at:]))
+            keys = np.concatenate((kept_keys[:at], keys, kept_keys[at:]))
             return _Drawn(epoch, drawn.layout, rows, keys, boundary)
-        rows = np.concatenate((rows, [row for _, row in back]))
-        keys = np.concatenate((keys, [key for key, _ in back]))
+        rows = np.concatenate((kept_rows, rows))
+        keys = np.concatenate((kept_keys, keys))
         order = keys.argsort(kind="stable")
         return _Drawn(epoch, drawn.layout, rows[order], keys[order], boundary)
 
-    def _holding(
-        self,
-        snapshot: Snapshot,
-        capacity: IntArray | None,
-        rows: IntArray,
-        demand: Sequence[tuple[int, int]],
-    ) -> IntArray:
-        """Those of ``rows`` whose free capacity holds ``demand``, every
-        class at once (a few rows: NumPy's calls are the cost, not the data)."""
-        if not demand or not len(rows):
-            return rows
-        cap = snapshot.capacity_by_class() if capacity is None else capacity
-        asked = self._asked.get(tuple(demand))
-        if asked is None:
-            if len(self._asked) > 1024:
-                self._asked.clear()
-            columns = np.asarray([j for j, _ in demand], dtype=np.intp)
-            amounts = np.asarray([a for _, a in demand], dtype=np.int64)[:, None]
-            asked = self._asked[tuple(demand)] = (columns, amounts)
-        columns, amounts = asked
-        free = cap.take(rows, axis=1)[columns] - snapshot.used.take(rows, axis=0)[:, columns].T
-        held: IntArray = rows[(free >= amounts).all(axis=0)]
-        return held
+    def _note(self, rows: IntArray, free: IntArray) -> None:
+        """Note rows re-read (distinct), with their free capacity (classes x
+        rows), for the walks kept."""
+        start = self._log_ends[-1] if self._log_ends else 0
+        end = self._room(len(rows))
+        self._log[start:end] = rows
+        self._log_free[:, start:end] = free
+        self._log_keys[start:end] = self._order_keys(rows)
+        before = self._last[rows] - self._log_offset
+        self._log_latest[before[before >= 0]] = False
+        self._log_latest[start:end] = True
+        self._last[rows] = np.arange(start, end) + self._log_offset
+        self._noted(end)
 
-    def _note(self, rows: IntArray) -> None:
-        """Note rows re-read, for the walks kept; forget the oldest half
-        once the log is long (the walks kept from before then start again)."""
-        self._logged.append(rows)
-        self._logged_rows += len(rows)
-        if len(self._logged) > 4096 or self._logged_rows > 65_536:
-            half = len(self._logged) // 2
+    def _note_one(self, row: int, free: list[int], b: int) -> None:
+        """``_note`` of one row (now in bucket ``b``), in Python numbers."""
+        start = self._log_ends[-1] if self._log_ends else 0
+        self._room(1)
+        before = int(self._last[row]) - self._log_offset
+        if before >= 0:
+            self._log_latest[before] = False
+        self._log[start] = row
+        self._log_free[:, start] = free
+        group = int(self._group_order()[b // self.levels])
+        self._log_keys[start] = ((b % self.levels) << 48) | (group << 24) | row
+        self._log_latest[start] = True
+        self._last[row] = start + self._log_offset
+        self._noted(start + 1)
+
+    def _room(self, more: int) -> int:
+        """Where ``more`` entries noted next end, the log grown to hold them."""
+        start = self._log_ends[-1] if self._log_ends else 0
+        end = start + more
+        if end > len(self._log):
+            size = max(2 * len(self._log), end)
+            log, free = np.zeros(size, np.int64), np.zeros((len(self.classes), size), np.int64)
+            keys, latest = np.zeros(size, np.int64), np.zeros(size, np.bool_)
+            log[:start], free[:, :start] = self._log[:start], self._log_free[:, :start]
+            keys[:start], latest[:start] = self._log_keys[:start], self._log_latest[:start]
+            self._log, self._log_free, self._log_keys, self._log_latest = log, free, keys, latest
+        return end
+
+    def _noted(self, end: int) -> None:
+        """A refresh noted up to ``end``; forget the oldest half once the
+        log is long (the walks kept from before then start again)."""
+        ends = self._log_ends
+        ends.append(end)
+        if len(ends) > 4096 or end > 65_536:
+            half = len(ends) // 2
+            cut = ends[half - 1]
+            for kept in (self._log, self._log_keys, self._log_latest):
+                kept[: end - cut] = kept[cut:end]
+            self._log_free[:, : end - cut] = self._log_free[:, cut:end]
+            self._log_ends = [e - cut for e in ends[half:]]
             self._log_base += half
-            self._logged_rows -= sum(len(r) for r in self._logged[:half])
-            del self._logged[:half]
+            self._log_offset += cut
+
+    def _since(self, epoch: int) -> tuple[int, int]:
+        """Where the entries noted since refresh number ``epoch`` start
+        and end in the log."""
+        ends, i = self._log_ends, epoch - self._log_base
+        return (ends[i - 1] if i else 0), (ends[-1] if ends else 0)
 
     def _epoch(self) -> int:
-        return self._log_base + len(self._logged)
+        return self._log_base + len(self._log_ends)
 
     def _walk(
         self,
@@ -1197,6 +1194,12 @@ class FeasibilityIndex:
             self.ub,
             self.level_count,
             self.level_ub,
+            self._last,
+            self._mark,
+            self._log,
+            self._log_free,
+            self._log_keys,
+            self._log_latest,
         )
         rows = sum(b.rows.nbytes + 8 * len(b.added) + 64 for b in self.buckets.values())
         return sum(a.nbytes for a in arrays) + rows
