@@ -298,6 +298,9 @@ class FeasibilityIndex:
         self._mark = np.zeros(snapshot.size, dtype=np.bool_)
         """All False between calls: the rows a kept walk loses, marked
         (a byte a provider: a walk's rows read from it stay in cache)."""
+        self._asked: dict[tuple[tuple[int, int], ...], tuple[npt.NDArray[np.intp], IntArray]] = {}
+        """A shape's (column, amount) pairs -> its columns and amounts as
+        columns of arrays (classes x 1), to check many rows in one step."""
         self._passing: dict[_Reads, tuple[npt.NDArray[np.int8], list[npt.NDArray[np.int8]]]] = {}
         """Request kind -> per group, the static filters' verdict
         (see :class:`Verdicts`), and each filter's own..."""
@@ -747,39 +750,18 @@ class FeasibilityIndex:
         with ``batch`` rows for this shape (or to its end)."""
         if not self.prunes:
             return None  # the walk does not read the demand: nothing to narrow
-        kind, shape = key
-        wanted = dict(demand)
-
-        def smaller(other: tuple[tuple[int, int], ...]) -> bool:
-            return all(wanted.get(j, 0) >= amount for j, amount in other)
-
-        # the latest kept first: the least to update
-        options: list[tuple[_Kind, Verdicts | None]] = [
-            ((kind, other), None)
-            for other in reversed(self._shapes.get(kind, {}))
-            if other != shape and smaller(other)
-        ]
-        reads = set(passing.key)
-        wider = [k for k in self._shapes if k != kind and reads.issuperset(k)]
-        for parent in sorted(wider, key=len, reverse=True):  # the narrowest first
-            verdicts = self._verdicts_of(parent, passing)
-            if verdicts is not None:
-                options += [((parent, o), verdicts) for o in reversed(self._shapes[parent])]
-        options = [(option, v) for option, v in options if smaller(option[1])]
-        if not options:
-            return None
         cap = snapshot.capacity_by_class() if capacity is None else capacity
         epoch = self._epoch()
-        for other, verdicts in options:
+        for other, verdicts in self._seeds(key, passing):
             drawn = self._take(other)
             if drawn is None or drawn.layout != self._layout or drawn.epoch < self._log_base:
                 continue  # stale: forgotten, as ``walk`` forgets it
             drawn = self._update(drawn, snapshot, other[1], verdicts or passing, capacity)
             self._keep(other, drawn)
             rows = drawn.rows
-            fits = np.ones(len(rows), dtype=np.bool_)
-            for j, amount in demand:
-                fits &= cap[j, rows] - snapshot.used[rows, j] >= amount
+            columns, amounts = self._arrays(demand)
+            free = cap[columns, rows] - snapshot.used[rows, columns]  # classes x rows
+            fits = np.logical_and.reduce(free >= amounts)
             if verdicts is not None and len(rows):  # a wider kind's: this kind's filters too
                 gids = self.bucket_of[rows] // self.levels
                 known = passing.known[gids]
@@ -790,6 +772,29 @@ class FeasibilityIndex:
             if np.count_nonzero(fits) >= batch or drawn.boundary is None:
                 return _Drawn(epoch, drawn.layout, rows[fits], drawn.keys[fits], drawn.boundary)
         return None
+
+    def _seeds(self, key: _Kind, passing: Verdicts) -> Iterator[tuple[_Kind, Verdicts | None]]:
+        """The walks kept that ``_seed`` may start ``key``'s from, in the
+        order it tries them: this kind's smaller shapes, the latest kept
+        first (the least to update), then those of the wider kinds, the
+        narrowest first, each with its verdicts (worked out only for a
+        kind that has a smaller shape kept)."""
+        kind, shape = key
+        wanted = dict(shape)
+
+        def smaller(other: tuple[tuple[int, int], ...]) -> bool:
+            return all(wanted.get(j, 0) >= a for j, a in other)
+
+        # each kind's shapes listed before any is tried: trying one keeps it again
+        own = reversed(self._shapes.get(kind, {}))
+        yield from [((kind, o), None) for o in own if o != shape and smaller(o)]
+        reads = set(passing.key)
+        wider = [k for k in self._shapes if k != kind and reads.issuperset(k)]
+        for parent in sorted(wider, key=len, reverse=True):
+            shapes = [o for o in reversed(self._shapes.get(parent, {})) if smaller(o)]
+            verdicts = self._verdicts_of(parent, passing) if shapes else None
+            if verdicts is not None:
+                yield from [((parent, o), verdicts) for o in shapes]
 
     def _verdicts_of(self, kind: _Reads, passing: Verdicts) -> Verdicts | None:
         """The verdicts of ``kind``, whose filters are some of ``passing``'s
@@ -856,9 +861,9 @@ class FeasibilityIndex:
         # the rows that come back: those whose latest entry holds the demand,
         # before the end, in a group the filters let through
         back = latest
-        free = self._log_free
-        for j, amount in demand:
-            back = back & (free[j, start:end] >= amount)
+        if demand:
+            columns, amounts = self._arrays(demand)
+            back = back & np.logical_and.reduce(self._log_free[columns[:, 0], start:end] >= amounts)
         keys = self._log_keys[start:end]
         if boundary is not None:
             back = back & (keys <= boundary)
@@ -887,6 +892,17 @@ class FeasibilityIndex:
         keys = np.concatenate((kept_keys, keys))
         order = keys.argsort(kind="stable")
         return _Drawn(epoch, drawn.layout, rows[order], keys[order], boundary)
+
+    def _arrays(self, demand: Sequence[tuple[int, int]]) -> tuple[npt.NDArray[np.intp], IntArray]:
+        """``demand``'s columns and amounts, each as a column (classes x 1)."""
+        asked = self._asked.get(tuple(demand))
+        if asked is None:
+            if len(self._asked) > 1024:
+                self._asked.clear()
+            columns = np.asarray([[j] for j, _ in demand], dtype=np.intp).reshape(-1, 1)
+            amounts = np.asarray([[a] for _, a in demand], dtype=np.int64).reshape(-1, 1)
+            asked = self._asked[tuple(demand)] = (columns, amounts)
+        return asked
 
     def _note(self, rows: IntArray, free: IntArray) -> None:
         """Note rows re-read (distinct), with their free capacity (classes x
