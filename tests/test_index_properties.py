@@ -466,3 +466,39 @@ def test_no_valid_host_comes_from_the_index_and_explain_still_says_why() -> None
     explained = engine.place(snapshot, Request("big", {"VCPU": 2}), explain=True)
     assert not explained.bounded and explained.trace is not None
     assert explained.trace.counts == {"ComputeFilter": 8, "ResourceFilter": 32}
+
+
+def test_a_walk_kept_through_thousands_of_picks_draws_what_a_fresh_one_draws() -> None:
+    """Picks taken and given back for longer than the index's log of rows
+    re-read holds (it forgets its oldest half on the way): the kept
+    engine, which brings each kind's walk up to date from that log,
+    decides as a fresh engine does and finds what a full scan finds."""
+    from bench.scale import cluster, engines
+    from bench.scale import requests as mix
+
+    snapshot = cluster(2_000, seed=5)
+    full, kept = engines()
+    leaving: list[tuple[int, np.ndarray[Any, Any]]] = []
+    for k, request in enumerate(mix(5_000, seed=9)):
+        decided = kept.place(snapshot, request)
+        if k % 7 == 0:
+            _, fresh = engines()
+            again = fresh.place(snapshot, request)
+            assert (decided.providers, decided.weights) == (again.providers, again.weights)
+            found = kept.feasible(snapshot, request).tolist()
+            assert found == full.feasible(snapshot, request).tolist()
+        used = snapshot.used.copy()
+        changed = []
+        if decided.placed:
+            row = snapshot.row_of[decided.providers[0]]
+            demand = np.array([request.resources.get(rc, 0) for rc in snapshot.classes])
+            used[row] += demand
+            leaving.append((row, demand))
+            changed.append(row)
+        if len(leaving) > 40:  # the oldest given back: the cluster stays as full
+            row, demand = leaving.pop(0)
+            used[row] -= demand
+            changed.append(row)
+        snapshot = snapshot.with_used(used, changed)
+    assert kept.index(snapshot)._log_base > 0  # the oldest half was forgotten
+    assert kept.index_builds == 1
