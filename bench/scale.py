@@ -2,6 +2,7 @@
 
     python -m bench.scale [--sizes 100000,1000000] [--decisions 2000]
                           [--full-every 20] [--quality-providers 1000] [--rounds 1]
+                          [--startup-providers 100000]
                           [--writers-providers 100000] [--writers-requests 20000]
                           [--callgrind FIRST:END]
 
@@ -17,6 +18,9 @@ against the full scan's best (regret: the score lost, as a share of the
 spread between the full scan's best and worst feasible provider). Each
 latency is given in wall time and in the thread's CPU time: on a machine
 shared with other work the wall time's tail is mostly waiting for a core.
+``bounded_cpu_steady`` leaves out the bounded decisions straight after a
+full scan (which has swept the caches; a scheduler in bounded mode runs
+none).
 
 The quality replay then drives a smaller cluster, empty at first, into
 saturation with a synthetic trace (Poisson arrivals of the shape mix,
@@ -26,6 +30,12 @@ packing (the RAM, CPU and disk weighers negated): regret, stranded capacity
 (free capacity on providers that no shape of the mix fits any more, as a
 share of all capacity) and false "no valid host" (a bounded failure that a
 full scan on the same state places).
+
+Start-up: a cluster published through the writers (bench.end_to_end's
+setup: embedded log, SQLite view), then a bounded scheduler's first
+snapshot and index made from the view, and made from a replay of the log
+in memory (every partition's records decided again, as explain's states
+are), alternately.
 
 Last, sustained placements through the real writers (bench.end_to_end's
 scenario: embedded log, SQLite view, the scheduler on a live snapshot, the
@@ -54,6 +64,7 @@ from bench.callgrind import Marks, totals
 from bench.common import note, timed
 from berth.app import tune_gc
 from berth.compile import compiled
+from ledger.log import Log
 from scheduling.config import SchedulerConfig
 from scheduling.engine import Bounded, Engine, Placement, demand_row
 from scheduling.filters.base import Context
@@ -254,6 +265,7 @@ def decisions(n: int, count: int, full_every: int, counted: range = range(0)) ->
     samples: dict[str, list[float]] = {
         "bounded": [],
         "bounded_cpu": [],
+        "bounded_cpu_steady": [],
         "full": [],
         "full_cpu": [],
         "sync": [],
@@ -277,6 +289,8 @@ def decisions(n: int, count: int, full_every: int, counted: range = range(0)) ->
         samples["sync"].append(synced - started)
         samples["bounded"].append(time.perf_counter() - started)
         samples["bounded_cpu"].append(time.thread_time() - cpu)
+        if k % full_every != 1:  # not straight after a full scan, which leaves the caches cold
+            samples["bounded_cpu_steady"].append(samples["bounded_cpu"][-1])
         seen["examined"].append(placement.examined)
         seen["scored"].append(placement.scored)
         if k % full_every == 0:
@@ -309,7 +323,7 @@ def decisions(n: int, count: int, full_every: int, counted: range = range(0)) ->
         "regret_p99": round(float(np.percentile(samples["regret"], 99)), 5),
         "full_decisions": len(samples["full"]),
     }
-    for mode in ("bounded", "bounded_cpu", "full", "full_cpu"):
+    for mode in ("bounded", "bounded_cpu", "bounded_cpu_steady", "full", "full_cpu"):
         figures |= {f"{mode}_{k}": v for k, v in _ms(samples[mode]).items()}
     return figures
 
@@ -433,6 +447,59 @@ def quality(providers: int, rounds: int) -> dict[str, Any]:
     return figures
 
 
+# -- start-up: from the view and from a replay --------------------------------------
+
+
+def startup(providers: int, rounds: int) -> dict[str, Any]:
+    """Seconds to a bounded scheduler's first snapshot and index, from the
+    view and from a replay of the log (the median of ``rounds``, alternated)."""
+    import tempfile
+    from pathlib import Path
+
+    from bench.end_to_end import _setup
+    from consumers.snapshot_source import LiveSnapshot
+
+    with tempfile.TemporaryDirectory(prefix="berth-scale-") as tmp:
+        note(f"start-up: {providers} providers published through the writers ...")
+        app = _setup(Path(tmp), providers, partitions=16)
+        events = app.settings.topics.events
+        ends = [app.log.end_offset(events, p) for p in range(app.settings.partitions)]
+        runs: dict[str, list[float]] = {"view": [], "replay": []}
+        for _ in range(max(rounds, 2)):
+            _, engine = engines()
+            with timed() as t:
+                engine.index(LiveSnapshot(app.engine)())
+            runs["view"].append(t[0])
+            _, engine = engines()
+            with timed() as t:
+                engine.index(_replayed(app.log, events, ends))
+            runs["replay"].append(t[0])
+            gc.collect()
+        app.close()
+    return {
+        "startup_providers": providers,
+        "startup_records": sum(ends),
+        "startup_view_s": round(float(np.median(runs["view"])), 2),
+        "startup_replay_s": round(float(np.median(runs["replay"])), 2),
+    }
+
+
+def _replayed(log: Log, events: str, ends: Sequence[int]) -> Snapshot:
+    """The snapshot of every partition's records decided again in memory."""
+    from berth.replay import decide_until
+    from consumers.state_snapshot import snapshot_of
+    from projections.state import PartitionState
+
+    states = [PartitionState(p, len(ends)) for p in range(len(ends))]
+    gc.disable()  # deciding makes next to no cycles: the collector paused, as a replay does
+    try:
+        for state, end in zip(states, ends, strict=True):
+            decide_until(log, events, state, 0, end)
+    finally:
+        gc.enable()
+    return snapshot_of(states)
+
+
 # -- sustained placements through the real writers ---------------------------------
 
 
@@ -479,6 +546,7 @@ def main() -> None:
     parser.add_argument("--full-every", type=int, default=20)
     parser.add_argument("--quality-providers", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=1, help="alternations of full and bounded")
+    parser.add_argument("--startup-providers", type=int, default=100_000)
     parser.add_argument("--writers-providers", type=int, default=100_000)
     parser.add_argument("--writers-requests", type=int, default=20_000)
     parser.add_argument(
@@ -501,6 +569,8 @@ def main() -> None:
         figures |= _instructions(counted)
     if args.quality_providers:
         figures |= quality(args.quality_providers, args.rounds)
+    if args.startup_providers:
+        figures |= startup(args.startup_providers, args.rounds)
     if args.writers_providers:
         figures |= through_writers(args.writers_providers, args.writers_requests, args.rounds)
     print(json.dumps(figures))
