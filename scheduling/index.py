@@ -677,7 +677,8 @@ class FeasibilityIndex:
         else:
             drawn = None
         if drawn is None or (len(drawn.rows) < batch and drawn.boundary is not None):
-            drawn = self._seed(key, snapshot, demand, passing, capacity, batch) or drawn
+            short = None if drawn is None else drawn.boundary
+            drawn = self._seed(key, snapshot, demand, passing, capacity, batch, short) or drawn
         # kept for the next: enough that walks are rare, cheap to update
         keep = min(max(_KEEP * batch, 64), 4096)
         if drawn is not None:
@@ -741,18 +742,32 @@ class FeasibilityIndex:
         passing: Verdicts,
         capacity: IntArray | None,
         batch: int,
+        short: int | None = None,
     ) -> _Drawn | None:
         """The rows kept for a smaller shape of the same kind (``key``'s),
         or of a kind whose filters are some of this kind's, reading the same
         of it (the compute filter's alone, for a request that also names a
         zone), that hold ``demand`` and pass this kind's filters: every row
         that does, up to that walk's end; None when no such walk is kept
-        with ``batch`` rows for this shape (or to its end)."""
+        with ``batch`` rows for this shape (or to its end). ``short``: where
+        this kind's own walk ends, having found fewer than ``batch``."""
         if not self.prunes:
             return None  # the walk does not read the demand: nothing to narrow
         cap = snapshot.capacity_by_class() if capacity is None else capacity
         epoch = self._epoch()
         for other, verdicts in self._seeds(key, passing):
+            kept = self._drawn.get(other)
+            if (
+                short is not None
+                and kept is not None
+                and kept.boundary is not None
+                and kept.boundary <= short
+                and kept.layout == self._layout
+                and kept.epoch >= self._log_base
+            ):
+                # its rows that this shape takes are some of those this kind's
+                # own walk found up to ``short``, too few: not worth updating
+                continue
             drawn = self._take(other)
             if drawn is None or drawn.layout != self._layout or drawn.epoch < self._log_base:
                 continue  # stale: forgotten, as ``walk`` forgets it
