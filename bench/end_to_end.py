@@ -23,8 +23,9 @@ thread beside the scheduler or in their own processes; only placements the
 writers accepted count. With --described every provider is described
 (zone, address, hypervisor, rack), is a member of one of 20 aggregates
 (allocation ratios, a weigher's multiplier, a key for extra specs, defined in
-every partition) and reports its metrics every 10 s while
-the requests are placed, appended from a thread as an agent would. The
+every partition) and reports its metrics every 10 s of log time (which
+runs with the wall clock) while the requests are placed, each report with
+its own timestamp and values, appended from a thread as an agent would. The
 race scenario is 600 requests from 8 publisher processes for 50 providers
 that hold exactly 400 instances, with a projector process, on the embedded
 log and SQLite or, with --kafka, on Kafka and PostgreSQL. Progress goes to
@@ -44,6 +45,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -145,31 +147,65 @@ def _setup(
     return app
 
 
-def _reports(app: App, providers: int) -> list[Append]:
-    """Every provider's metrics report, encoded beforehand as an agent's
-    publisher would (an agent lives elsewhere: its encoding is not the
-    scheduler's work)."""
-    partitions = app.settings.partitions
-    return [
-        Append(
-            partition_for(pid.encode(), partitions), pid.encode(), metrics_report(pid, n, NOW_MS)
-        )
-        for n in range(providers)
-        for pid in (f"node-{n:06d}",)
-    ]
+class _LogClock:
+    """Log time: ``NOW_MS`` until started, then ``NOW_MS`` plus the wall
+    time since, which the scheduler's publisher and the agents' reports share."""
+
+    def __init__(self) -> None:
+        self.started: float | None = None
+
+    def start(self) -> None:
+        self.started = time.monotonic()
+
+    def __call__(self) -> int:
+        if self.started is None:
+            return NOW_MS
+        return NOW_MS + int((time.monotonic() - self.started) * 1000)
 
 
-def _reporting(app: App, reports: list[Append], every_s: float, stop: threading.Event) -> None:
-    """Every provider's report once every ``every_s``, spread evenly."""
-    tick_s = 0.05
-    per_tick = max(1, round(len(reports) * tick_s / every_s))
-    n = 0
-    while not stop.wait(tick_s):
-        app.log.append(
-            app.settings.topics.events,
-            [reports[(n + k) % len(reports)] for k in range(per_tick)],
+class _Reports:
+    """Every provider's metrics report every ``every_ms`` of log time, each
+    with its own timestamp and values, spread evenly over the period: report
+    i is provider ``i % n``'s, due at ``NOW_MS + i * every_ms // n``. The
+    first ``rounds`` periods are encoded beforehand as an agent's publisher
+    would (an agent lives elsewhere: its encoding is not the scheduler's
+    work); a run that outlasts them encodes the rest as they fall due."""
+
+    def __init__(self, providers: int, partitions: int, every_ms: int, rounds: int = 12) -> None:
+        self.providers = providers
+        self.partitions = partitions
+        self.every_ms = every_ms
+        self.encoded = [self._encode(i) for i in range(rounds * providers)]
+        self.sent = 0
+
+    def due_ms(self, i: int) -> int:
+        return NOW_MS + i * self.every_ms // self.providers
+
+    def __getitem__(self, i: int) -> Append:
+        return self.encoded[i] if i < len(self.encoded) else self._encode(i)
+
+    def _encode(self, i: int) -> Append:
+        n = i % self.providers
+        pid = f"node-{n:06d}"
+        key = pid.encode()
+        return Append(
+            partition_for(key, self.partitions), key, metrics_report(pid, n, self.due_ms(i))
         )
-        n += per_tick
+
+
+def _reporting(
+    app: App, reports: _Reports, clock_ms: Callable[[], int], stop: threading.Event
+) -> None:
+    """Append every report as its time comes, as the agents would, checking
+    every 50 ms."""
+    while not stop.wait(0.05):
+        now = clock_ms()
+        sent = due = reports.sent
+        while reports.due_ms(due) <= now:
+            due += 1
+        if due > sent:
+            app.log.append(app.settings.topics.events, [reports[i] for i in range(sent, due)])
+            reports.sent = due
 
 
 def _projecting(writers: list[PartitionWriter], stop: threading.Event) -> None:
@@ -276,12 +312,13 @@ def sustained(
         engine.bounded = bounded or Bounded("full")
         engine.ranked = ranked
         snapshots = LiveSnapshot(app.engine)
+        clock = _LogClock()
         with timed() as startup:
             first = snapshots()  # a running scheduler read the whole view once, when it started
             if engine.bounded.applies(first.size):
                 engine.index(first)
         scheduler = Scheduler(
-            Publisher(app.log, clock_ms=lambda: NOW_MS),
+            Publisher(app.log, clock_ms=clock),
             engine,
             snapshots,
             OutcomeFollower(app.log, app.settings.topics.outcomes),
@@ -295,11 +332,13 @@ def sustained(
         projectors = _projectors(app.settings, writer_processes) if writer_processes else []
         if not projectors:
             projector.start()
-        reports = _reports(app, providers) if described else []
-        reporter = threading.Thread(target=_reporting, args=(app, reports, 10.0, stop))
         if described:
-            reporter.start()
+            reports = _Reports(providers, app.settings.partitions, every_ms=10_000)
+            reporter = threading.Thread(target=_reporting, args=(app, reports, clock, stop))
         try:
+            clock.start()
+            if described:
+                reporter.start()
             cpu_started = time.process_time()
             with timed() as t:
                 stream = [
@@ -329,6 +368,7 @@ def sustained(
         overcommitted = _overcommitted(app)
         app.close()
     return {
+        **({"metrics_reports": reports.sent} if described else {}),
         "startup_s": round(startup[0], 2),
         "placements_per_s": round(placed / t[0], 1),
         "placements_per_cpu_s": round(placed / cpu_s, 1),
