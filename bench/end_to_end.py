@@ -25,7 +25,8 @@ writers accepted count. With --described every provider is described
 (allocation ratios, a weigher's multiplier, a key for extra specs, defined in
 every partition) and reports its metrics every 10 s of log time (which
 runs with the wall clock) while the requests are placed, each report with
-its own timestamp and values, appended from a thread as an agent would. The
+its own timestamp and values, appended by a process of their own
+(bench.metrics_agents) as the agents on the compute nodes would. The
 race scenario is 600 requests from 8 publisher processes for 50 providers
 that hold exactly 400 instances, with a projector process, on the embedded
 log and SQLite or, with --kafka, on Kafka and PostgreSQL. Progress goes to
@@ -45,7 +46,6 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -57,18 +57,17 @@ from bench.common import (
     aggregate_member,
     aggregate_metadata,
     description,
-    metrics_report,
     note,
     timed,
 )
+from bench.metrics_agents import LogClock
 from berth.app import App, Settings, tune_gc
 from berth.client import Publisher
 from berth.compile import compiled
 from consumers.partition_writer import PartitionWriter, catch_up_all, step_all
 from consumers.scheduler import OutcomeFollower, Scheduled, Scheduler
 from consumers.snapshot_source import LiveSnapshot
-from ledger.log import Append, merged
-from ledger.partitioner import partition_for
+from ledger.log import merged
 from projections.view.engine import sqlite_url
 from projections.view.loader import committed_offsets
 from projections.view.tables import inventories
@@ -147,65 +146,35 @@ def _setup(
     return app
 
 
-class _LogClock:
-    """Log time: ``NOW_MS`` until started, then ``NOW_MS`` plus the wall
-    time since, which the scheduler's publisher and the agents' reports share."""
-
-    def __init__(self) -> None:
-        self.started: float | None = None
-
-    def start(self) -> None:
-        self.started = time.monotonic()
-
-    def __call__(self) -> int:
-        if self.started is None:
-            return NOW_MS
-        return NOW_MS + int((time.monotonic() - self.started) * 1000)
-
-
-class _Reports:
-    """Every provider's metrics report every ``every_ms`` of log time, each
-    with its own timestamp and values, spread evenly over the period: report
-    i is provider ``i % n``'s, due at ``NOW_MS + i * every_ms // n``. The
-    first ``rounds`` periods are encoded beforehand as an agent's publisher
-    would (an agent lives elsewhere: its encoding is not the scheduler's
-    work); a run that outlasts them encodes the rest as they fall due."""
-
-    def __init__(self, providers: int, partitions: int, every_ms: int, rounds: int = 12) -> None:
-        self.providers = providers
-        self.partitions = partitions
-        self.every_ms = every_ms
-        self.encoded = [self._encode(i) for i in range(rounds * providers)]
-        self.sent = 0
-
-    def due_ms(self, i: int) -> int:
-        return NOW_MS + i * self.every_ms // self.providers
-
-    def __getitem__(self, i: int) -> Append:
-        return self.encoded[i] if i < len(self.encoded) else self._encode(i)
-
-    def _encode(self, i: int) -> Append:
-        n = i % self.providers
-        pid = f"node-{n:06d}"
-        key = pid.encode()
-        return Append(
-            partition_for(key, self.partitions), key, metrics_report(pid, n, self.due_ms(i))
-        )
+def _agents(app: App, providers: int) -> subprocess.Popen[str]:
+    """The providers' metrics agents (``bench.metrics_agents``), each provider
+    reporting every 10 s of log time, in a process of their own, ready."""
+    agents = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "bench.metrics_agents",
+            "--log",
+            str(app.settings.data_dir),
+            "--providers",
+            str(providers),
+            "--origin-ms",
+            str(NOW_MS),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert agents.stdout is not None
+    if agents.stdout.readline() != "ready\n":
+        raise RuntimeError("the metrics agents did not start")
+    return agents
 
 
-def _reporting(
-    app: App, reports: _Reports, clock_ms: Callable[[], int], stop: threading.Event
-) -> None:
-    """Append every report as its time comes, as the agents would, checking
-    every 50 ms."""
-    while not stop.wait(0.05):
-        now = clock_ms()
-        sent = due = reports.sent
-        while reports.due_ms(due) <= now:
-            due += 1
-        if due > sent:
-            app.log.append(app.settings.topics.events, [reports[i] for i in range(sent, due)])
-            reports.sent = due
+def _stop_agents(agents: subprocess.Popen[str]) -> int:
+    """Stop the agents; how many reports they appended."""
+    out, _ = agents.communicate(timeout=60)
+    return int(json.loads(out)["metrics_reports"])
 
 
 def _projecting(writers: list[PartitionWriter], stop: threading.Event) -> None:
@@ -312,7 +281,7 @@ def sustained(
         engine.bounded = bounded or Bounded("full")
         engine.ranked = ranked
         snapshots = LiveSnapshot(app.engine)
-        clock = _LogClock()
+        clock = LogClock(NOW_MS)
         with timed() as startup:
             first = snapshots()  # a running scheduler read the whole view once, when it started
             if engine.bounded.applies(first.size):
@@ -332,13 +301,14 @@ def sustained(
         projectors = _projectors(app.settings, writer_processes) if writer_processes else []
         if not projectors:
             projector.start()
-        if described:
-            reports = _Reports(providers, app.settings.partitions, every_ms=10_000)
-            reporter = threading.Thread(target=_reporting, args=(app, reports, clock, stop))
+        agents = _agents(app, providers) if described else None
+        reports = 0
         try:
-            clock.start()
-            if described:
-                reporter.start()
+            started = clock.start()
+            if agents is not None:
+                assert agents.stdin is not None
+                agents.stdin.write(f"{started!r}\n")
+                agents.stdin.flush()
             cpu_started = time.process_time()
             with timed() as t:
                 stream = [
@@ -355,8 +325,8 @@ def sustained(
             cpu_s = time.process_time() - cpu_started
         finally:
             stop.set()
-            if described:
-                reporter.join()
+            if agents is not None:
+                reports = _stop_agents(agents)
             if projectors:
                 _caught_up(app, projectors)
             else:
@@ -368,7 +338,7 @@ def sustained(
         overcommitted = _overcommitted(app)
         app.close()
     return {
-        **({"metrics_reports": reports.sent} if described else {}),
+        **({"metrics_reports": reports} if described else {}),
         "startup_s": round(startup[0], 2),
         "placements_per_s": round(placed / t[0], 1),
         "placements_per_cpu_s": round(placed / cpu_s, 1),
