@@ -6,6 +6,8 @@ updated otherwise)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
+from json.encoder import encode_basestring_ascii
 from typing import Any
 
 from sqlalchemy import bindparam, delete, update
@@ -99,7 +101,7 @@ def _write_metrics(plan: Plan, state: PartitionState, metered: list[str], offset
         if provider is None:
             continue
         m = provider.metrics
-        rows.append((_json_column(m.values), m.at_ms, m.num_io_ops, m.build_failures, offset, pid))
+        rows.append((_metrics_json(m.values), m.at_ms, m.num_io_ops, m.build_failures, offset, pid))
     plan.bulk(_UPDATE_METRICS, rows)
 
 
@@ -121,6 +123,20 @@ _INSERT_INVENTORY = (
 # SQLAlchemy's JSON type writes json.dumps' default form: rows written here
 # read back the same as rows it wrote
 _json_column = json.dumps
+
+
+def _metrics_json(values: Mapping[str, object]) -> str:
+    """``_json_column(values)`` for a report's metrics, the same text at about
+    half the cost: a report is the most frequent row a writer rewrites, and
+    its metrics are a flat mapping of names to floats (finite: the event
+    refuses others), which json.dumps writes as ``repr`` writes them (read
+    as objects, so that compiled code formats the very objects json.dumps
+    would)."""
+    for value in values.values():
+        if type(value) is not float:
+            return _json_column(values)
+    items = [f"{encode_basestring_ascii(k)}: {v!r}" for k, v in values.items()]
+    return "{" + ", ".join(items) + "}"
 
 
 def _rewrite_providers(plan: Plan, state: PartitionState, reshaped: list[str], offset: int) -> None:
@@ -158,7 +174,7 @@ def _provider_row(provider: ProviderState, partition: int) -> tuple[Any, ...]:
         _json_column(described.metadata),
         described.numa_cells_json,
         described.pci_devices_json,
-        _json_column(metrics.values),
+        _metrics_json(metrics.values),
         metrics.at_ms,
         metrics.num_io_ops,
         metrics.build_failures,
