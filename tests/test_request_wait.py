@@ -73,6 +73,11 @@ def test_request_wait_prints_each_answer_from_a_running_scheduler(tmp_path: Path
     }
     (batch_answer,) = [a for a in answered if a["request_id"] == "ci-1"]
     assert batch_answer["status"] == "committed" and len(batch_answer["instances"]) == 2
+    (small,) = [a for a in answered if a["request_id"] == "small"]
+    assert "ranked" not in small  # spelled out for the reader
+    best = small["candidates"][0]
+    assert best["provider_id"] == small["reservations"][0][1]
+    assert set(best["weighers"]) >= {"RAMWeigher", "CPUWeigher"} and best["score"] >= 0
     (huge,) = [a for a in answered if a["request_id"] == "huge"]
     assert "no valid host" in huge["reason"]
     assert "line 4: not JSON" in err

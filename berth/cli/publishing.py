@@ -7,7 +7,7 @@ import argparse
 import json
 import os
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from berth.app import App
 from berth.cli.common import Commands, backend_options, settings_from
@@ -86,6 +86,7 @@ def cmd_request(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from berth.client import Answers, Publisher
+    from schemas.ranked import expand
     from schemas.requests import request_from_json, request_key
 
     stream = sys.stdin if args.file == "-" else open(args.file, encoding="utf-8")  # noqa: SIM115
@@ -122,9 +123,11 @@ def cmd_request(args: argparse.Namespace) -> int:
             return 1 if failures else 0
         placed = True
 
-        def show(answer: dict[str, object]) -> None:
+        def show(answer: dict[str, Any]) -> None:
             nonlocal placed
             placed = placed and bool(answer["placed"])
+            if "ranked" in answer:  # a person reads this: the candidates spelled out
+                answer["candidates"] = expand(answer.pop("ranked"))
             print(json.dumps(answer), flush=True)
 
         unanswered = answers.wait(submitted, args.timeout_s, show, partitions=partitions)
