@@ -21,7 +21,9 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import os
 import statistics
+import subprocess
 import tempfile
 import time
 import uuid
@@ -32,7 +34,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from bench.placement_gabbits import berth_server
+from bench.placement_gabbits import berth_command, wait_listening
 
 HEADERS = {"x-auth-token": "admin", "openstack-api-version": "placement 1.38"}
 SLOTS = 8
@@ -58,12 +60,34 @@ def _providers(api: httpx.Client, count: int) -> list[str]:
 def race(
     clients: int, providers: int, requests: int, idle_wait_s: float, client: str = CLIENTS[0]
 ) -> dict[str, object]:
-    with (
-        tempfile.TemporaryDirectory(prefix="berth-race-") as work,
-        berth_server(Path(work) / "data", "--idle-wait-s", str(idle_wait_s)) as (host, port),
-    ):
-        found = race_at(f"http://{host}:{port}", clients, providers, requests, client)
+    """The race against a ``berth serve --placement-api`` of its own, with
+    the server's CPU time (every thread's) per write while the clients raced."""
+    with tempfile.TemporaryDirectory(prefix="berth-race-") as work:
+        data_dir = Path(work) / "data"
+        command = berth_command(data_dir, "--idle-wait-s", str(idle_wait_s))
+        with open(Path(work) / "stderr", "w+") as stderr:
+            server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr)
+            try:
+                host, port = wait_listening(server, Path(stderr.name), "placement-api")
+                cpu = _ProcessCpu(server.pid)
+                found = race_at(f"http://{host}:{port}", clients, providers, requests, client, cpu)
+            finally:
+                server.terminate()
+                server.wait(timeout=30)
     return {"idle_wait_s": idle_wait_s, **found}
+
+
+class _ProcessCpu:
+    """A process's CPU seconds (user and system, all its threads) so far."""
+
+    def __init__(self, pid: int) -> None:
+        self._stat = Path(f"/proc/{pid}/stat")
+        self._tick_s = 1 / os.sysconf("SC_CLK_TCK")
+
+    def __call__(self) -> float:
+        # the fields after the command's closing parenthesis: utime, stime are 12, 13
+        fields = self._stat.read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) * self._tick_s
 
 
 def _stdlib_client(base: str) -> tuple[Put, Callable[[], None]]:
@@ -86,10 +110,16 @@ def _httpx_client(base: str) -> tuple[Put, Callable[[], None]]:
 
 
 def race_at(
-    base: str, clients: int, providers: int, requests: int, client: str = CLIENTS[0]
+    base: str,
+    clients: int,
+    providers: int,
+    requests: int,
+    client: str = CLIENTS[0],
+    server_cpu_s: Callable[[], float] | None = None,
 ) -> dict[str, object]:
     """The race against the Placement API at ``base`` (Berth's or another's),
-    its clients on ``client`` (one of :data:`CLIENTS`)."""
+    its clients on ``client`` (one of :data:`CLIENTS`); given the server's
+    CPU seconds so far, its CPU per write during the race too."""
     connect = _stdlib_client if client == "http.client" else _httpx_client
     with httpx.Client(base_url=base, headers=HEADERS, timeout=60) as api:
         rps = _providers(api, providers)
@@ -113,10 +143,12 @@ def race_at(
                 close()
             return statuses, latencies
 
+        cpu_start = server_cpu_s() if server_cpu_s else 0.0
         start = time.perf_counter()
         with ThreadPoolExecutor(clients) as pool:
             results = list(pool.map(racer, range(clients)))
         elapsed = time.perf_counter() - start
+        cpu_s = server_cpu_s() - cpu_start if server_cpu_s else None
         statuses = [s for found, _ in results for s in found]
         latencies = sorted(t for _, found in results for t in found)
         used = [
@@ -139,6 +171,8 @@ def race_at(
         "requests_per_s": round(len(statuses) / elapsed, 1),
         "p50_ms": round(statistics.median(latencies) * 1000, 1),
         "p99_ms": round(latencies[int(len(latencies) * 0.99) - 1] * 1000, 1),
+        **({} if cpu_s is None else {"server_cpu_ms_per_write": round(cpu_s * 1000 / requests, 3)}),
+        "load": round(os.getloadavg()[0], 2),
     }
 
 
