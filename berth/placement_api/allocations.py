@@ -4,15 +4,16 @@ once from 1.13) and usages (a provider's; a project's from 1.9)."""
 from __future__ import annotations
 
 import uuid as uuidlib
+from functools import partial
 from typing import Any
 
 from berth.placement_api import errors, schemas
 from berth.placement_api.errors import bad_request, conflict, not_found
-from berth.placement_api.http import Req, Resp, check_accept, latest
+from berth.placement_api.http import Req, Resp, Write, check_accept, latest
 from berth.placement_api.providers import INVENTORY_DEFAULTS, existing
 from berth.placement_api.reads import Consumer, consumer, consumers, providers
 from berth.placement_api.service import Refused
-from schemas.outcomes import Code
+from schemas.outcomes import Code, Outcome
 
 INCOMPLETE_CONSUMER = "00000000-0000-0000-0000-000000000000"
 """The project and user of a consumer written before 1.8 named them (upstream's default)."""
@@ -73,17 +74,21 @@ def _check_providers(req: Req, allocations: dict[str, Any], known: set[str] | No
 
 
 def _write(
-    req: Req, specs: list[dict[str, Any]], consumer_uuid: str | None, emptied_touch: bool = True
-) -> None:
-    try:
-        req.service.write(
-            {
-                "type": "placement_allocations_set",
-                "consumers": specs,
-                "emptied_touch": emptied_touch,
-            }
-        )
-    except Refused as refused:
+    specs: list[dict[str, Any]], consumer_uuid: str | None, emptied_touch: bool = True
+) -> Write:
+    """The write of ``specs``' allocations, answered 204 unless refused."""
+    fields = {
+        "type": "placement_allocations_set",
+        "consumers": specs,
+        "emptied_touch": emptied_touch,
+    }
+    return Write(fields, partial(_allocations_written, consumer_uuid))
+
+
+def _allocations_written(consumer_uuid: str | None, decided: Outcome | Refused) -> Resp:
+    """204, or the refusal worded as Placement words it."""
+    if isinstance(decided, Refused):
+        refused = decided
         if refused.code == Code.PLACEMENT_CONCURRENT_UPDATE:
             raise conflict(refused.detail, errors.CONCURRENT_UPDATE) from None
         if refused.code in (Code.PLACEMENT_NOT_FOUND, Code.PLACEMENT_INVALID):
@@ -93,9 +98,10 @@ def _write(
                 f"Unable to allocate inventory for consumer {consumer_uuid}: {refused.detail}"
             ) from None
         raise conflict(f"Unable to allocate inventory: {refused.detail}") from None
+    return Resp(204)
 
 
-def put_consumer_allocations(req: Req, consumer_uuid: str) -> Resp:
+def put_consumer_allocations(req: Req, consumer_uuid: str) -> Write:
     uuid = _consumer_uuid(consumer_uuid)
     data = req.json(schemas.allocations_for_consumer(req.version))
     listed = data["allocations"]
@@ -108,8 +114,7 @@ def put_consumer_allocations(req: Req, consumer_uuid: str) -> Resp:
     if set(allocations) - known:
         _check_consumer_generation(req, spec)
     _check_providers(req, allocations, known)
-    _write(req, [spec], uuid)
-    return Resp(204)
+    return _write([spec], uuid)
 
 
 def _check_consumer_generation(req: Req, spec: dict[str, Any]) -> None:
@@ -128,7 +133,7 @@ def _check_consumer_generation(req: Req, spec: dict[str, Any]) -> None:
         )
 
 
-def post_allocations(req: Req) -> Resp:
+def post_allocations(req: Req) -> Write:
     if not req.at_least(13):
         raise not_found("The resource could not be found.")
     data = req.json(schemas.allocations_post(req.version))
@@ -143,8 +148,7 @@ def post_allocations(req: Req) -> Resp:
             _check_consumer_generation(req, spec)
         for spec in specs:
             _check_providers(req, spec["allocations"])
-    _write(req, specs, None)
-    return Resp(204)
+    return _write(specs, None)
 
 
 def reshape(req: Req) -> Resp:
@@ -203,7 +207,7 @@ def reshape(req: Req) -> Resp:
     return Resp(204)
 
 
-def delete_consumer_allocations(req: Req, consumer_uuid: str) -> Resp:
+def delete_consumer_allocations(req: Req, consumer_uuid: str) -> Write:
     found = consumer(req.service.engine, consumer_uuid)
     if found is None:
         raise not_found(f"No allocations for consumer '{consumer_uuid}'")
@@ -214,8 +218,7 @@ def delete_consumer_allocations(req: Req, consumer_uuid: str) -> Resp:
         "allocations": {},
         "check_generation": False,
     }
-    _write(req, [spec], consumer_uuid, emptied_touch=False)
-    return Resp(204)
+    return _write([spec], consumer_uuid, emptied_touch=False)
 
 
 def get_provider_allocations(req: Req, uuid: str) -> Resp:

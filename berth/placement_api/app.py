@@ -11,6 +11,7 @@ import logging
 import re
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 from urllib.parse import parse_qs
@@ -21,9 +22,10 @@ from berth.placement_api import allocations, providers, registry
 from berth.placement_api.candidates import CandidateEngine, list_candidates
 from berth.placement_api.cors import Cors
 from berth.placement_api.errors import PlacementError
-from berth.placement_api.http import Caller, Req, Resp, accepts_json
+from berth.placement_api.http import Caller, Req, Resp, Write, accepts_json
 from berth.placement_api.policy import RULES, Policy
-from berth.placement_api.service import PlacementService
+from berth.placement_api.pump import WritePump
+from berth.placement_api.service import PlacementService, Refused
 from berth.placement_api.versions import (
     HEADER,
     Version,
@@ -31,8 +33,9 @@ from berth.placement_api.versions import (
     min_version,
     negotiate,
 )
+from schemas.outcomes import Outcome
 
-Handler = Callable[..., Resp]
+Handler = Callable[..., Resp | Write]
 log = logging.getLogger(__name__)
 _NAME = "(?P<{}>[^/]+)"
 
@@ -126,7 +129,7 @@ def _routes(
 def _from(minor: int, handler: Handler) -> Handler:
     """A handler that exists only from microversion 1.``minor``."""
 
-    def gated(req: Req, **path: str) -> Resp:
+    def gated(req: Req, **path: str) -> Resp | Write:
         if not req.at_least(minor):
             raise PlacementError(404, "The resource could not be found.")
         return handler(req, **path)
@@ -162,6 +165,35 @@ def _target(caller: Caller, template: str, query: str) -> dict[str, str | None]:
     return {"project_id": caller.project, "user_id": caller.user}
 
 
+Answer = tuple[int, dict[str, str], bytes]
+"""Status, headers, body."""
+_CONSUMER_ALLOCATIONS = re.compile("^/allocations/[^/]+$")
+
+
+class _Request:
+    """What answering a request needs to know of it once its handler ran."""
+
+    __slots__ = ("headers", "id", "method", "path", "query", "version")
+
+    def __init__(
+        self, method: str, path: str, query: str, headers: Mapping[str, str], request_id: str
+    ) -> None:
+        self.method = method
+        self.path = path
+        self.query = query
+        self.headers = headers
+        self.id = request_id
+        self.version: Version | None = None
+
+
+@dataclass(frozen=True)
+class Pending:
+    """A request whose handler ended in a write not yet decided."""
+
+    request: _Request
+    write: Write
+
+
 class PlacementApp:
     """Dispatches one request; everything but the HTTP server itself."""
 
@@ -181,25 +213,68 @@ class PlacementApp:
 
     def respond(
         self, method: str, path: str, query: str, headers: Mapping[str, str], body: bytes
-    ) -> tuple[int, dict[str, str], bytes]:
+    ) -> Answer:
         """The answer to one request, CORS's headers on it when configured
-        (outermost, as in Placement's pipeline)."""
-        answer = self._respond(method, path, query, headers, body)
+        (outermost, as in Placement's pipeline); its write, if it ends in
+        one, written from this (worker) thread."""
+        answer = self.begin(method, path, query, headers, body)
+        if isinstance(answer, Pending):
+            try:
+                decided: Outcome | Refused = self.service.write(answer.write.fields)
+            except Refused as refused:
+                decided = refused
+            except PlacementError as error:
+                return self.end(answer, error)
+            return self.end(answer, decided)
+        return answer
+
+    def on_loop(self, method: str, path: str) -> bool:
+        """Whether the request may begin on the server's event loop: a
+        write of one consumer's allocations, or of several (1.13), whose
+        checks read the view only for a provider not seen yet, asked with
+        noauth2's headers (a Keystone token may be checked over the
+        network)."""
+        if self.caller_of is not _caller:
+            return False
+        if method == "PUT":
+            return _CONSUMER_ALLOCATIONS.match(path) is not None
+        return method == "POST" and path == "/allocations"
+
+    def begin(
+        self, method: str, path: str, query: str, headers: Mapping[str, str], body: bytes
+    ) -> Answer | Pending:
+        """The answer to one request, or, when its handler ends in a write,
+        the write still to do: :meth:`end` words its decision."""
+        request = _Request(method, path, query, headers, f"req-{uuid.uuid4()}")
+        try:
+            request.version = negotiate(headers)
+            resp = self._handle(method, path, query, headers, body, request.version)
+        except PlacementError as error:
+            return self._cors(request, self._error(error, request.version, headers, request.id))
+        if isinstance(resp, Write):
+            return Pending(request, resp)
+        return self._cors(request, self._answer(resp, request))
+
+    def end(self, pending: Pending, decided: Outcome | Refused | PlacementError) -> Answer:
+        """The answer to a request whose write was decided (or failed)."""
+        request = pending.request
+        try:
+            if isinstance(decided, PlacementError):
+                raise decided
+            resp = pending.write.answer(decided)
+        except PlacementError as error:
+            answer = self._error(error, request.version, request.headers, request.id)
+            return self._cors(request, answer)
+        return self._cors(request, self._answer(resp, request))
+
+    def _cors(self, request: _Request, answer: Answer) -> Answer:
         if self.cors is None:
             return answer
-        return self.cors.apply(method, path, query, headers, answer)
+        return self.cors.apply(request.method, request.path, request.query, request.headers, answer)
 
-    def _respond(
-        self, method: str, path: str, query: str, headers: Mapping[str, str], body: bytes
-    ) -> tuple[int, dict[str, str], bytes]:
-        request_id = f"req-{uuid.uuid4()}"
-        version: Version | None = None
-        try:
-            version = negotiate(headers)
-            resp = self._handle(method, path, query, headers, body, version)
-        except PlacementError as error:
-            return self._error(error, version, headers, request_id)
-        out = {"openstack-request-id": request_id}
+    def _answer(self, resp: Resp, request: _Request) -> Answer:
+        version = request.version
+        out = {"openstack-request-id": request.id}
         if version is not None:
             out[HEADER] = f"placement {version}"
             out["vary"] = HEADER.lower()
@@ -217,7 +292,7 @@ class PlacementApp:
         headers: Mapping[str, str],
         body: bytes,
         version: Version,
-    ) -> Resp:
+    ) -> Resp | Write:
         root = path in ("", "/")  # open to all, as Placement's version document is
         caller = None if root else self.caller_of(headers)
         if caller is None and not root:
@@ -303,12 +378,16 @@ def create_app(
     policy: Policy | None = None,
     cors: Cors | None = None,
     caller_of: Callable[[Mapping[str, str]], Caller | None] | None = None,
+    pump: WritePump | None = None,
 ) -> Asgi:
     """The Placement API on ``service`` as a plain ASGI app, at the root of
     its address; callers by noauth2 unless ``caller_of`` says who they are.
     :meth:`PlacementApp.respond` does all the routing, so no framework sits
     between uvicorn and it (a framework's middleware and router cost more
-    than the rest of the HTTP stack on a write)."""
+    than the rest of the HTTP stack on a write). Given a ``pump``, a write
+    of a consumer's allocations is begun on the event loop and written by
+    the pump (:meth:`PlacementApp.on_loop`); every other request is
+    answered from a worker thread."""
     placement = PlacementApp(service, policy, cors, caller_of)
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
@@ -317,22 +396,43 @@ def create_app(
         body = await _body(receive)
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         headers[":method"] = method = scope["method"]
-        path = scope["path"]
+        path = "" if scope["path"] == "/" else scope["path"]
+        query = scope["query_string"].decode("latin-1")
         try:
-            status, out, content = await run_in_threadpool(
-                placement.respond,
-                method,
-                "" if path == "/" else path,
-                scope["query_string"].decode("latin-1"),
-                headers,
-                body,
-            )
+            if pump is not None and placement.on_loop(method, path):
+                answer = await _on_loop(placement, pump, method, path, query, headers, body)
+            else:
+                answer = await run_in_threadpool(
+                    placement.respond, method, path, query, headers, body
+                )
         except Exception:
             log.exception("placement-api: %s %s failed", method, path)
-            status, out, content = 500, {"content-type": "text/plain"}, b"Internal Server Error"
-        await _answer(send, status, out, content)
+            answer = 500, {"content-type": "text/plain"}, b"Internal Server Error"
+        await _answer(send, *answer)
 
     return app
+
+
+async def _on_loop(
+    placement: PlacementApp,
+    pump: WritePump,
+    method: str,
+    path: str,
+    query: str,
+    headers: Mapping[str, str],
+    body: bytes,
+) -> Answer:
+    """A request begun on the event loop, its write (if it ends in one)
+    written by the pump with the others that arrived beside it: no worker
+    thread woken for it."""
+    begun = placement.begin(method, path, query, headers, body)
+    if not isinstance(begun, Pending):
+        return begun
+    try:
+        decided: Outcome | Refused | PlacementError = await pump.write(begun.write.fields)
+    except (Refused, PlacementError) as failure:
+        decided = failure
+    return placement.end(begun, decided)
 
 
 async def _body(receive: Receive) -> bytes:

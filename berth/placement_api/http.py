@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import re
 import uuid as uuidlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from email.utils import format_datetime
@@ -16,8 +16,9 @@ from typing import Any
 import jsonschema
 
 from berth.placement_api.errors import PlacementError
-from berth.placement_api.service import PlacementService
+from berth.placement_api.service import PlacementService, Refused
 from berth.placement_api.versions import Version
+from schemas.outcomes import Outcome
 
 FORMATS = jsonschema.FormatChecker()
 
@@ -113,6 +114,26 @@ class Resp:
             self.headers["last-modified"] = format_datetime(when, usegmt=True)
             self.headers["cache-control"] = "no-cache"
         return self
+
+
+@dataclass(frozen=True)
+class Write:
+    """What a handler that ends in one write answers instead of a
+    :class:`Resp`: the event's ``fields`` to write, and how to word the
+    writer's decision (the outcome, or the refusal) as the answer. The
+    app writes it from a worker thread (:meth:`run`), or from its event
+    loop with the writes that arrived beside it (``WritePump``)."""
+
+    fields: Mapping[str, Any]
+    answer: Callable[[Outcome | Refused], Resp]
+
+    def run(self, service: PlacementService) -> Resp:
+        """Write it and wait for the decision (from a worker thread)."""
+        try:
+            decided: Outcome | Refused = service.write(self.fields)
+        except Refused as refused:
+            decided = refused
+        return self.answer(decided)
 
 
 @lru_cache(maxsize=256)

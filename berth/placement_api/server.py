@@ -3,6 +3,7 @@ partition writers that ``berth serve`` runs in its main thread."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Mapping
 
 import uvicorn
@@ -12,7 +13,13 @@ from berth.placement_api.app import create_app
 from berth.placement_api.cors import Cors
 from berth.placement_api.http import Caller
 from berth.placement_api.policy import Policy
+from berth.placement_api.pump import WritePump
 from berth.placement_api.service import PlacementService
+
+SWITCH_INTERVAL_S = 0.001
+"""The interpreter's switch interval while the pump runs (5 ms by default):
+the race's placements per second, median of six alternated runs at load
+8-9, were 851 with 1 ms against 595 with 5 ms."""
 
 
 class PlacementServer:
@@ -27,8 +34,10 @@ class PlacementServer:
         cors: Cors | None = None,
         caller_of: Callable[[Mapping[str, str]], Caller | None] | None = None,
     ) -> None:
+        # the writes of allocations batched, when their writer runs in this process
+        self._pump = WritePump(service) if service.handoff is not None else None
         config = uvicorn.Config(
-            create_app(service, policy, cors, caller_of),
+            create_app(service, policy, cors, caller_of, self._pump),
             host=host,
             port=port,
             log_level="warning",
@@ -40,7 +49,14 @@ class PlacementServer:
 
     def start(self, timeout_s: float = 30.0) -> tuple[str, int]:
         """Start serving; where it listens. RuntimeError when it cannot."""
+        if self._pump is not None:
+            # the event loop begins the writes and runs for as long as
+            # requests keep arriving; the pump's threads, back from an
+            # fsync, would each wait out the loop's turn with the GIL
+            sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL_S))
         return self._uvicorn.start(timeout_s)
 
     def stop(self) -> None:
         self._uvicorn.stop()
+        if self._pump is not None:
+            self._pump.stop()

@@ -16,6 +16,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import select
@@ -170,6 +171,16 @@ class Handoff:
             self._waiting.pop(event_id, None)
 
 
+@dataclass(frozen=True)
+class Appended:
+    """A write appended, waiting for its writer's decision."""
+
+    event_id: str
+    waiting: _Waiting
+    partition: int
+    offset: int
+
+
 class PlacementService:
     """Placement's writes and reads on one :class:`App` (its log and view);
     given a :class:`Handoff`, the writer of Placement's partition runs in
@@ -220,24 +231,67 @@ class PlacementService:
     def write(self, fields: Mapping[str, Any]) -> Outcome:
         """Append one Placement event and return the writer's decision once
         the view holds it; :class:`Refused` when the writer refused it."""
-        event_id = f"placement-{uuid.uuid4()}"
-        data = {
-            **fields,
-            "event_id": event_id,
-            "ts_ms": wall_clock_ms(),
-            "partition_key": PLACEMENT_KEY,
-        }
+        return decision_of(self._outcomes(event_of(fields)))
+
+    def write_many(self, events: list[Event]) -> list[Outcome | Exception]:
+        """Append ``events`` (from :func:`event_of`) in one append and return
+        each one's decision once the view holds it, or why it has none
+        (:class:`Refused`, :class:`PlacementError`): what :meth:`write`
+        does for each, with one fsync for all their records rather than one
+        each (and their writer's round, which decides them together)."""
+        return self.decided_many(self.append_many(events))
+
+    def append_many(self, events: list[Event]) -> list[Appended | Outcome | Exception]:
+        """The first half of :meth:`write_many`: ``events`` appended (durable)
+        in one append, for :meth:`decided_many` to wait for. Without a
+        handoff, or should the append be refused, each is written alone
+        and its decision is already here."""
+        handoff = self.handoff
+        if handoff is None:
+            return [self._written(event) for event in events]
+        waiting = [handoff.expect(event.event_id) for event in events]
         try:
-            event = validate_event(data)
-        except EventDecodeError as error:
-            raise PlacementError(400, f"JSON does not validate: {error}") from None
-        outcomes = self._decided_from_log(event) if self.handoff is None else self._handed(event)
-        own = [o for o in outcomes if o.subject and o.kind != Kind.EXPIRED]
-        decision = own[-1]
-        if decision.kind == Kind.REJECTED:
-            reason = decision.reasons[0]
-            raise Refused(reason.code, reason.detail)
-        return decision
+            placed = self.publisher.publish(events)
+        except PublishError:  # whose it is, each alone says
+            for event in events:
+                handoff.forget(event.event_id)
+            return [self._written(event) for event in events]
+        except BaseException:
+            for event in events:
+                handoff.forget(event.event_id)
+            raise
+        return [
+            Appended(event.event_id, waits, partition, offset)
+            for event, waits, (partition, offset) in zip(events, waiting, placed, strict=True)
+        ]
+
+    def decided_many(
+        self, appended: list[Appended | Outcome | Exception]
+    ) -> list[Outcome | Exception]:
+        """The second half of :meth:`write_many`: each appended write's
+        decision, once its writer decided it (a waiting write leads the
+        writer's round, see :class:`Handoff`)."""
+        found: list[Outcome | Exception] = []
+        for one in appended:
+            if not isinstance(one, Appended):
+                found.append(one)
+                continue
+            assert self.handoff is not None
+            outcomes = self.handoff.wait(one.event_id, one.waiting, one.offset, self.timeout_s)
+            try:
+                found.append(decision_of(_decided(outcomes, one.partition, one.offset)))
+            except (Refused, PlacementError) as failure:
+                found.append(failure)
+        return found
+
+    def _written(self, event: Event) -> Outcome | Exception:
+        try:
+            return decision_of(self._outcomes(event))
+        except (Refused, PlacementError) as failure:
+            return failure
+
+    def _outcomes(self, event: Event) -> list[Outcome]:
+        return self._decided_from_log(event) if self.handoff is None else self._handed(event)
 
     def _append(self, event: Event) -> tuple[int, int]:
         try:
@@ -257,11 +311,7 @@ class PlacementService:
             self.handoff.forget(event.event_id)
             raise
         outcomes = self.handoff.wait(event.event_id, waiting, offset, self.timeout_s)
-        if not outcomes:
-            raise PlacementError(
-                503, f"the write was appended ({partition}, {offset}) but not decided yet"
-            )
-        return outcomes
+        return _decided(outcomes, partition, offset)
 
     def _decided_from_log(self, event: Event) -> list[Outcome]:
         """The record's outcomes from the outcomes topic, once the view has
@@ -292,3 +342,39 @@ class PlacementService:
                 if time.monotonic() > deadline:
                     raise PlacementError(503, "the write was decided but the view is behind")
                 time.sleep(VIEW_POLL_S)
+
+
+def event_of(fields: Mapping[str, Any]) -> Event:
+    """The Placement event a write of ``fields`` appends, with a new id and
+    the edge's clock; 400 when it does not validate."""
+    data = {
+        **fields,
+        "event_id": f"placement-{uuid.uuid4()}",
+        "ts_ms": wall_clock_ms(),
+        "partition_key": PLACEMENT_KEY,
+    }
+    try:
+        return validate_event(data)
+    except EventDecodeError as error:
+        raise PlacementError(400, f"JSON does not validate: {error}") from None
+
+
+def decision_of(outcomes: list[Outcome]) -> Outcome:
+    """The writer's decision on a write among its record's outcomes (an
+    expiry the record's clock caused comes first); :class:`Refused` when
+    it refused it."""
+    own = [o for o in outcomes if o.subject and o.kind != Kind.EXPIRED]
+    decision = own[-1]
+    if decision.kind == Kind.REJECTED:
+        reason = decision.reasons[0]
+        raise Refused(reason.code, reason.detail)
+    return decision
+
+
+def _decided(outcomes: list[Outcome] | None, partition: int, offset: int) -> list[Outcome]:
+    """A handed-over record's outcomes; 503 when it has none in time."""
+    if not outcomes:
+        raise PlacementError(
+            503, f"the write was appended ({partition}, {offset}) but not decided yet"
+        )
+    return outcomes
