@@ -6,6 +6,7 @@ malformed one a 400."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import lru_cache
 
 import microversion_parse
 
@@ -35,8 +36,22 @@ class Version:
 
 
 def negotiate(headers: Mapping[str, str]) -> Version:
-    """The version asked for; a :class:`PlacementError` when it cannot be served."""
-    folded = {k.lower(): v for k, v in headers.items()}
+    """The version asked for (``headers`` named in lower case); a
+    :class:`PlacementError` when it cannot be served."""
+    # microversion-parse reads only the standard header (or its WSGI
+    # environ name): a client sends the same few values again and again
+    return _negotiated(headers.get(_STANDARD), headers.get(_STANDARD_ENVIRON))
+
+
+_STANDARD = microversion_parse.STANDARD_HEADER
+_STANDARD_ENVIRON = microversion_parse.ENVIRON_HTTP_HEADER_FMT.format(_STANDARD.replace("-", "_"))
+
+
+@lru_cache(maxsize=256)
+def _negotiated(standard: str | None, environ: str | None) -> Version:
+    """The version these headers' values ask for; errors are not cached."""
+    given = ((_STANDARD, standard), (_STANDARD_ENVIRON, environ))
+    folded = {name: value for name, value in given if value is not None}
     try:
         found = microversion_parse.extract_version(folded, SERVICE_TYPE, VERSIONS)
     except ValueError as error:
