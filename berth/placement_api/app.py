@@ -1,6 +1,7 @@
-"""The Placement API as a FastAPI app: one catch-all route hands every
-request to :func:`respond`, which does what Placement's middleware does in
-its order (request id, noauth2, microversion, the content-length rule),
+"""The Placement API as a plain ASGI app: every request goes to
+:meth:`PlacementApp.respond` (or, for a write of allocations, begins on
+the event loop), which does what Placement's middleware does in its
+order (request id, noauth2, microversion, the content-length rule),
 finds the handler by path and method (404, 405 with ``Allow``) and words
 every error as Placement's error body."""
 

@@ -121,19 +121,12 @@ class Write:
     """What a handler that ends in one write answers instead of a
     :class:`Resp`: the event's ``fields`` to write, and how to word the
     writer's decision (the outcome, or the refusal) as the answer. The
-    app writes it from a worker thread (:meth:`run`), or from its event
-    loop with the writes that arrived beside it (``WritePump``)."""
+    app writes it from a worker thread (``PlacementApp.respond``), or
+    from its event loop with the writes that arrived beside it
+    (``WritePump``)."""
 
     fields: Mapping[str, Any]
     answer: Callable[[Outcome | Refused], Resp]
-
-    def run(self, service: PlacementService) -> Resp:
-        """Write it and wait for the decision (from a worker thread)."""
-        try:
-            decided: Outcome | Refused = service.write(self.fields)
-        except Refused as refused:
-            decided = refused
-        return self.answer(decided)
 
 
 @lru_cache(maxsize=256)
