@@ -9,7 +9,6 @@ oldest transaction always makes progress and two batches cannot livelock.
 
 from __future__ import annotations
 
-from hashlib import blake2b
 from typing import NamedTuple
 
 from projections.emitter import Emitter, missing_pool, missing_provider
@@ -23,13 +22,12 @@ from projections.state import (
     PendingTransaction,
     ProviderState,
     Reservation,
+    Shapes,
     Taken,
+    content_digest,
 )
 from schemas.events import Claim, ClaimSet, ClaimSpec, IdentifierItem, TransactionRef
 from schemas.outcomes import Code, Kind, Reason
-
-Shapes = tuple[tuple[str, Amounts], ...]
-
 
 FINGERPRINTS = "blake2b-64/text-1"
 """Which digest :func:`fingerprint` is and of what encoding: a checkpoint's
@@ -49,21 +47,9 @@ def fingerprint(spec: ClaimSpec, shapes: Shapes) -> int:
     duplicate with probability 2**-64 per reuse.
     """
     f = spec.__dict__
-    consumer_id: str = f["consumer_id"]
-    project_id: str = f["project_id"]
-    parts = [
-        f"{len(consumer_id)}:{consumer_id}{len(project_id)}:{project_id}"
-        f"{f['lease_ms']};{len(shapes)}"
-    ]
-    for provider_id, amounts in shapes:
-        parts.append(f"{len(provider_id)}:{provider_id}{len(amounts)}")
-        for resource_class, amount in amounts:
-            parts.append(f"{resource_class}={amount},")
-    rare = _rare_fields(spec)
-    if rare:
-        parts.append(rare)
-    digest = blake2b("".join(parts).encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little", signed=True)
+    return content_digest(
+        f["consumer_id"], f["project_id"], f["lease_ms"], shapes, _rare_fields(spec)
+    )
 
 
 def _rare_fields(spec: ClaimSpec) -> str:
@@ -131,7 +117,10 @@ def claim(state: PartitionState, event: Claim, out: Emitter) -> None:
             amounts = state.shape(item["resources"])
             if _fits(provider, amounts):
                 expires_at = state.clock_ms + f["lease_ms"]
-                print_ = fingerprint(event, ((provider_id, amounts),))
+                # without tags none of its fingerprint's rare fields is set: the
+                # reservation makes it from its own fields if ever asked (its id
+                # again, its end, a checkpoint), rather than every claim now
+                print_ = fingerprint(event, ((provider_id, amounts),)) if f["tags"] else None
                 hold(state, event, ((provider, amounts),), (), expires_at, print_)
                 out.emit(Kind.ACCEPTED, rid, (), expires_at)
                 return

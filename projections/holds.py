@@ -25,7 +25,7 @@ def hold(
     items: Sequence[tuple[ProviderState, Amounts]],
     picks: Taken,
     expires_at_ms: int,
-    print_: int,
+    print_: int | None,
     transaction: str | None = None,
 ) -> Reservation:
     """Hold what ``spec`` asked for until ``expires_at_ms``: its amounts were

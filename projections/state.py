@@ -8,6 +8,7 @@ provider and per active reservation.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from hashlib import blake2b
 from typing import Any
 
 from projections.placement.model import PlacementState
@@ -20,6 +21,28 @@ CONSUMED = 1
 
 Amounts = tuple[tuple[str, int], ...]
 """A request shape on one provider: (resource class, amount) pairs, sorted."""
+
+Shapes = tuple[tuple[str, Amounts], ...]
+"""A claim's items: each provider id with its interned amounts."""
+
+
+def content_digest(
+    consumer_id: str, project_id: str, lease_ms: int, shapes: Shapes, rare: str
+) -> int:
+    """BLAKE2b-64 of a claim's canonical text (``projections.claims.fingerprint``
+    says why it is so and what ``rare`` holds): here, below the reservations,
+    so that a reservation can derive it from its own fields when first asked."""
+    parts = [
+        f"{len(consumer_id)}:{consumer_id}{len(project_id)}:{project_id}{lease_ms};{len(shapes)}"
+    ]
+    for provider_id, amounts in shapes:
+        parts.append(f"{len(provider_id)}:{provider_id}{len(amounts)}")
+        for resource_class, amount in amounts:
+            parts.append(f"{resource_class}={amount},")
+    if rare:
+        parts.append(rare)
+    digest = blake2b("".join(parts).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little", signed=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,9 +267,9 @@ class Reservation:
     for every hold, and a dataclass's generated __init__ stays interpreted."""
 
     __slots__ = (
+        "_fingerprint",
         "consumer_id",
         "expires_at_ms",
-        "fingerprint",
         "fits",
         "group",
         "identifiers",
@@ -266,7 +289,7 @@ class Reservation:
         items: tuple[tuple[ProviderState, Amounts], ...],
         status: int,
         expires_at_ms: int,
-        fingerprint: int,
+        fingerprint: int | None,
         group: str | None = None,
         tags: frozenset[str] = frozenset(),
         consumer_id: str = "",
@@ -281,7 +304,11 @@ class Reservation:
         self.items = items
         self.status = status
         self.expires_at_ms = expires_at_ms
-        self.fingerprint = fingerprint
+        self._fingerprint = fingerprint
+        """None for a claim with none of the rare fields: most claims, whose
+        digest is asked for only when their id comes again (or they finish,
+        or a checkpoint saves them), so it is made then, from the fields
+        here, which are the claim's and never change."""
         self.group = group
         self.tags = tags
         self.consumer_id = consumer_id
@@ -296,6 +323,17 @@ class Reservation:
         """(server group, provider) when the reservation is a group's membership."""
         self.fits = fits
         """The NUMA cells, CPUs, pages and devices it holds (``projections/fitting.py``)."""
+
+    @property
+    def fingerprint(self) -> int:
+        """The digest of the claim's content that tells a duplicate from a
+        reused id (``projections.claims.fingerprint``)."""
+        found = self._fingerprint
+        if found is None:
+            shapes = tuple((provider.provider_id, amounts) for provider, amounts in self.items)
+            found = content_digest(self.consumer_id, self.project_id, self.lease_ms, shapes, "")
+            self._fingerprint = found
+        return found
 
     def __repr__(self) -> str:
         return (

@@ -18,10 +18,12 @@ from berth.checkpoints import Checkpoints
 from berth.client import Publisher
 from consumers.partition_writer import catch_up_all
 from projections.claims import fingerprint
-from projections.state import PartitionState
+from projections.projector import apply
+from projections.state import PartitionState, reservation_columns
 from projections.view.engine import make_engine
 from projections.view.loader import load_state
 from schemas.events import Claim, ClaimSet, ClaimSpec, Event
+from schemas.outcomes import Code, Kind
 from tests.builders import claim, provider, release
 from tests.contracts.view_contract import _assert_same_state
 
@@ -158,3 +160,33 @@ def test_a_duplicate_is_told_from_a_reused_id() -> None:
     other = active.model_copy(update={"tags": frozenset({"db", "eu"})})
     assert _print(active) != _print(other)
     assert _print(active) == _print(active.model_copy(update={"event_id": "x", "ts_ms": 1}))
+
+
+def test_a_plain_claims_fingerprint_made_when_asked_is_the_one_made_at_once() -> None:
+    """A claim with none of the rare fields is held without its digest, which
+    its reservation makes from its own fields when a duplicate, its end or a
+    checkpoint asks: the same value the claim's content gives, so duplicates
+    and reused ids are told apart as before, active or finished."""
+    state = PartitionState(0, 1)
+    events: list[Event] = [*provider("n0", ts=NOW, VCPU=8, MEMORY_MB=1024)]
+    held = claim("held", "n0", ts=NOW, consumer="vm-1", VCPU=1, MEMORY_MB=64)
+    ended = claim("ended", "n0", ts=NOW, consumer="vm-2", VCPU=2, MEMORY_MB=128)
+    events += [held, ended, release("ended", ts=NOW + 1)]
+    for offset, event in enumerate(events):
+        apply(state, offset, event)
+    assert state.reservations["held"].fingerprint == _print(held)
+    assert state.finished["ended"] == _print(ended)
+    columns = reservation_columns(state.reservations)
+    assert columns is not None and columns[4] == [_print(held)]
+    reused = held.model_copy(update={"event_id": "reuse", "items": ended.items})
+    later: list[Event] = [
+        held.model_copy(update={"event_id": "again-1"}),
+        ended.model_copy(update={"event_id": "again-2"}),
+        reused,
+    ]
+    decided = [apply(state, len(events) + k, e)[0] for k, e in enumerate(later)]
+    assert [(o.kind, o.reasons[0].code) for o in decided] == [
+        (Kind.NOOP, Code.DUPLICATE),
+        (Kind.NOOP, Code.DUPLICATE),
+        (Kind.REJECTED, Code.RESERVATION_ID_CONFLICT),
+    ]
