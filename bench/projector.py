@@ -2,6 +2,7 @@
 
     python -m bench.projector [--replay-records N] [--replay-runs N] [--kafka auto|HOST:PORT]
     python -m bench.projector --durable-only [--providers 10000] [--described]
+    valgrind --tool=callgrind --instr-atstart=no python -m bench.projector --apply-instructions
 
 Progress goes to stderr; the figures are one JSON object on the last line.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import random
 import resource
 import shutil
@@ -23,6 +25,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from bench.callgrind import Marks, totals
 from bench.common import (
     aggregate_definitions,
     aggregate_member,
@@ -122,6 +125,31 @@ def bench_apply(claims: int = 200_000, providers: int = 1_000) -> dict[str, Any]
         "apply_mixed_records_per_s": round(len(mix) / mix_s),
         "apply_claims": claims,
     }
+
+
+def apply_instructions(claims: int = 20_000, providers: int = 1_000) -> dict[str, Any]:
+    """Instructions ``apply`` takes a claim, counted by callgrind (which does
+    not drift with the machine's load as its times do): ``claims`` claims
+    decoded beforehand, applied into a partition of ``providers`` as it
+    fills (none expires). Empty outside valgrind."""
+    pids = _cluster(providers)[0]
+    events = [
+        decode_event(claim(f"r{k}", pids[k % providers], 1_000 + k, lease_ms=60_000))
+        for k in range(claims)
+    ]
+    state = _state_with(pids)
+    tune_gc()
+    marks = Marks()
+    marks.start()
+    marks.zero()
+    for offset, event in enumerate(events):
+        apply(state, offset, event)
+    marks.dump("apply")
+    marks.stop()
+    if not marks.running:
+        return {}
+    counted = totals(os.getpid())["apply"]
+    return {"apply_instructions_per_claim": round(counted / claims), "apply_claims": claims}
 
 
 def bench_decode(records: int = 100_000) -> dict[str, Any]:
@@ -396,9 +424,19 @@ def main() -> None:
         "allocation ratios), each reporting metrics every 10 s of log time, claims at "
         "20 a ms of log time",
     )
+    parser.add_argument(
+        "--apply-instructions",
+        action="store_true",
+        help="only apply's instructions a claim, under valgrind --tool=callgrind "
+        "--instr-atstart=no (callgrind's files are left in the current directory)",
+    )
     args = parser.parse_args()
     tune_gc()
     figures: dict[str, Any] = {"compiled": compiled()}
+    if args.apply_instructions:
+        figures.update(apply_instructions())
+        print(json.dumps(figures))
+        return
     if args.durable_only:
         figures.update(_durable_runs(args.providers, args.described))
         print(json.dumps(figures))
