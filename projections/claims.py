@@ -78,6 +78,25 @@ def _rare_fields(spec: ClaimSpec) -> str:
 _NONE_RARE: tuple[object, ...] = ((), None, (), (), (), None, None, ())
 
 
+def _print_now(spec: ClaimSpec, shapes: Shapes) -> int | None:
+    """The fingerprint to hold, or None for a claim that sets none of its
+    rare fields: its reservation makes it from its own fields when asked."""
+    f = spec.__dict__
+    items = f["items"]
+    if (
+        len(items) == 1
+        and items[0].__dict__["fit"] is None
+        and not f["identifiers"]
+        and f["anti_affinity_group"] is None
+        and not f["tags"]
+        and not f["require_with_tags"]
+        and not f["require_without_tags"]
+        and f["server_group"] is None  # and so group_host
+    ):
+        return None
+    return fingerprint(spec, shapes)
+
+
 def _sorted(tags: frozenset[str]) -> tuple[str, ...]:
     # a frozenset's order follows the per-process string hash
     return tuple(sorted(tags)) if tags else ()
@@ -139,7 +158,7 @@ def _claim_on_the_ladder(state: PartitionState, event: Claim, out: Emitter) -> N
         out.emit(Kind.REJECTED, rid, tuple(reasons))
         return
     expires_at = state.clock_ms + event.lease_ms
-    reservation = hold(state, event, items, picks, expires_at, fingerprint(event, shapes))
+    reservation = hold(state, event, items, picks, expires_at, _print_now(event, shapes))
     out.emit(Kind.ACCEPTED, rid, (), expires_at, named(reservation) if picks else ())
 
 
@@ -207,7 +226,7 @@ def _decide_set(
                 break
             continue
         expires_at = state.clock_ms + spec.lease_ms if txn is None else txn.deadline_ms
-        print_ = fingerprint(spec, shapes)
+        print_ = _print_now(spec, shapes)
         if txn is None:
             reservation = hold(state, spec, items, picks, expires_at, print_)
         else:

@@ -163,29 +163,35 @@ def test_a_duplicate_is_told_from_a_reused_id() -> None:
 
 
 def test_a_plain_claims_fingerprint_made_when_asked_is_the_one_made_at_once() -> None:
-    """A claim with none of the rare fields is held without its digest, which
-    its reservation makes from its own fields when a duplicate, its end or a
-    checkpoint asks: the same value the claim's content gives, so duplicates
-    and reused ids are told apart as before, active or finished."""
+    """A claim with none of the rare fields, alone or in a set, is held
+    without its digest, which its reservation makes from its own fields when
+    a duplicate, its end or a checkpoint asks: the same value the claim's
+    content gives, so duplicates and reused ids are told apart as before,
+    active or finished."""
     state = PartitionState(0, 1)
     events: list[Event] = [*provider("n0", ts=NOW, VCPU=8, MEMORY_MB=1024)]
     held = claim("held", "n0", ts=NOW, consumer="vm-1", VCPU=1, MEMORY_MB=64)
     ended = claim("ended", "n0", ts=NOW, consumer="vm-2", VCPU=2, MEMORY_MB=128)
-    events += [held, ended, release("ended", ts=NOW + 1)]
+    member = claim("member", "n0", ts=NOW, consumer="vm-3", VCPU=1, MEMORY_MB=32)
+    in_set = ClaimSet(event_id="set", ts_ms=NOW, partition_key="n0", claims=(_spec(member),))
+    events += [held, ended, in_set, release("ended", ts=NOW + 1)]
     for offset, event in enumerate(events):
         apply(state, offset, event)
     assert state.reservations["held"].fingerprint == _print(held)
+    assert state.reservations["member"].fingerprint == _print(member)
     assert state.finished["ended"] == _print(ended)
     columns = reservation_columns(state.reservations)
-    assert columns is not None and columns[4] == [_print(held)]
+    assert columns is not None and columns[4] == [_print(held), _print(member)]
     reused = held.model_copy(update={"event_id": "reuse", "items": ended.items})
     later: list[Event] = [
         held.model_copy(update={"event_id": "again-1"}),
         ended.model_copy(update={"event_id": "again-2"}),
+        member.model_copy(update={"event_id": "again-3"}),
         reused,
     ]
     decided = [apply(state, len(events) + k, e)[0] for k, e in enumerate(later)]
     assert [(o.kind, o.reasons[0].code) for o in decided] == [
+        (Kind.NOOP, Code.DUPLICATE),
         (Kind.NOOP, Code.DUPLICATE),
         (Kind.NOOP, Code.DUPLICATE),
         (Kind.REJECTED, Code.RESERVATION_ID_CONFLICT),
