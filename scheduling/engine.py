@@ -73,10 +73,14 @@ class Ranking:
     answer for the rest. It holds the snapshot and the request, not the
     decision's context, whose arrays (what is free on every candidate,
     scaled, the run's mask) an answer kept until it is written would
-    otherwise hold alive: about half of what a ranking kept."""
+    otherwise hold alive: about half of what a ranking kept. Of the
+    candidates it keeps only the ``count`` best at once: every candidate's
+    score and shares, kept until the answer is written, grew with the
+    cluster (about 3 MB a request at 100,000 providers scanned whole) and
+    a stream of answers written together ran out of memory; the answer
+    finds the best anyway, so finding them first costs nothing more."""
 
     __slots__ = (
-        "_count",
         "_parts",
         "_reference",
         "_request",
@@ -99,8 +103,9 @@ class Ranking:
         # the request's first pick as it was: no earlier picks, the snapshot's usage
         self._snapshot, self._request = ctx.snapshot, ctx.request
         self._reference = (ctx.reference, ctx.io_reference)
-        self._rows, self._scores = rows, scores
-        self._weighers, self._parts, self._count = tuple(weighers), parts, count
+        best = best_positions(scores, count)  # ties to the earlier row, as the pick
+        self._rows, self._scores, self._parts = rows[best], scores[best], parts[:, best]
+        self._weighers = tuple(weighers)
         self._settled: tuple[tuple[str, ...], FloatArray, FloatArray, FloatArray] | None = None
 
     def _settle(self) -> tuple[tuple[str, ...], FloatArray, FloatArray, FloatArray]:
@@ -113,9 +118,7 @@ class Ranking:
         weighers = self._weighers
         ctx = Context(self._snapshot, self._request, self._snapshot.used)
         ctx.reference, ctx.io_reference = self._reference
-        best = best_positions(self._scores, self._count)
-        top = self._rows[best]
-        shares = self._parts[:, best]
+        top, shares = self._rows, self._parts  # the best already, in order
         uniform = [w.uniform_multiplier(ctx) for w in weighers]
         if None in uniform or 0.0 in uniform:  # an aggregate overrides one, or one is off
             multipliers = np.empty_like(shares)
@@ -128,7 +131,7 @@ class Ranking:
             values = shares / multipliers
         providers = self._snapshot.providers
         ids = tuple(providers[row].provider_id for row in top.tolist())
-        self._settled = (ids, self._scores[best], values, multipliers)
+        self._settled = (ids, self._scores, values, multipliers)
         return self._settled
 
     def compact(self) -> dict[str, object]:

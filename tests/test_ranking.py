@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+import tracemalloc
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +18,7 @@ from berth.app import App, Settings
 from berth.client import Answers, Publisher
 from consumers.partition_writer import catch_up_all
 from scheduling.config import SchedulerConfig
-from scheduling.engine import Engine
+from scheduling.engine import Bounded, Engine
 from scheduling.filters.base import Context
 from scheduling.model import Aggregate, Provider, Request, Snapshot
 from scheduling.registry import DEFAULT_FILTERS, DEFAULT_WEIGHERS, FILTERS, WEIGHERS
@@ -95,6 +96,32 @@ def test_ties_across_the_cut_go_to_the_earlier_providers() -> None:
     tied = [n for n in names if n not in roomy]
     assert list(ranking.providers) == sorted(roomy) + tied[:7]
     assert ranking.scores[0] > ranking.scores[3] == ranking.scores[9]
+
+
+def test_a_ranking_kept_for_its_answer_holds_its_best_not_every_candidate() -> None:
+    """Answers are written after their wave is ranked: what each ranking
+    holds until then must not grow with the cluster (it did: every
+    candidate's score and shares, about 3 MB a request at 100,000
+    providers, and a stream of answers ran out of memory)."""
+    names = [f"p{i:05d}" for i in range(20_000)]
+    snapshot = Snapshot.build(
+        [Provider(name, host=name) for name in names],
+        {name: {"VCPU": {"total": 8}, "MEMORY_MB": {"total": 4096}} for name in names},
+    )
+    engine = _engine(ranked=10)
+    engine.bounded = Bounded(mode="full")  # every provider a candidate
+    request = Request("r", {"VCPU": 1})
+    engine.place(snapshot, request)  # caches warmed, outside the measure
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        kept = [engine.place(snapshot, Request(f"r{n}", {"VCPU": 1})) for n in range(50)]
+        held = (tracemalloc.get_traced_memory()[0] - before) / len(kept)
+    finally:
+        tracemalloc.stop()
+    assert held < 8_000, f"{held:.0f} bytes a ranking"  # 20,000 candidates' parts: > 600 KB
+    ranking = kept[0].ranking
+    assert ranking is not None and list(ranking.providers) == names[:10]
 
 
 def test_an_answer_carries_its_candidates_and_the_offsets_its_snapshot_reflected(
