@@ -311,17 +311,7 @@ def sustained(
                 agents.stdin.flush()
             cpu_started = time.process_time()
             with timed() as t:
-                stream = [
-                    PlacementRequest(
-                        request_id=f"r{k}",
-                        ts_ms=NOW_MS,
-                        project_id="bench",
-                        resources=FLAVORS[k % len(FLAVORS)],
-                        explain=explain,
-                    )
-                    for k in range(requests)
-                ]
-                results = scheduler.schedule(stream)
+                results = scheduler.schedule(_stream(requests, explain))
             cpu_s = time.process_time() - cpu_started
         finally:
             stop.set()
