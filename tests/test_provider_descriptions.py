@@ -4,6 +4,8 @@ writer, kept in the view, loaded into the snapshot, replayed exactly."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -271,13 +273,19 @@ def test_bad_records_in_the_log_are_dead_letters_and_the_writer_goes_on(tmp_path
     assert "metrics.cpu" in dead and metrics == {"cpu": 1.0}
 
 
-def test_metrics_reports_do_not_grow_the_outcomes_table(tmp_path: Path) -> None:
-    settings = Settings(data_dir=tmp_path / "data", partitions=1)
-    with App(settings) as app:
+@contextmanager
+def _one_provider(tmp_path: Path) -> Iterator[tuple[App, Publisher, list[PartitionWriter]]]:
+    """An app of one partition whose writers have decided provider ``n1``."""
+    with App(Settings(data_dir=tmp_path / "data", partitions=1)) as app:
         publisher = Publisher(app.log, app.settings.topics, clock_ms=lambda: 10**12)
         publisher.publish(provider("n1", ts=1, VCPU=4))
         writers = app.writers()
         catch_up_all(writers)
+        yield app, publisher, writers
+
+
+def test_metrics_reports_do_not_grow_the_outcomes_table(tmp_path: Path) -> None:
+    with _one_provider(tmp_path) as (app, publisher, writers):
         with app.engine.connect() as conn:
             rows = conn.execute(select(func.count()).select_from(outcomes)).scalar_one()
         publisher.publish([report("n1", {"cpu": float(t)}, ts=10 + t) for t in range(500)])
@@ -324,12 +332,7 @@ def test_a_reports_metrics_column_is_the_text_json_dumps_writes(
 ) -> None:
     # the writer formats a report's metrics itself (the most frequent row it
     # rewrites): byte for byte what SQLAlchemy's JSON column writes
-    settings = Settings(data_dir=tmp_path / "data", partitions=1)
-    with App(settings) as app:
-        publisher = Publisher(app.log, app.settings.topics, clock_ms=lambda: 10**12)
-        publisher.publish(provider("n1", ts=1, VCPU=4))
-        writers = app.writers()
-        catch_up_all(writers)
+    with _one_provider(tmp_path) as (app, publisher, writers):
         publisher.publish([report("n1", metrics, ts=10)])
         catch_up_all(writers)
         with app.engine.connect() as conn:
