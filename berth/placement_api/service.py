@@ -19,15 +19,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select
-
 from berth.app import App
 from berth.client import Decisions, Publisher, PublishError
 from berth.placement_api.errors import PlacementError
 from berth.placement_api.reads import existing_uuids
 from ledger.publisher import wall_clock_ms
 from projections.batch import Batch
-from projections.view.tables import partition_offsets
+from projections.view.commits import wait_committed
 from schemas.codec import EventDecodeError, validate_event
 from schemas.events import PLACEMENT_KEY, Event, PlacementProviderDeleted
 from schemas.outcomes import Code, Kind, Outcome
@@ -35,9 +33,6 @@ from schemas.outcomes import Code, Kind, Outcome
 log = logging.getLogger(__name__)
 
 DECISION_TIMEOUT_S = 30.0
-VIEW_POLL_S = 0.002
-"""How often a write asks whether the view has committed its decision yet
-(the decision is published first; the commit follows within milliseconds)."""
 
 
 class Refused(Exception):
@@ -328,20 +323,9 @@ class PlacementService:
 
     def _wait_view(self, partition: int, offset: int) -> None:
         """Until the view has committed the record at ``offset`` (an outcome
-        is published before its batch commits)."""
-        deadline = time.monotonic() + self.timeout_s
-        query = select(partition_offsets.c.next_offset).where(
-            partition_offsets.c.partition == partition
-        )
-        with self.engine.connect() as conn:
-            while True:
-                committed = conn.execute(query).scalar()
-                conn.rollback()  # the next read sees the next commit
-                if committed is not None and committed > offset:
-                    return
-                if time.monotonic() > deadline:
-                    raise PlacementError(503, "the write was decided but the view is behind")
-                time.sleep(VIEW_POLL_S)
+        is published before its batch commits), woken by the commit."""
+        if not wait_committed(self.engine, partition, offset, self.timeout_s):
+            raise PlacementError(503, "the write was decided but the view is behind")
 
 
 def event_of(fields: Mapping[str, Any]) -> Event:

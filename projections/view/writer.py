@@ -15,6 +15,7 @@ from sqlalchemy import Connection, Engine
 
 from projections.batch import Batch
 from projections.state import PartitionState
+from projections.view.commits import notify_commit, ring_committed
 from projections.view.engine import begin_writing
 from projections.view.group_rows import write_server_groups
 from projections.view.outcome_rows import write_dead_letters, write_outcomes
@@ -92,7 +93,9 @@ class ViewWriter:
         holds it; :class:`StaleBatch` or :class:`Fenced` as :meth:`commit`
         says, and then none is written (each may be committed again alone)."""
         with self.engine.begin() as conn:
-            return [p.run(conn) for p in planned]
+            written = [p.run(conn) for p in planned]
+        ring_committed(self.engine)
+        return written
 
     def write_held_back(self, state: PartitionState) -> None:
         """Write what was held back of ``state``'s partition (see the class):
@@ -166,6 +169,7 @@ class Planned:
         self.plan.run(conn)
         row = (self.partitions, self.end, self.clock_ms, self.partition)
         bulk(conn, _INSERT_OFFSET if current is None else _UPDATE_OFFSET, [row])
+        notify_commit(conn, self.partition)
         return True
 
 
