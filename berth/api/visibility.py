@@ -18,13 +18,13 @@ reservations, are never shown to a project.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from sqlalchemy import select
 
 from berth.app import App
+from projections.view.commits import wait_committed
 from projections.view.loader import committed_offsets
 from projections.view.tables import reservations
 from schemas.codec import EventDecodeError, decode_event
@@ -89,26 +89,33 @@ class Visibility:
         return self._records[key]
 
     def _look_up(self, subjects: set[str], latest: Outcome) -> None:
-        """The owners of ``subjects`` from the view, waiting (briefly) for it
-        to commit ``latest`` first if one of them is not there yet."""
-        deadline = time.monotonic() + VIEW_WAIT_S
-        while True:
-            with self.app.engine.connect() as conn:
-                rc = reservations.c
-                rows = conn.execute(
-                    select(rc.reservation_id, rc.project_id).where(
-                        rc.reservation_id.in_(sorted(subjects)[:500])
-                    )
-                ).all()
-                committed = committed_offsets(conn).get(latest.partition, 0)
-            if len(self._owners) > 100_000:
-                self._owners.clear()
-            self._owners.update({rid: project for rid, project in rows})
-            if len(rows) == len(subjects) or committed > latest.offset:
-                return
-            if time.monotonic() > deadline:
-                return
-            time.sleep(0.02)
+        """The owners of ``subjects`` from the view, waiting (briefly, woken
+        by the commit) for it to commit ``latest`` first if one of them is
+        not there yet."""
+        committed = self._committed(latest)  # first: the owners read after it hold it
+        if self._read_owners(subjects) or committed:
+            return
+        wait_committed(self.app.engine, latest.partition, latest.offset, VIEW_WAIT_S)
+        self._read_owners(subjects)
+
+    def _read_owners(self, subjects: set[str]) -> bool:
+        """Note the owners the view holds of ``subjects``; whether it holds
+        them all."""
+        with self.app.engine.connect() as conn:
+            rc = reservations.c
+            rows = conn.execute(
+                select(rc.reservation_id, rc.project_id).where(
+                    rc.reservation_id.in_(sorted(subjects)[:500])
+                )
+            ).all()
+        if len(self._owners) > 100_000:
+            self._owners.clear()
+        self._owners.update({rid: project for rid, project in rows})
+        return len(rows) == len(subjects)
+
+    def _committed(self, latest: Outcome) -> bool:
+        with self.app.engine.connect() as conn:
+            return committed_offsets(conn).get(latest.partition, 0) > latest.offset
 
     def answer(self, answer: Mapping[str, Any]) -> bool:
         """Whether a scheduler's answer (with its ``source``: the request's
