@@ -5,6 +5,8 @@ without missing or repeating one."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +23,9 @@ from tests.http_calls import call, deciding, serving
 
 TOKENS = {"admin": "t-admin", "project:a": "t-a", "project:b": "t-b"}
 NOW = int(time.time() * 1000)
+STREAMED_ROUNDS = 30
+STREAMED_DEADLINE_S = 0.05
+STREAMED_MEDIAN_S = 0.01
 
 
 @pytest.fixture(scope="module")
@@ -149,3 +154,52 @@ def test_a_bad_last_event_id_is_a_problem(served: str) -> None:
     assert response.status_code == 400
     assert response.headers["content-type"] == "application/problem+json"
     assert response.json()["type"] == "urn:berth:problem:bad-cursor"
+
+
+# appends what it reads on stdin to the outcomes topic of the data directory
+# it is given, as a writer in another process publishes, and says when each
+# append is durable
+_PUBLISHER = """
+import sys, time
+from berth.app import Settings, open_log
+from ledger.log import Append
+settings = Settings(data_dir=sys.argv[1], partitions=2)
+log = open_log(settings)
+print("ready", flush=True)
+for line in sys.stdin:
+    log.append(settings.topics.outcomes, [Append(1, b"k", line.strip().encode())])
+    print(time.monotonic(), flush=True)
+"""
+
+
+def test_a_record_is_streamed_at_once_from_a_writer_in_another_process(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    credentials = Credentials({digest("t-admin"): "admin"})
+    with (
+        App(Settings(data_dir=data, partitions=2)) as app,
+        serving(Api(app, credentials=credentials)) as url,
+    ):
+        publisher = subprocess.Popen(
+            [sys.executable, "-c", _PUBLISHER, str(data)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        reader = Reader(url, "/v1/streams/outcomes", "t-admin")
+        try:
+            assert publisher.stdin is not None and publisher.stdout is not None
+            assert publisher.stdout.readline().strip() == "ready"
+            late = []
+            for n in range(STREAMED_ROUNDS):
+                publisher.stdin.write(json.dumps({"n": n}) + "\n")
+                publisher.stdin.flush()
+                durable = float(publisher.stdout.readline())
+                assert reader.until(lambda got: len(got) >= 1) == [{"n": n}]
+                late.append(time.monotonic() - durable)
+        finally:
+            reader.close()
+            publisher.kill()
+            publisher.wait()
+    # the stream used to look every 50 ms: half of them waited 25 ms or more
+    assert max(late) < STREAMED_DEADLINE_S, late
+    assert sorted(late)[len(late) // 2] < STREAMED_MEDIAN_S, late

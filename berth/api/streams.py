@@ -10,6 +10,12 @@ nothing and sees nothing twice. Records a project may not see are skipped,
 and the position past them goes out as an event of its own with only an
 ``id`` (which a client keeps without dispatching anything); a comment goes
 out when the stream has been quiet for :data:`KEEPALIVE_S`.
+
+A quiet stream blocks a thread in :meth:`Log.wait` (the log's wake on
+arrival) until a record comes or the keepalive is due: a new record goes out
+at once, and an idle stream costs no CPU. Those threads have their own
+limiter, so that many open streams never take the threads the other routes
+run in.
 """
 
 from __future__ import annotations
@@ -18,10 +24,11 @@ import asyncio
 import json
 import re
 import time
+import weakref
 from collections.abc import AsyncIterator, Callable
 from http import HTTPStatus
 
-from starlette.concurrency import run_in_threadpool
+from anyio import CapacityLimiter, to_thread
 
 from berth.api.problems import Problem
 from berth.api.visibility import Visibility
@@ -29,8 +36,26 @@ from ledger.log import Log
 from schemas.outcomes import Outcome
 
 KEEPALIVE_S = 15.0
-POLL_S = 0.05
 BATCH = 500
+WAITING_STREAMS = 1000
+"""How many streams may block a thread waiting for records at once (a
+waiting thread sleeps in the kernel; past this many, a stream's next read
+waits its turn)."""
+
+_waits: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, CapacityLimiter] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _limiter() -> CapacityLimiter:
+    """The streams' own threads, one limiter per event loop (a limiter
+    belongs to the loop it is used in)."""
+    loop = asyncio.get_running_loop()
+    limiter = _waits.get(loop)
+    if limiter is None:
+        limiter = _waits[loop] = CapacityLimiter(WAITING_STREAMS)
+    return limiter
+
 
 Shown = Callable[[list[tuple[int, int, bytes]]], list[tuple[int, int, str]]]
 """(partition, offset, value) records -> (partition, offset, JSON data) of
@@ -83,16 +108,28 @@ class Stream:
                 nexts[partition] = records[-1].offset + 1
         return self.shown(found), nexts
 
+    def _next(self, timeout_s: float) -> tuple[list[tuple[int, int, str]], dict[int, int]]:
+        """:meth:`_read`, after waiting up to ``timeout_s`` for a record to
+        arrive if none has."""
+        watches = {self.topic: dict(enumerate(self.offsets))}
+        if not self.log.arrived(watches):
+            self.log.wait(watches, timeout_s)
+        return self._read()
+
     async def events(self, name: str) -> AsyncIterator[str]:
         """The stream's text, event after event, until the client goes."""
         quiet_since = time.monotonic()
         while True:
-            shown, nexts = await run_in_threadpool(self._read)
+            left = max(0.0, quiet_since + KEEPALIVE_S - time.monotonic())
+            # abandoned on cancel: a client that goes does not wait for the
+            # thread's wait to end (which ends by itself by the keepalive)
+            shown, nexts = await to_thread.run_sync(
+                self._next, left, abandon_on_cancel=True, limiter=_limiter()
+            )
             if not nexts:
-                if time.monotonic() - quiet_since > KEEPALIVE_S:
+                if time.monotonic() - quiet_since >= KEEPALIVE_S:
                     quiet_since = time.monotonic()
                     yield ": still here\n\n"
-                await asyncio.sleep(POLL_S)
                 continue
             quiet_since = time.monotonic()
             for partition, offset, data in shown:
