@@ -6,8 +6,8 @@ threads.
 When the writer of Placement's partition runs in this process (``berth
 serve``), it hands each committed batch's decisions to the waiting writes
 (:class:`Handoff`), and a write whose record no one is deciding yet drives
-that writer itself; otherwise a write follows the outcomes topic and polls
-the view."""
+that writer itself; otherwise a write follows the outcomes topic, then
+waits for the view's commit, woken by it (``projections.view.commits``)."""
 
 from __future__ import annotations
 
