@@ -126,6 +126,10 @@ class SchedulerWorker:
         and failed once past their deadline; how many were answered."""
         return self._drain_queue()
 
+    def pending(self) -> bool:
+        """Whether :meth:`tick` has work: batches queued."""
+        return self.batches is not None and bool(self.batches.queue)
+
     def _publish(self, results: list[tuple[int, list[tuple[int, _Answer]]]]) -> None:
         """Append the answers to the requests of each partition (partition,
         [(offset, result)]), all in one append."""

@@ -309,7 +309,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             return merged(*(w.watches() for w in writers), worker.watches(), queue.watches())
 
         with _checkpointing(app, args):
-            return _run(app, args, step, watches, idle, worker.tick)
+            return _run(app, args, step, watches, idle, worker.tick, worker.pending)
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
@@ -376,7 +376,7 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
         def watches() -> Watches:
             return merged(worker.watches(), queue.watches())
 
-        return _run(app, args, step, watches, worker.idle, worker.tick)
+        return _run(app, args, step, watches, worker.idle, worker.tick, worker.pending)
 
 
 def _scheduler_worker(
@@ -403,14 +403,18 @@ def _run(
     watches: Callable[[], Watches],
     idle: Callable[[], object] = lambda: None,
     tick: Callable[[], object] | None = None,
+    pending: Callable[[], bool] = lambda: False,
 ) -> int:
     """A worker's loop: ``step`` until interrupted. When a step finds nothing
     to do it waits for the next record of what it reads (``watches``) to
-    arrive, ``--idle-wait-s`` at most (a step also has work no record
-    announces: a queued batch's timeout; given ``tick``, a wait that ends
-    with nothing arrived calls that work alone, and steps again only if it
-    did some); the first time after some work, it calls ``idle`` before it
-    waits (what can be made ready for the next record); and every
+    arrive. A step may also have work no record announces (``pending``: a
+    queued batch, tried again as others' decisions arrive and failed past
+    its deadline): while it has, a wait lasts ``--idle-wait-s`` at most, and
+    one that ends with nothing arrived calls ``tick`` alone, stepping again
+    only if it did some. Otherwise a wait lasts until the next ownership
+    check: an idle worker wakes for nothing else, and uses no CPU. The
+    first time after some work, it calls ``idle`` before it waits (what
+    can be made ready for the next record); and every
     ``--ownership-check-s`` it makes sure the process still owns its
     partitions (exit 1 when it does not)."""
     check_every = args.ownership_check_s
@@ -425,7 +429,9 @@ def _run(
                 if worked:
                     idle()  # a record arriving meanwhile ends the wait at once
                     worked = False
-                arrived = app.log.wait(watches(), args.idle_wait_s)
+                timed = tick is not None and pending()
+                wait_s = args.idle_wait_s if timed else next_check - time.monotonic()
+                arrived = app.log.wait(watches(), wait_s)
                 stepping = arrived or tick is None or bool(tick())
             if time.monotonic() >= next_check:
                 app.confirm_ownership()
