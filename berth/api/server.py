@@ -3,6 +3,8 @@ process does (``berth serve --api`` runs the writers in the main thread)."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import sys
 import threading
@@ -57,13 +59,44 @@ class _Protocol(HttpToolsProtocol):
         self.transport.close()
 
 
+TICK_S = 1.0
+"""How often an idle uvicorn wakes: to renew the Date header, which names
+the second (uvicorn's own loop wakes ten times a second for it)."""
+
+
+class _QuietServer(uvicorn.Server):
+    """uvicorn's server, whose loop wakes once a second rather than ten
+    times, and at once when told to stop: an idle API uses no CPU."""
+
+    _loop: asyncio.AbstractEventLoop | None = None
+    _stopping: asyncio.Event | None = None
+
+    async def main_loop(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stopping = asyncio.Event()
+        counter = 0
+        while not await self.on_tick(counter):
+            # uvicorn renews the Date header on the ticks counted 0 mod 10
+            counter = (counter + 10) % 864000
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), TICK_S)
+
+    def stop(self) -> None:
+        """From another thread: exit now, not at the next tick."""
+        self.should_exit = True
+        loop, stopping = self._loop, self._stopping
+        if loop is not None and stopping is not None:
+            with contextlib.suppress(RuntimeError):  # the loop already closed
+                loop.call_soon_threadsafe(stopping.set)
+
+
 class UvicornThread:
     """uvicorn running ``config`` in a daemon thread of its own (the HTTP API
     and the Placement API both): started, told where it listens, stopped."""
 
     def __init__(self, config: uvicorn.Config, name: str) -> None:
         self._name = name
-        self._server = uvicorn.Server(config)
+        self._server = _QuietServer(config)
         self._thread = threading.Thread(target=self._server.run, name=name, daemon=True)
 
     def start(self, timeout_s: float = 30.0) -> tuple[str, int]:
@@ -84,7 +117,7 @@ class UvicornThread:
         return str(host), int(port)
 
     def stop(self) -> None:
-        self._server.should_exit = True
+        self._server.stop()
         self._thread.join(timeout=30)
 
 
