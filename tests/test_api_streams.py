@@ -24,8 +24,10 @@ from tests.http_calls import call, deciding, serving
 TOKENS = {"admin": "t-admin", "project:a": "t-a", "project:b": "t-b"}
 NOW = int(time.time() * 1000)
 STREAMED_ROUNDS = 30
-STREAMED_DEADLINE_S = 0.05
-STREAMED_MEDIAN_S = 0.01
+# the median tells a wake from the old 50 ms look (which waited 25-50 ms a
+# record); a single late record is a busy machine's, not a missed wake
+STREAMED_DEADLINE_S = 0.5
+STREAMED_MEDIAN_S = 0.02
 
 
 @pytest.fixture(scope="module")
