@@ -20,7 +20,10 @@ from projections.view.engine import make_engine
 from projections.view.migrate import upgrade
 from tests.polling import wait_for
 
-WAKE_DEADLINE_S = 0.05
+# woken, a wait returns within a few milliseconds of the commit; one late
+# round is a busy machine's (the CI runs two test processes), not a missed wake
+WAKE_MEDIAN_S = 0.02
+WAKE_DEADLINE_S = 0.5
 ROUNDS = 30
 
 # a view writer of its own: moves partition 0's offset to each number it is
@@ -105,6 +108,7 @@ def test_a_wait_wakes_on_another_process_commit_within_the_deadline(view_url: st
         late = [_woken_after_commit(engine, committer, offset) for offset in range(ROUNDS)]
     engine.dispose()
     assert max(late) < WAKE_DEADLINE_S, late
+    assert sorted(late)[len(late) // 2] < WAKE_MEDIAN_S, late
 
 
 def test_a_wait_spends_no_cpu_while_nothing_commits(view_url: str) -> None:
