@@ -228,19 +228,12 @@ class PlacementService:
         the view holds it; :class:`Refused` when the writer refused it."""
         return decision_of(self._outcomes(event_of(fields)))
 
-    def write_many(self, events: list[Event]) -> list[Outcome | Exception]:
-        """Append ``events`` (from :func:`event_of`) in one append and return
-        each one's decision once the view holds it, or why it has none
-        (:class:`Refused`, :class:`PlacementError`): what :meth:`write`
-        does for each, with one fsync for all their records rather than one
-        each (and their writer's round, which decides them together)."""
-        return self.decided_many(self.append_many(events))
-
     def append_many(self, events: list[Event]) -> list[Appended | Outcome | Exception]:
-        """The first half of :meth:`write_many`: ``events`` appended (durable)
-        in one append, for :meth:`decided_many` to wait for. Without a
-        handoff, or should the append be refused, each is written alone
-        and its decision is already here."""
+        """``events`` (from :func:`event_of`) appended (durable) in one
+        append, one fsync for all, for :meth:`decided_many` to wait for
+        (the write pump's first half). Without a handoff, or should the
+        append be refused, each is written alone as :meth:`write` does and
+        its decision (or why it has none) is already here."""
         handoff = self.handoff
         if handoff is None:
             return [self._written(event) for event in events]
@@ -263,9 +256,10 @@ class PlacementService:
     def decided_many(
         self, appended: list[Appended | Outcome | Exception]
     ) -> list[Outcome | Exception]:
-        """The second half of :meth:`write_many`: each appended write's
-        decision, once its writer decided it (a waiting write leads the
-        writer's round, see :class:`Handoff`)."""
+        """Each write of :meth:`append_many`'s decision, once its writer
+        decided it (a waiting write leads the writer's round, see
+        :class:`Handoff`), or why it has none (:class:`Refused`,
+        :class:`PlacementError`): the write pump's second half."""
         found: list[Outcome | Exception] = []
         for one in appended:
             if not isinstance(one, Appended):
