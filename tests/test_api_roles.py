@@ -68,7 +68,14 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, App]
                 setup.append(_claim(f"{role}-{action}", "a"))
             setup.append(_claim(f"{role}-rc", "a", consumer=f"vm-{role}"))
         setup.append(_claim("b-own", "b"))
+        setup.append(_claim("b-tries", "a"))
         status, reply = call(url, "/v1/events?wait=30", setup, token=TOKENS["admin"])
+        assert status == 200, reply
+        # b's failed attempt on a's reservation, here so that the reads test
+        # does not depend on the writes test having run first in its worker
+        status, reply = call(
+            url, "/v1/events?wait=30", _on("release", "b-tries"), token=TOKENS["project:b"]
+        )
         assert status == 200, reply
         yield url, app
 
@@ -156,7 +163,7 @@ def test_what_each_role_reads(served: tuple[str, App], role: str) -> None:
     else:
         assert status == 200 and found["provider"]["provider_id"] == "n1"
     # b's failed attempt on a's reservation is b's to see, not a's
-    history = call(url, "/v1/history/project-b-release", token=token)[1].get("history", [])
+    history = call(url, "/v1/history/b-tries", token=token)[1].get("history", [])
     attempts = [s for s in history if s["kind"] == "rejected"]
     assert len(attempts) == (0 if role == "project:a" else 1)
     assert call(url, "/v1/status", token=token)[0] == (200 if role in ROLES[:2] else 403)
