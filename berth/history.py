@@ -9,6 +9,11 @@ history is the outcomes recorded in the view under it or under its
 reservations. With the log at hand, each decision also shows the record it
 answered, read at the offset the outcome names: the audit trail runs from
 the view back to the log, not to a copy of it. Nothing here writes.
+
+An answer goes out just before the view commits what it decided, so an id
+asked about at once may not be in the view yet: :func:`read_history_settled`
+(``berth history``, ``GET /v1/history``) then waits for the view to commit
+what the log held when asked, and reads again.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from sqlalchemy import Connection, Engine, Row, select
 
 from consumers.snapshot_source import ACTIVE_STATUSES
 from ledger.log import Log
+from projections.view.commits import VIEW_WAIT_S, view_caught_up
 from projections.view.tables import (
     inventories,
     outcomes,
@@ -120,6 +126,27 @@ def read_history(engine: Engine, subject: str, log: Log | None = None, topic: st
     decided.sort(key=lambda o: (o.clock_ms, o.partition, o.offset, o.seq))
     records = _records(log, topic, decided) if log is not None else {}
     found.steps = [Step(o, records.get((o.partition, o.offset))) for o in decided]
+    return found
+
+
+def read_history_settled(
+    engine: Engine,
+    subject: str,
+    log: Log,
+    topic: str,
+    partitions: int,
+    records: bool = True,
+    wait_s: float = VIEW_WAIT_S,
+) -> History:
+    """:func:`read_history` (each decision's record from ``topic`` of ``log``
+    if ``records``); when the view holds nothing of ``subject`` but is
+    behind what ``topic`` held when asked, read again once it has committed
+    that (``wait_s`` at most). An id the view will never hold is answered
+    at once when the view is not behind."""
+    shown = log if records else None
+    found = read_history(engine, subject, shown, topic)
+    if not found.found and view_caught_up(engine, log, topic, partitions, wait_s):
+        found = read_history(engine, subject, shown, topic)
     return found
 
 

@@ -7,7 +7,6 @@ from worker threads. Errors are :class:`Problem` s."""
 from __future__ import annotations
 
 import threading
-import time
 import uuid
 from collections.abc import Sequence
 from http import HTTPStatus
@@ -19,16 +18,14 @@ from berth.api.credentials import Caller, Credentials
 from berth.api.groups import Groups
 from berth.api.handoff import AnswerHub
 from berth.api.problems import Problem, forbidden, invalid, json_body
-from berth.api.visibility import VIEW_WAIT_S, Visibility
+from berth.api.visibility import Visibility
 from berth.app import App
 from berth.client import Answers, Decisions, Publisher, PublishError
-from berth.history import read_history
+from berth.history import read_history_settled
 from berth.status import read_status
 from consumers.batches import parse_shape
 from consumers.queue_projector import read_depth
 from consumers.snapshot_source import LiveSnapshot
-from projections.view.commits import wait_committed
-from projections.view.loader import committed_offsets
 from scheduling.config import SchedulerConfig
 from scheduling.headroom import headroom
 from scheduling.model import Request, Snapshot
@@ -264,12 +261,15 @@ class Api:
             self.hub.replied()
 
     def history(self, subject: str, records: bool, caller: Caller) -> dict[str, Any]:
-        log = self.app.log if records else None
-        found = read_history(self.app.engine, subject, log, self.topics.events)
-        if not found.found and self._view_caught_up(VIEW_WAIT_S):
-            # an answer goes out before the view commits what it decided: a
-            # caller asking at once about what it was just told of is shown it
-            found = read_history(self.app.engine, subject, log, self.topics.events)
+        # a caller asking at once about what it was just told of is shown it
+        found = read_history_settled(
+            self.app.engine,
+            subject,
+            self.app.log,
+            self.topics.events,
+            self.app.settings.partitions,
+            records,
+        )
         reply: dict[str, Any] | None = found.to_dict() if found.found else None
         if reply is not None and caller.project is not None:
             seen = Visibility(self.app, caller.project)
@@ -277,24 +277,6 @@ class Api:
         if reply is None:
             raise Problem(HTTPStatus.NOT_FOUND, f"the view holds nothing about {subject!r}")
         return reply
-
-    def _view_caught_up(self, timeout_s: float) -> bool:
-        """Whether the view was behind the events the log held when asked and
-        has now committed them all (woken by its commits, ``timeout_s`` at
-        most in all); False when it was not behind or is still behind."""
-        deadline = time.monotonic() + timeout_s
-        with self.app.engine.connect() as conn:
-            committed = committed_offsets(conn)
-        behind = False
-        for partition in range(self.app.settings.partitions):
-            end = self.app.log.end_offset(self.topics.events, partition)
-            if committed.get(partition, 0) >= end:
-                continue
-            behind = True
-            left = deadline - time.monotonic()
-            if left <= 0 or not wait_committed(self.app.engine, partition, end - 1, left):
-                return False
-        return behind
 
     def explain(self, request_id: str, provider: str | None, caller: Caller) -> dict[str, Any]:
         """Why a past request was placed as it was, from the log alone

@@ -24,7 +24,7 @@ from typing import Any
 from sqlalchemy import select
 
 from berth.app import App
-from projections.view.commits import wait_committed
+from projections.view.commits import VIEW_WAIT_S, wait_committed
 from projections.view.loader import committed_offsets
 from projections.view.tables import reservations
 from schemas.codec import EventDecodeError, decode_event
@@ -33,9 +33,6 @@ from schemas.outcomes import Kind, Outcome
 
 _ANSWERING = frozenset({Kind.REJECTED, Kind.NOOP})
 _CREATING = frozenset({Kind.ACCEPTED, Kind.PREPARED})
-VIEW_WAIT_S = 2.0
-"""How long to wait for the view to commit a decision whose reservation it
-does not hold yet (an outcome is published just before its view commit)."""
 
 
 class Visibility:

@@ -255,7 +255,7 @@ def cmd_dead_letters(args: argparse.Namespace) -> int:
 
 
 def cmd_history(args: argparse.Namespace) -> int:
-    from berth.history import read_history, render
+    from berth.history import read_history_settled, render
 
     if args.api is not None:
         from berth.api import remote
@@ -263,11 +263,14 @@ def cmd_history(args: argparse.Namespace) -> int:
         return remote.history(args)
     with App(settings_from(args), migrate=False) as app:
         try:
-            found = read_history(
+            # asked right after an answer, it waits for the view to commit it
+            found = read_history_settled(
                 app.engine,
                 args.subject,
-                None if args.no_records else app.log,
+                app.log,
                 app.settings.topics.events,
+                app.settings.partitions,
+                records=not args.no_records,
             )
         except DBAPIError as error:
             return no_view(error)

@@ -10,6 +10,11 @@ the commit is visible, which the shared-memory index says, and writes
 through a mapping wake no inotify watch.) A waiter watches first, then
 reads the committed offset, then waits: a commit after the read always
 wakes it.
+
+A writer publishes its outcomes just before its view commits them, so a
+read made at once after an answer may find the view a step behind:
+:func:`view_caught_up` waits for it to commit what the log held when asked
+(the API's ``GET /v1/history`` and ``berth history`` both do).
 """
 
 from __future__ import annotations
@@ -21,8 +26,13 @@ from pathlib import Path
 from sqlalchemy import Connection, Engine
 
 from ledger.doorbell import Doorbell
+from ledger.log import Log
+from projections.view.loader import committed_offsets
 
 CHANNEL = "berth_view_commits"
+VIEW_WAIT_S = 2.0
+"""How long a read waits for the view to commit what an answer decided (an
+outcome is published just before its view commit)."""
 
 _COMMITTED = 'SELECT next_offset FROM partition_offsets WHERE "partition" = '
 
@@ -69,6 +79,28 @@ def wait_committed(engine: Engine, partition: int, offset: int, timeout_s: float
     if bell is not None:
         return _wait_rung(engine, bell, partition, offset, deadline)
     raise ValueError(f"no wake-up for a view on {engine.dialect.name}")
+
+
+def view_caught_up(
+    engine: Engine, log: Log, topic: str, partitions: int, timeout_s: float = VIEW_WAIT_S
+) -> bool:
+    """Whether the view was behind the records ``topic`` held when asked and
+    has now committed them all (woken by its commits, ``timeout_s`` at most
+    in all); False when it was not behind, so that reading again would tell
+    nothing new, or is still behind."""
+    deadline = time.monotonic() + timeout_s
+    with engine.connect() as conn:
+        committed = committed_offsets(conn)
+    behind = False
+    for partition in range(partitions):
+        end = log.end_offset(topic, partition)
+        if committed.get(partition, 0) >= end:
+            continue
+        behind = True
+        left = deadline - time.monotonic()
+        if left <= 0 or not wait_committed(engine, partition, end - 1, left):
+            return False
+    return behind
 
 
 def _committed(cursor: object, partition: int, paramstyle: str) -> int:
