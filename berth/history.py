@@ -27,7 +27,7 @@ from sqlalchemy import Connection, Engine, Row, select
 
 from consumers.snapshot_source import ACTIVE_STATUSES
 from ledger.log import Log
-from projections.view.commits import VIEW_WAIT_S, view_caught_up
+from projections.view.commits import VIEW_WAIT_S, read_settled
 from projections.view.tables import (
     inventories,
     outcomes,
@@ -139,15 +139,19 @@ def read_history_settled(
     wait_s: float = VIEW_WAIT_S,
 ) -> History:
     """:func:`read_history` (each decision's record from ``topic`` of ``log``
-    if ``records``); when the view holds nothing of ``subject`` but is
-    behind what ``topic`` held when asked, read again once it has committed
-    that (``wait_s`` at most). An id the view will never hold is answered
-    at once when the view is not behind."""
+    if ``records``), read again when it finds nothing while the view is
+    behind what ``topic`` held when asked, once the view has committed that
+    (``wait_s`` at most: :func:`~projections.view.commits.read_settled`)."""
     shown = log if records else None
-    found = read_history(engine, subject, shown, topic)
-    if not found.found and view_caught_up(engine, log, topic, partitions, wait_s):
-        found = read_history(engine, subject, shown, topic)
-    return found
+    return read_settled(
+        lambda: read_history(engine, subject, shown, topic),
+        lambda history: history.found,
+        engine,
+        log,
+        topic,
+        partitions,
+        wait_s,
+    )
 
 
 def _outcome_rows(conn: Connection, subjects: set[str]) -> list[Row[Any]]:

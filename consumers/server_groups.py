@@ -10,6 +10,8 @@ from typing import Any
 
 from sqlalchemy import Engine, select
 
+from ledger.log import Log
+from projections.view.commits import read_settled
 from projections.view.loader import committed_offsets
 from projections.view.tables import reservations, server_group_members, server_groups
 from schemas.events import HARD_GROUP_POLICIES, GroupPolicyName
@@ -107,6 +109,23 @@ def read_group(engine: Engine, group_id: str) -> GroupView | None:
             .order_by(m.reservation_id)
         ).all()
     return GroupView(_rule(row), tuple(Member(*member) for member in members))
+
+
+def read_group_settled(
+    engine: Engine, group_id: str, log: Log, topic: str, partitions: int
+) -> GroupView | None:
+    """:func:`read_group`, read again when the view has no such group but
+    is behind what ``topic`` held when asked, once it has committed that: a
+    group's decision goes out just before its view commit, so a group asked
+    about right after ``create --wait`` is found."""
+    return read_settled(
+        lambda: read_group(engine, group_id),
+        lambda group: group is not None,
+        engine,
+        log,
+        topic,
+        partitions,
+    )
 
 
 def _rule(row: Any) -> GroupRule:

@@ -24,7 +24,7 @@ from berth.api.credentials import Caller
 from berth.api.problems import Problem, invalid
 from berth.app import App
 from berth.client import Decisions, Publisher, PublishError
-from consumers.server_groups import GroupView, read_group, read_rules
+from consumers.server_groups import GroupView, read_group_settled, read_rules
 from schemas.events import (
     MAX_SERVERS_PER_HOST,
     GroupPolicyName,
@@ -110,7 +110,10 @@ class Groups:
     def _seen(self, group_id: str, caller: Caller) -> GroupView:
         """The group as ``caller`` may see it, else 404 (another project's
         group is not shown to exist)."""
-        found = read_group(self.app.engine, group_id)
+        # asked right after its decision, it is found once the view commits it
+        app = self.app
+        events, partitions = app.settings.topics.events, app.settings.partitions
+        found = read_group_settled(app.engine, group_id, app.log, events, partitions)
         if found is None or not found.rule.seen_by(caller.project):
             raise Problem(HTTPStatus.NOT_FOUND, f"no server group {group_id!r} in the view")
         return found

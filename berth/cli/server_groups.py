@@ -58,7 +58,7 @@ def add_commands(commands: Commands) -> None:
 
 
 def cmd(args: argparse.Namespace) -> int:
-    from consumers.server_groups import read_group, read_rules
+    from consumers.server_groups import read_group_settled, read_rules
 
     if args.api is not None:
         from berth.api import remote
@@ -71,7 +71,8 @@ def cmd(args: argparse.Namespace) -> int:
                 if rule.seen_by(args.project):
                     print(json.dumps(rule.to_dict()))
             return 0
-        found = read_group(app.engine, args.group_id)
+        topic, partitions = app.settings.topics.events, app.settings.partitions
+        found = read_group_settled(app.engine, args.group_id, app.log, topic, partitions)
         if kind == "show":
             if found is None:
                 return _refuse(args, "no such group", 1)

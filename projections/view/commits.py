@@ -14,14 +14,17 @@ wakes it.
 A writer publishes its outcomes just before its view commits them, so a
 read made at once after an answer may find the view a step behind:
 :func:`view_caught_up` waits for it to commit what the log held when asked
-(the API's ``GET /v1/history`` and ``berth history`` both do).
+and :func:`read_settled` reads again once it has (``berth history``,
+``berth group show`` and their API routes do).
 """
 
 from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from sqlalchemy import Connection, Engine
 
@@ -30,6 +33,7 @@ from ledger.log import Log
 from projections.view.loader import committed_offsets
 
 CHANNEL = "berth_view_commits"
+T = TypeVar("T")
 VIEW_WAIT_S = 2.0
 """How long a read waits for the view to commit what an answer decided (an
 outcome is published just before its view commit)."""
@@ -101,6 +105,25 @@ def view_caught_up(
         if left <= 0 or not wait_committed(engine, partition, end - 1, left):
             return False
     return behind
+
+
+def read_settled(
+    read: Callable[[], T],
+    found: Callable[[T], bool],
+    engine: Engine,
+    log: Log,
+    topic: str,
+    partitions: int,
+    timeout_s: float = VIEW_WAIT_S,
+) -> T:
+    """``read()``; when it finds nothing and the view is behind what
+    ``topic`` held when asked, ``read()`` again once the view has committed
+    that (:func:`view_caught_up`). What the view will never hold is
+    answered at once when it is not behind."""
+    value = read()
+    if not found(value) and view_caught_up(engine, log, topic, partitions, timeout_s):
+        value = read()
+    return value
 
 
 def _committed(cursor: object, partition: int, paramstyle: str) -> int:
