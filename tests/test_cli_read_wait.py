@@ -1,4 +1,5 @@
-"""``berth history ID`` and ``berth group show ID`` right after an answer,
+"""``berth history ID``, ``berth group show ID`` and ``berth aggregate show
+ID`` right after an answer,
 each run as its own process: the answer goes out before the view commits
 what it decided, so the command waits for the view to commit what the log
 held when asked, woken by the commit, rather than say the view holds
@@ -107,4 +108,16 @@ def test_a_group_shown_before_the_view_commits_waits_for_it(tmp_path: Path) -> N
         held.bell.unlink()
         never = held.berth("group", "show", "nobody")
         assert never.returncode == 1 and "no such group" in never.stderr
+        assert not held.bell.exists()
+
+
+def test_an_aggregate_shown_before_the_view_commits_waits_for_it(tmp_path: Path) -> None:
+    with ledger(tmp_path) as held:
+        held.publisher.define_aggregate("az1", {"k": "v"})  # a copy in each partition
+        reply = _reply(held.asked_before_commit("aggregate", "show", "az1"))
+        assert reply == {"aggregate_id": "az1", "metadata": {"k": "v"}, "members": []}
+
+        held.bell.unlink()
+        never = held.berth("aggregate", "show", "nobody")
+        assert never.returncode == 2 and "no such aggregate" in never.stderr
         assert not held.bell.exists()

@@ -26,6 +26,7 @@ from berth.status import read_status
 from consumers.batches import parse_shape
 from consumers.queue_projector import read_depth
 from consumers.snapshot_source import LiveSnapshot
+from projections.view.commits import read_settled
 from scheduling.config import SchedulerConfig
 from scheduling.headroom import headroom
 from scheduling.model import Request, Snapshot
@@ -207,8 +208,19 @@ class Api:
         return HTTPStatus.OK, reply
 
     def aggregate(self, aggregate_id: str) -> dict[str, Any]:
-        with self._snapshot_lock:  # the live snapshot is one object, updated in place
-            snapshot = self._live()
+        def read() -> Snapshot:
+            with self._snapshot_lock:  # the live snapshot is one object, updated in place
+                return self._live()
+
+        # asked right after its decisions, it is found once the view commits them
+        snapshot = read_settled(
+            read,
+            lambda snapshot: aggregate_id in snapshot.aggregates,
+            self.app.engine,
+            self.app.log,
+            self.topics.events,
+            self.app.settings.partitions,
+        )
         found = snapshot.aggregates.get(aggregate_id)
         if found is None:
             raise Problem(HTTPStatus.NOT_FOUND, f"no aggregate {aggregate_id!r} in the view")

@@ -48,9 +48,19 @@ def add_commands(commands: Commands) -> None:
 
 def cmd(args: argparse.Namespace) -> int:
     from consumers.snapshot_source import snapshot_from_view
+    from projections.view.commits import read_settled
 
     with App(settings_from(args), migrate=False) as app:
-        snapshot = snapshot_from_view(app.engine, placements=False)
+        # an aggregate's decisions go out just before the view commits them:
+        # one named right after them is found once the view has
+        snapshot = read_settled(
+            lambda: snapshot_from_view(app.engine, placements=False),
+            lambda snapshot: args.aggregate_id in snapshot.aggregates,
+            app.engine,
+            app.log,
+            app.settings.topics.events,
+            app.settings.partitions,
+        )
         known = snapshot.aggregates.get(args.aggregate_id)
         if args.aggregate_command == "show":
             if known is None:
