@@ -5,6 +5,7 @@ held when it asked, not told it does not exist."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable
@@ -74,3 +75,34 @@ def test_an_aggregate_asked_before_the_view_commits_waits_for_it(tmp_path: Path)
     assert status == 200, reply
     assert reply == {"aggregate_id": "az1", "metadata": {"k": "v"}, "members": []}
     assert waited >= VIEW_LATE_S * 0.9
+
+
+def test_a_request_naming_a_group_before_the_view_commits_it_waits_for_it(
+    tmp_path: Path,
+) -> None:
+    credentials = Credentials({digest("t-admin"): "admin"})
+    created = ServerGroupCreated(
+        event_id="group-g1", ts_ms=2, partition_key="g1", group_id="g1", policy="affinity"
+    )
+    with App(Settings(data_dir=tmp_path / "data", partitions=2)) as app:
+        writers = app.writers()
+        publisher = Publisher(app.log, app.settings.topics, clock_ms=lambda: 10**12)
+        publisher.publish([created])  # in the log, not yet in the view
+        late = threading.Timer(VIEW_LATE_S, catch_up_all, args=(writers,))
+        request = {"request_id": "vm-1", "ts_ms": 0, "project_id": "p", "resources": {"VCPU": 1}}
+        with serving(Api(app, credentials=credentials)) as url:
+            asked = time.monotonic()
+            late.start()
+            try:
+                named = {**request, "group_id": "g1"}
+                status, reply = call(url, "/v1/requests", named, token="t-admin")
+            finally:
+                late.join()
+            assert status == 202, reply  # submitted, not 409 "no server group g1"
+            assert time.monotonic() - asked >= VIEW_LATE_S * 0.9
+            # a group never created is still refused, without a wait
+            asked = time.monotonic()
+            nobody = {**request, "request_id": "vm-2", "group_id": "nobody"}
+            status, reply = call(url, "/v1/requests", nobody, token="t-admin")
+            assert status == 409 and "no server group nobody" in json.dumps(reply)
+            assert time.monotonic() - asked < 1.0

@@ -25,6 +25,7 @@ from berth.api.problems import Problem, invalid
 from berth.app import App
 from berth.client import Decisions, Publisher, PublishError
 from consumers.server_groups import GroupView, read_group_settled, read_rules
+from projections.view.commits import read_settled
 from schemas.events import (
     MAX_SERVERS_PER_HOST,
     GroupPolicyName,
@@ -125,15 +126,30 @@ class Groups:
         policy (with a policy, a group never created is an ad-hoc one), or
         names a group of another project than the request's (to which it
         does not exist)."""
+        named = {
+            member.group_id
+            for r in requests
+            for member in (r.members if isinstance(r, BatchRequest) else (r,))
+            if member.group_id is not None and member.group_policy is None
+        }
+        if not named:
+            return
+        app = self.app
+        # a group named right after its decision is found once the view commits it
+        rules: Mapping[str, Any] = read_settled(
+            lambda: read_rules(app.engine),
+            lambda rules: named <= rules.keys(),
+            app.engine,
+            app.log,
+            app.settings.topics.events,
+            app.settings.partitions,
+        )
         errors: list[dict[str, Any]] = []
-        rules: Mapping[str, Any] | None = None
         for n, r in enumerate(requests):
             members = r.members if isinstance(r, BatchRequest) else (r,)
             for m, member in enumerate(members):
                 if member.group_id is None or member.group_policy is not None:
                     continue
-                if rules is None:
-                    rules = read_rules(self.app.engine)
                 rule = rules.get(member.group_id)
                 if rule is None or not rule.seen_by(member.project_id):
                     loc: list[Any] = [] if single else [n]
