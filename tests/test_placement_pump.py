@@ -1,13 +1,15 @@
 """The Placement API's write pump (berth.placement_api.pump.WritePump):
 the writes that arrive while a batch is being appended go out together in
-the next append; each write gets its own decision or its own failure; a
-batch is appended while the one before it waits for its decisions; a
-broken append fails only its own batch; stop ends both threads."""
+the next append, and so do those begun in one turn of the loop; each
+write gets its own decision or its own failure; a batch is appended while
+the one before it waits for its decisions; a broken append fails only its
+own batch; stop ends both threads."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from typing import Any, cast
 
 import pytest
@@ -102,6 +104,30 @@ def test_writes_arriving_during_an_append_go_out_together_each_with_its_own_answ
     assert isinstance(a, Outcome) and (a.subject, a.offset) == ("CUSTOM_A", 2)
     assert isinstance(b, Outcome) and (b.subject, b.offset) == ("CUSTOM_B", 2)
     assert isinstance(refused, Refused) and refused.code == Code.PLACEMENT_CONCURRENT_UPDATE
+
+
+def test_the_writes_begun_in_one_turn_of_the_loop_are_appended_together() -> None:
+    service = _Service()
+    service.release.set()
+    pump = _pump(service)
+
+    async def late(name: str) -> Outcome | BaseException:
+        # the loop blocked between two writes of one turn: a thread woken by
+        # the first would append it alone meanwhile
+        time.sleep(0.2)
+        return await _write(pump, name)
+
+    async def one_turn() -> list[Outcome | BaseException]:
+        first = asyncio.ensure_future(_write(pump, "CUSTOM_A"))
+        second = asyncio.ensure_future(late("CUSTOM_B"))
+        return [await first, await second]
+
+    try:
+        a, b = asyncio.run(asyncio.wait_for(one_turn(), TIMEOUT_S))
+    finally:
+        pump.stop()
+    assert service.appends == [["CUSTOM_A", "CUSTOM_B"]]
+    assert isinstance(a, Outcome) and isinstance(b, Outcome)
 
 
 def test_the_next_batch_is_appended_while_the_one_before_waits_for_its_decisions() -> None:

@@ -10,7 +10,12 @@ them in one append (one fsync), lets their writer decide them in one round
 (one fsync of their outcomes, one commit of the view) and hands all their
 answers back to the loop with one wake-up. Appending and deciding are two
 threads, so that the next batch's records are made durable while their
-writer decides the batch before (two topics, two group commits)."""
+writer decides the batch before (two topics, two group commits).
+
+The loop hands the pump the writes its requests began in one turn at the
+end of that turn, with one wake-up of the appending thread: a wake-up for
+each write took a seventh of the loop's time, and woke the thread to
+append one write while the others were still being begun."""
 
 from __future__ import annotations
 
@@ -46,6 +51,8 @@ class WritePump:
         self._appended: queue.SimpleQueue[_Appended | None] = queue.SimpleQueue()
         """Batches appended, for the deciding thread."""
         self._stopping = False
+        self._begun: list[_Waiting] = []
+        """Writes begun in the loop's current turn (touched by the loop only)."""
 
     async def write(self, fields: Mapping[str, Any]) -> Outcome:
         """What :meth:`PlacementService.write` answers, without blocking the
@@ -53,14 +60,24 @@ class WritePump:
         event = event_of(fields)  # a 400 before anything is queued
         loop = asyncio.get_running_loop()
         answer: asyncio.Future[Outcome] = loop.create_future()
+        self._begun.append((event, answer))
+        if len(self._begun) == 1:
+            # after the other requests of this turn have begun theirs
+            loop.call_soon(self._hand_over, loop)
+        return await answer
+
+    def _hand_over(self, loop: asyncio.AbstractEventLoop) -> None:
+        """On the loop: the writes begun in its last turn, to the appending thread."""
+        begun, self._begun = self._begun, []
         with self._lock:
             if self._stopping:
-                raise RuntimeError("the Placement API's write pump has stopped")
+                stopped = RuntimeError("the Placement API's write pump has stopped")
+                _settle([answer for _, answer in begun], [stopped] * len(begun))
+                return
             if not self._threads:
                 self._start(loop)
-            self._queue.append((event, answer))
+            self._queue.extend(begun)
             self._arrived.notify()
-        return await answer
 
     def _start(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
