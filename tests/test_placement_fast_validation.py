@@ -1,7 +1,9 @@
 """The Placement API's quick judgement of request bodies
-(berth.placement_api.http.surely_valid): whatever it calls valid, jsonschema
-finds valid too, for every body schema of every microversion, so skipping
-jsonschema for those changes no answer; and the common writes take it."""
+(berth.placement_api.http.surely_valid, and the one written by hand for PUT
+/allocations, schemas.surely_consumer_allocations): whatever it calls valid,
+jsonschema finds valid too, for every body schema of every microversion, so
+skipping jsonschema for those changes no answer; and the common writes take
+it."""
 
 from __future__ import annotations
 
@@ -92,6 +94,15 @@ def test_what_it_calls_valid_jsonschema_does_too(schema: dict[str, Any], instanc
         assert _errors(instance, schema) == []
 
 
+@settings(max_examples=600, deadline=None)
+@given(st.sampled_from(_VERSIONS), _JSON)
+def test_what_the_put_judgement_calls_valid_jsonschema_does_too(
+    version: Version, instance: Any
+) -> None:
+    if schemas.surely_consumer_allocations(instance, version):
+        assert _errors(instance, schemas.allocations_for_consumer(version)) == []
+
+
 _ODD: list[Any] = [None, True, 0, -1, 1.0, 2**31, "", "x" * 256, "vcpu", f"{_RP}\n", [], {}]
 
 
@@ -113,7 +124,7 @@ def _mutated(body: Any, rng: random.Random) -> Any:
 
 def test_of_writes_near_valid_ones_it_calls_valid_only_the_valid() -> None:
     rng = random.Random(32)
-    called_valid = 0
+    called_valid = by_hand = 0
     for _ in range(3000):
         version = rng.choice(_VERSIONS[12:])
         posted = rng.random() < 0.3
@@ -125,7 +136,11 @@ def test_of_writes_near_valid_ones_it_calls_valid_only_the_valid() -> None:
         if surely_valid(instance, schema):
             called_valid += 1
             assert _errors(instance, schema) == [], instance
+        if not posted and schemas.surely_consumer_allocations(body, version):
+            by_hand += 1
+            assert _errors(body, schema) == [], body
     assert called_valid > 300  # not a test of the invalid ones alone
+    assert by_hand > 150
 
 
 def _race_body(version: Version) -> dict[str, Any]:
@@ -146,6 +161,51 @@ def test_a_write_of_allocations_is_judged_without_jsonschema() -> None:
         body = _race_body(version)
         assert surely_valid(body, schemas.allocations_for_consumer(version))
         assert surely_valid({str(uuid.uuid4()): body}, schemas.allocations_post(version))
+        by_hand = schemas.surely_consumer_allocations(body, version)
+        assert by_hand == version.at_least(28)
+        body["allocations"][_RP.upper()] = {"resources": {"DISK_GB": 1}, "generation": 3}
+        assert schemas.surely_consumer_allocations(body, version) == by_hand
+
+
+_NOT_BY_HAND: list[tuple[str, Any]] = [
+    # (what changed, the value at that place)
+    ("no user", ("user_id", None)),
+    ("an empty project", ("project_id", "")),
+    ("a project too long", ("project_id", "x" * 256)),
+    ("a generation as text", ("consumer_generation", "1")),
+    ("a generation true", ("consumer_generation", True)),
+    ("a type in lower case", ("consumer_type", "instance")),
+    ("a type with a newline", ("consumer_type", "INSTANCE\n")),
+    ("mappings", ("mappings", {"x": [_RP]})),
+    ("an extra key", ("extra", 1)),
+    ("a provider key too short", ("allocations", {_RP[:-1]: {"resources": {"VCPU": 1}}})),
+    ("a provider key with a newline", ("allocations", {f"{_RP}\n": {"resources": {"VCPU": 1}}})),
+    ("no resources", ("allocations", {_RP: {"resources": {}}})),
+    ("a zero amount", ("allocations", {_RP: {"resources": {"VCPU": 0}}})),
+    ("an amount too big", ("allocations", {_RP: {"resources": {"VCPU": 2**31}}})),
+    ("an amount 1.0", ("allocations", {_RP: {"resources": {"VCPU": 1.0}}})),
+    ("a class in lower case", ("allocations", {_RP: {"resources": {"vcpu": 1}}})),
+    (
+        "a provider generation as text",
+        ("allocations", {_RP: {"resources": {"VCPU": 1}, "generation": "1"}}),
+    ),
+    ("another key", ("allocations", {_RP: {"resources": {"VCPU": 1}, "other": 1}})),
+]
+
+
+def test_the_put_judgement_leaves_to_jsonschema_what_it_was_not_written_for() -> None:
+    version = Version(1, 38)
+    assert schemas.surely_consumer_allocations(_race_body(version), version)
+    for what, (key, value) in _NOT_BY_HAND:
+        body = _race_body(version)
+        if value is None:
+            del body[key]
+        else:
+            body[key] = value
+        assert not schemas.surely_consumer_allocations(body, version), what
+    # a version past the one it was written for
+    assert not schemas.surely_consumer_allocations(_race_body(version), Version(1, 40))
+    assert not schemas.surely_consumer_allocations([], version)
 
 
 def test_what_it_cannot_judge_jsonschema_words() -> None:

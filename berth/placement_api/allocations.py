@@ -103,7 +103,9 @@ def _allocations_written(consumer_uuid: str | None, decided: Outcome | Refused) 
 
 def put_consumer_allocations(req: Req, consumer_uuid: str) -> Write:
     uuid = _consumer_uuid(consumer_uuid)
-    data = req.json(schemas.allocations_for_consumer(req.version))
+    data = req.json(
+        schemas.allocations_for_consumer(req.version), schemas.surely_consumer_allocations
+    )
     listed = data["allocations"]
     if isinstance(listed, list):
         allocations = {a["resource_provider"]["uuid"]: a["resources"] for a in listed}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+from functools import lru_cache
 from typing import Any
 
 from berth.placement_api.versions import Version
@@ -100,7 +102,14 @@ _RESOURCES = {
 
 
 def allocations_for_consumer(version: Version) -> dict[str, Any]:
-    """PUT /allocations/{consumer}: a list before 1.12, a mapping from it."""
+    """PUT /allocations/{consumer}: a list before 1.12, a mapping from it.
+    One dict per microversion, made once: not to be changed."""
+    return _allocations_for_consumer(version.major, version.minor)
+
+
+@lru_cache(maxsize=64)
+def _allocations_for_consumer(major: int, minor: int) -> dict[str, Any]:
+    version = Version(major, minor)
     if not version.at_least(12):
         allocation = _object(
             {
@@ -191,4 +200,65 @@ def reshaper(version: Version) -> dict[str, Any]:
     allocations["minProperties"] = 0
     return _object(
         {"inventories": inventories, "allocations": allocations}, ["inventories", "allocations"]
+    )
+
+
+_UUID_KEY = re.compile("[0-9a-fA-F-]{36}")
+_NAME = re.compile("[A-Z0-9_]+")
+
+
+def surely_consumer_allocations(data: Any, version: Version) -> bool:
+    """Whether ``data`` is surely valid against :func:`allocations_for_consumer`
+    at ``version``, judged by hand as jsonschema would judge it, for the
+    common body of 1.28-1.39 (a mapping of providers to resources, a
+    consumer generation; no mappings). False says "not surely": jsonschema
+    then judges and words it. Written out because the generic judgement
+    (:func:`berth.placement_api.http.surely_valid`) was a fifth of the
+    event loop's time in beginning a write. It must never say True where
+    jsonschema finds an error (tests/test_placement_fast_validation.py)."""
+    if not (28 <= version.minor <= _JUDGED_UP_TO) or version.major != 1:
+        return False
+    if type(data) is not dict or len(data) != (5 if version.minor >= 38 else 4):
+        return False  # one of the required keys missing, or another (mappings) present
+    project, user = data.get("project_id"), data.get("user_id")
+    if type(project) is not str or type(user) is not str:
+        return False
+    if not (0 < len(project) <= 255 and 0 < len(user) <= 255):
+        return False
+    generation = data.get("consumer_generation", False)
+    if generation is not None and type(generation) is not int:
+        return False
+    if version.minor >= 38:
+        kind = data.get("consumer_type")
+        if type(kind) is not str or _NAME.fullmatch(kind) is None:
+            return False
+    allocations = data.get("allocations")
+    if type(allocations) is not dict:
+        return False
+    return all(
+        type(rp) is str and _UUID_KEY.fullmatch(rp) is not None and _surely_allocation(one)
+        for rp, one in allocations.items()
+    )
+
+
+_JUDGED_UP_TO = 39
+"""The last microversion whose body :func:`surely_consumer_allocations` was
+written for: a later one is left to jsonschema until it is judged too."""
+
+
+def _surely_allocation(one: Any) -> bool:
+    """One provider's ``{"resources": {...}, "generation": N}`` (generation optional)."""
+    if type(one) is not dict or not 0 < len(one) <= 2:
+        return False
+    resources = one.get("resources")
+    if type(resources) is not dict or not resources:
+        return False
+    if len(one) == 2 and type(one.get("generation", False)) is not int:
+        return False  # the other key is not a generation, or not an integer
+    return all(
+        type(rc) is str
+        and _NAME.fullmatch(rc) is not None
+        and type(amount) is int
+        and 1 <= amount <= MAX_INT
+        for rc, amount in resources.items()
     )
