@@ -14,11 +14,10 @@ read next. Writers of other partitions go on.
 from __future__ import annotations
 
 import base64
-import contextlib
 import json
 import logging
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 
 from ledger.log import Append, CorruptLog, Log, LogError, Record, Watches
 from ledger.topics import DEFAULT_TOPICS, Topics
@@ -282,16 +281,34 @@ def catch_up_all(
     return total
 
 
-@contextlib.contextmanager
-def locked(writers: Iterable[PartitionWriter]) -> Iterator[list[PartitionWriter]]:
+class locked:  # lower case: used as the function it was, ``with locked(writers)``
     """Every writer's :attr:`~PartitionWriter.lock`, taken in one order by
     every thread (so that two holders of several cannot deadlock): no round
-    and no flush of theirs runs meanwhile in another thread."""
-    writers = list(writers)
-    with contextlib.ExitStack() as held:
-        for writer in sorted(writers, key=lambda w: (w.partition, id(w))):
-            held.enter_context(writer.lock)
-        yield writers
+    and no flush of theirs runs meanwhile in another thread. A class, not
+    a generator in an ExitStack: a loop's every step takes it two or three
+    times (7 us for eight writers here, against 23 us)."""
+
+    __slots__ = ("_order", "_writers")
+
+    def __init__(self, writers: Iterable[PartitionWriter]) -> None:
+        self._writers = list(writers)
+        self._order = sorted(self._writers, key=lambda w: (w.partition, id(w)))
+
+    def __enter__(self) -> list[PartitionWriter]:
+        taken = 0
+        try:
+            for writer in self._order:
+                writer.lock.acquire()
+                taken += 1
+        except BaseException:
+            for writer in reversed(self._order[:taken]):
+                writer.lock.release()
+            raise
+        return self._writers
+
+    def __exit__(self, *_: object) -> None:
+        for writer in reversed(self._order):
+            writer.lock.release()
 
 
 def held_outcomes(writers: Iterable[PartitionWriter]) -> list[Outcome]:
