@@ -3,7 +3,8 @@
 outcomes, whichever thread commits them and whenever; a record the writer
 commits past without a decision answers at once, not at the timeout; given
 a round of the writer to run, the waiting writes run it themselves, one at
-a time, and leave it to the loop once it fails."""
+a time, and leave it to the loop once it fails; the providers saved since
+the last deletion of one are known without reading the view."""
 
 from __future__ import annotations
 
@@ -156,3 +157,30 @@ def test_a_round_that_fails_leaves_the_writer_to_the_loop() -> None:
     [found] = answer
     assert [outcome.event_id for outcome in found or []] == ["e0"]
     assert rounds == [1]
+
+
+def _provider(offset: int, kind: str, uuid: str, refused: bool = False) -> Applied:
+    event = validate_event(
+        {
+            "type": f"placement_provider_{kind}",
+            "event_id": f"p{offset}",
+            "ts_ms": 1,
+            "partition_key": PLACEMENT_KEY,
+            "uuid": uuid,
+            **({"name": uuid} if kind == "saved" else {}),
+        }
+    )
+    decided = Kind.REJECTED if refused else Kind.APPLIED
+    return Applied(offset, event, [Outcome(0, offset, 0, decided, f"p{offset}", uuid, 1)])
+
+
+def test_the_providers_saved_since_the_last_deletion_are_known_without_a_read() -> None:
+    handoff = Handoff()
+    a, b, c = (f"{n}" * 8 + "-0000-4000-8000-" + f"{n}" * 12 for n in (1, 2, 3))
+    handoff.committed(Batch(0, 0, 2, [_provider(0, "saved", a), _provider(1, "saved", b, True)]))
+    assert handoff.unsaved([a, b, c]) == [b, c]  # b was refused, c never saved
+    handoff.committed(Batch(0, 2, 4, [_provider(2, "saved", c), _provider(3, "deleted", a)]))
+    assert handoff.unsaved([a, b, c]) == [a, b, c]  # a deletion forgets them all
+    assert handoff.deletions == 1
+    handoff.committed(Batch(0, 4, 5, [_provider(4, "saved", c)]))
+    assert handoff.unsaved([a, b, c]) == [a, b]

@@ -27,7 +27,12 @@ from ledger.publisher import wall_clock_ms
 from projections.batch import Batch
 from projections.view.commits import wait_committed
 from schemas.codec import EventDecodeError, validate_event
-from schemas.events import PLACEMENT_KEY, Event, PlacementProviderDeleted
+from schemas.events import (
+    PLACEMENT_KEY,
+    Event,
+    PlacementProviderDeleted,
+    PlacementProviderSaved,
+)
 from schemas.outcomes import Code, Kind, Outcome
 
 log = logging.getLogger(__name__)
@@ -84,6 +89,9 @@ class Handoff:
         self.deletions = 0
         """How many committed batches deleted a Placement provider (see
         :meth:`PlacementService.existing`)."""
+        self._saved: set[str] = set()
+        """Providers the committed batches saved since the last one that
+        deleted a provider: they are in the view."""
 
     def expect(self, event_id: str) -> _Waiting:
         """Keep the outcomes of ``event_id``'s record (before it is appended)."""
@@ -94,9 +102,19 @@ class Handoff:
 
     def committed(self, batch: Batch) -> None:
         """The writer committed ``batch``: its decisions for those who wait."""
-        if any(isinstance(applied.event, PlacementProviderDeleted) for applied in batch.applied):
+        deleted = any(isinstance(a.event, PlacementProviderDeleted) for a in batch.applied)
+        if deleted:
             self.deletions += 1  # before any write this batch answers is woken
+        saved = [
+            a.event.uuid
+            for a in batch.applied
+            if isinstance(a.event, PlacementProviderSaved) and _accepted(a.outcomes)
+        ]
         with self._lock:
+            if deleted:
+                self._saved.clear()
+            else:
+                self._saved.update(saved)
             self._end = batch.end
             if not self._waiting:
                 return
@@ -160,6 +178,12 @@ class Handoff:
             for waiting in self._waiting.values():
                 waiting.woken.set()
 
+    def unsaved(self, uuids: list[str]) -> list[str]:
+        """Those of ``uuids`` that no batch committed since the last deletion
+        of a provider saved (as far as this handoff has seen)."""
+        with self._lock:
+            return [uuid for uuid in uuids if uuid not in self._saved]
+
     def forget(self, event_id: str) -> None:
         """``event_id`` waits no more (not appended after all, or timed out)."""
         with self._lock:
@@ -202,7 +226,8 @@ class PlacementService:
         handoff (the writer of Placement's partition in this process, the
         only one to change its providers), a provider once found is
         remembered until a batch deletes a provider: a write of allocations
-        then reads no table to check the providers it names. Remembering is
+        then reads no table to check the providers it names; nor for a
+        provider the writer saved since (:meth:`Handoff.unsaved`). Remembering is
         as good as reading the view a little earlier, which a write racing a
         deletion may do anyway (the writer judges it again), and a deletion
         is forgotten before its caller is answered."""
@@ -215,6 +240,10 @@ class PlacementService:
                 self._known.clear()
                 self._known_era = era
             missing = [uuid for uuid in uuids if uuid not in self._known]
+        if missing:
+            # created by the writer in this process (as the race's providers
+            # are): no read of the view for the first write to each
+            missing = handoff.unsaved(missing)
         if not missing:
             return set(uuids)
         found = existing_uuids(self.engine, missing)
@@ -347,6 +376,12 @@ def decision_of(outcomes: list[Outcome]) -> Outcome:
         reason = decision.reasons[0]
         raise Refused(reason.code, reason.detail)
     return decision
+
+
+def _accepted(outcomes: list[Outcome]) -> bool:
+    """Whether the writer applied the write these are its record's outcomes of."""
+    own = [o for o in outcomes if o.subject and o.kind != Kind.EXPIRED]
+    return bool(own) and own[-1].kind != Kind.REJECTED
 
 
 def _decided(outcomes: list[Outcome] | None, partition: int, offset: int) -> list[Outcome]:
