@@ -64,7 +64,13 @@ from bench.metrics_agents import LogClock
 from berth.app import App, Settings, tune_gc
 from berth.client import Publisher
 from berth.compile import compiled
-from consumers.partition_writer import PartitionWriter, catch_up_all, step_all
+from consumers.partition_writer import (
+    REPORT_LINGER_S,
+    PartitionWriter,
+    catch_up_all,
+    lingering_until,
+    step_all,
+)
 from consumers.scheduler import OutcomeFollower, Scheduled, Scheduler
 from consumers.snapshot_source import LiveSnapshot
 from ledger.log import merged
@@ -180,14 +186,18 @@ def _stop_agents(agents: subprocess.Popen[str]) -> int:
 def _projecting(writers: list[PartitionWriter], stop: threading.Event) -> None:
     """The writers' loop, as a projector process runs it: decide what has
     arrived, or wait on the log's doorbell until more does (50 ms at most,
-    to see ``stop``), rather than wake every half millisecond for the GIL."""
+    to see ``stop``, and no later than a lingering batch of metrics reports
+    is due), rather than wake every half millisecond for the GIL."""
     while not stop.is_set():
         if step_all(writers):
             continue
+        wait_s = 0.05
+        if (due := lingering_until(writers)) is not None:
+            wait_s = min(wait_s, due - time.monotonic())
         if writers:
-            writers[0].log.wait(merged(*(w.watches() for w in writers)), 0.05)
+            writers[0].log.wait(merged(*(w.watches() for w in writers)), wait_s)
         else:
-            stop.wait(0.05)
+            stop.wait(wait_s)
 
 
 def _python(profile: str, name: str) -> list[str]:
@@ -274,7 +284,8 @@ def sustained(
         if writer_processes:
             app.close()  # the projector processes own the partitions
             app = App(app.settings)
-        writers = [] if writer_processes else app.writers()
+        # the writers as a projector process runs them (berth projector)
+        writers = [] if writer_processes else app.writers(linger_s=REPORT_LINGER_S)
         config = SchedulerConfig.default()
         engine = config.engine()
         engine.sampling = Sampling(percentage=sample, minimum=100)

@@ -136,11 +136,12 @@ class App:
         self.ownership.confirm()
 
     def writers(
-        self, partitions: list[int] | None = None, publish: bool = True
+        self, partitions: list[int] | None = None, publish: bool = True, linger_s: float = 0.0
     ) -> list[PartitionWriter]:
         """The single writers of the given partitions (all by default); this
         process owns them until the app closes, so a second writer of one of
-        them elsewhere is refused (:class:`OwnedElsewhere`)."""
+        them elsewhere is refused (:class:`OwnedElsewhere`). ``linger_s``:
+        see :attr:`PartitionWriter.linger_s`."""
         owned = list(range(self.settings.partitions)) if partitions is None else partitions
         self._own(self.settings.topics.events, owned)
         return [
@@ -152,6 +153,7 @@ class App:
                 self.settings.topics,
                 batch_size=self.settings.batch_size,
                 publish=publish,
+                linger_s=linger_s,
             )
             for p in owned
         ]

@@ -17,6 +17,7 @@ import base64
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable
 
 from ledger.log import Append, CorruptLog, Log, LogError, Record, Watches
@@ -26,9 +27,17 @@ from projections.state import PartitionState
 from projections.view.generations import take_partition
 from projections.view.loader import load_state
 from projections.view.writer import ViewWriter
+from schemas.events import MetricsReported
 from schemas.outcomes import Outcome
 
 log = logging.getLogger(__name__)
+
+REPORT_LINGER_S = 0.25
+"""How long a projector's writer keeps a batch of nothing but metrics
+reports decided and unpublished, for a later round to publish and commit
+with its own records (:attr:`PartitionWriter.linger_s`): reports arrive a
+few at a time, and each round costs an append of outcomes (an fsync per
+partition) and a view transaction however few records it holds."""
 
 
 def dead_letter_value(partition: int, offset: int, reason: str, value: bytes) -> bytes:
@@ -64,6 +73,7 @@ class PartitionWriter:
         until: int | None = None,
         owner: str | None = None,
         loaded: tuple[PartitionState, int] | None = None,
+        linger_s: float = 0.0,
     ) -> None:
         self.log = log_
         self.view = view
@@ -85,6 +95,16 @@ class PartitionWriter:
         """Whether ``pending``'s outcomes are still to be appended (``hold``):
         by whoever appends them with its own records (:func:`held_appends`),
         else before it is committed."""
+        self.linger_s = linger_s
+        """How long :func:`step_all` may leave a batch of metrics reports
+        alone unpublished and uncommitted (``pending``, ``held``), so that
+        the next round's records go out in the same append and view
+        transaction (:data:`REPORT_LINGER_S`); 0: never. Nothing of such a
+        batch is acknowledged, and a crash meanwhile decides its records
+        again from the view."""
+        self.lingering: float | None = None
+        """When ``pending`` is such a batch: the :func:`time.monotonic` by
+        which a round publishes and commits it, with records or alone."""
         self.lock = threading.RLock()
         """Held by whoever decides this partition's next records in rounds
         (:func:`step_all`: the process's loop, or a write of the Placement
@@ -132,10 +152,11 @@ class PartitionWriter:
         )
 
     def watches(self) -> Watches:
-        """The next record this writer waits for (none once it has halted)."""
+        """The next record this writer waits for (none once it has halted):
+        past a batch decided but not yet committed (a lingering one)."""
         if self.halted is not None:
             return {}
-        return {self.topics.events: {self.partition: self.next_offset}}
+        return {self.topics.events: {self.partition: self.decided_to}}
 
     def step(self) -> Batch | None:
         """Apply and commit the next batch of records; None at the end of the log."""
@@ -203,6 +224,7 @@ class PartitionWriter:
         self.next_offset = batch.end
         self.pending = None
         self.held = False
+        self.lingering = None
         if self.on_commit is not None:
             self.on_commit(batch)
 
@@ -211,6 +233,7 @@ class PartitionWriter:
         was decided but not committed."""
         self.pending = None
         self.held = False
+        self.lingering = None
         with self.view.engine.connect() as conn:
             self.state, self.next_offset = load_state(conn, self.partition, self.partitions)
         self.state.touched.clear()
@@ -253,7 +276,11 @@ def step_all(writers: Iterable[PartitionWriter]) -> bool:
     Every writer gets its turn each round, so no partition waits on another,
     nor on one that has halted (said once, in the log). The round's
     outcomes are appended together, one group commit for them all, before
-    any of its batches commits to the view."""
+    any of its batches commits to the view. A writer with ``linger_s``
+    leaves a batch of metrics reports alone pending for that long, and
+    the rounds meanwhile decide its next records after it, into one batch
+    (:data:`REPORT_LINGER_S`); a round publishes and commits the batches
+    whose time has come (:func:`lingering_until`) with its own."""
     return _round(writers) > 0
 
 
@@ -278,6 +305,8 @@ def catch_up_all(
     total = 0
     while decided := _round(writers, defer or hold, hold):
         total += decided
+    if not (defer or hold):
+        flush_all(writers)  # what lingers too: the view then holds every record
     return total
 
 
@@ -340,10 +369,12 @@ def held_appends(writers: Iterable[PartitionWriter]) -> list[tuple[str, list[App
 
 
 def held_appended(writers: Iterable[PartitionWriter]) -> None:
-    """The held batches' appends (:func:`held_appends`) are durable."""
+    """The held batches' appends (:func:`held_appends`) are durable: a
+    lingering one's too, which is then only left to commit."""
     with locked(writers) as writers:
         for writer in writers:
             writer.held = False
+            writer.lingering = None
 
 
 def flush_all(writers: Iterable[PartitionWriter]) -> None:
@@ -386,8 +417,11 @@ def _round(writers: Iterable[PartitionWriter], defer: bool = False, hold: bool =
 
 
 def _locked_round(writers: list[PartitionWriter], defer: bool, hold: bool) -> int:
-    if not defer:
-        _flush_locked(writers)
+    if defer:
+        for writer in writers:
+            writer.lingering = None  # held like the round's: the caller appends it, or a flush
+    else:
+        _flush_locked([w for w in writers if w.lingering is None])
     fetched: list[tuple[PartitionWriter, list[Record]]] = []
     for writer in writers:
         if writer.halted is None:
@@ -398,8 +432,16 @@ def _locked_round(writers: list[PartitionWriter], defer: bool, hold: bool) -> in
                 continue
             if records:
                 fetched.append((writer, records))
-    _flush_locked([writer for writer, _ in fetched])  # before their next batches are decided
-    decided = [(writer, writer.decide(records)) for writer, records in fetched]
+    # before their next batches are decided; a lingering batch is taken into its writer's
+    _flush_locked([writer for writer, _ in fetched if writer.lingering is None])
+    now = time.monotonic()
+    decided: list[tuple[PartitionWriter, Batch]] = []
+    for writer, records in fetched:
+        batch, due = _decide_after(writer, records)
+        if not (defer or hold) and _lingers(writer, batch, now, due):
+            continue
+        decided.append((writer, batch))
+    decided += [] if defer else _due(writers, now)
     try:
         if not hold:
             _publish_together(decided)
@@ -413,9 +455,66 @@ def _locked_round(writers: list[PartitionWriter], defer: bool, hold: bool) -> in
             writer.held = hold and writer.publish
     elif _one_view(decided):
         _commit_together(decided)
-    else:
+    elif decided:
         _commit_each(decided)
     return sum(len(records) for _, records in fetched)
+
+
+def _decide_after(writer: PartitionWriter, records: list[Record]) -> tuple[Batch, float | None]:
+    """``records`` decided by ``writer``, after its lingering batch if it
+    has one: one batch of both, and when the lingering one is due (None
+    without one). The writer keeps no batch pending then: the round
+    publishes and commits the joined batch, or leaves it lingering again."""
+    before, due = writer.pending, writer.lingering
+    if before is None or due is None:
+        return writer.decide(records), None
+    if writer.halted is not None:
+        raise PartitionHalted(writer.halted)
+    after = decide(writer.state, records)
+    writer.pending, writer.held, writer.lingering = None, False, None
+    joined = Batch(
+        before.partition,
+        before.start,
+        after.end,
+        before.applied + after.applied,
+        before.dead + after.dead,
+    )
+    return joined, due
+
+
+def _lingers(writer: PartitionWriter, batch: Batch, now: float, due: float | None) -> bool:
+    """Whether ``batch`` (only metrics reports, fewer than a batch) is left
+    pending for a later round, until ``due`` or ``linger_s`` from ``now``:
+    reports arrive a few at a time, and a round costs an append of outcomes
+    and a view transaction however few records it holds."""
+    if writer.linger_s <= 0 or batch.dead or batch.end - batch.start >= writer.batch_size:
+        return False
+    if not all(type(a.event) is MetricsReported for a in batch.applied):
+        return False
+    due = now + writer.linger_s if due is None else due
+    if due <= now:
+        return False
+    writer.pending, writer.held, writer.lingering = batch, writer.publish, due
+    return True
+
+
+def _due(writers: list[PartitionWriter], now: float) -> list[tuple[PartitionWriter, Batch]]:
+    """The lingering batches whose time has come, taken from their writers
+    for the round to publish and commit."""
+    due: list[tuple[PartitionWriter, Batch]] = []
+    for writer in writers:
+        if writer.pending is not None and writer.lingering is not None and writer.lingering <= now:
+            due.append((writer, writer.pending))
+            writer.pending, writer.held, writer.lingering = None, False, None
+    return due
+
+
+def lingering_until(writers: Iterable[PartitionWriter]) -> float | None:
+    """The earliest :func:`time.monotonic` a lingering batch of ``writers``
+    is due at (a round then publishes and commits it), if any: how long
+    their loop may wait for records."""
+    dues = [w.lingering for w in writers if w.lingering is not None]
+    return min(dues) if dues else None
 
 
 def _commit_each(decided: list[tuple[PartitionWriter, Batch]]) -> None:

@@ -29,12 +29,14 @@ from berth.cli.common import (
 )
 from berth.history import fit_text
 from consumers.partition_writer import (
+    REPORT_LINGER_S,
     PartitionWriter,
     catch_up_all,
     flush_all,
     held_appended,
     held_appends,
     held_outcomes,
+    lingering_until,
     locked,
     step_all,
 )
@@ -330,7 +332,9 @@ def cmd_projector(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     owned = [int(p) for p in args.owned.split(",")] if args.owned else None
     with App(settings) as app:
-        writers = app.writers(owned)
+        # metrics reports arriving alone wait a little for other records:
+        # one append and one view transaction for several rounds' worth
+        writers = app.writers(owned, linger_s=REPORT_LINGER_S)
         tune_gc()
         logging.info("projector: %d partitions owned", len(writers))
         with _checkpointing(app, args):
@@ -339,6 +343,7 @@ def cmd_projector(args: argparse.Namespace) -> int:
                 args,
                 lambda: step_all(writers),
                 lambda: merged(*(w.watches() for w in writers)),
+                due=lambda: lingering_until(writers),
             )
 
 
@@ -404,6 +409,7 @@ def _run(
     idle: Callable[[], object] = lambda: None,
     tick: Callable[[], object] | None = None,
     pending: Callable[[], bool] = lambda: False,
+    due: Callable[[], float | None] = lambda: None,
 ) -> int:
     """A worker's loop: ``step`` until interrupted. When a step finds nothing
     to do it waits for the next record of what it reads (``watches``) to
@@ -416,7 +422,9 @@ def _run(
     first time after some work, it calls ``idle`` before it waits (what
     can be made ready for the next record); and every
     ``--ownership-check-s`` it makes sure the process still owns its
-    partitions (exit 1 when it does not)."""
+    partitions (exit 1 when it does not). A wait also ends at ``due``
+    (a :func:`time.monotonic`, if any: a writer's lingering batch), when
+    the next step has work that no record announces."""
     check_every = args.ownership_check_s
     next_check = time.monotonic() + check_every
     worked = False
@@ -431,6 +439,8 @@ def _run(
                     worked = False
                 timed = tick is not None and pending()
                 wait_s = args.idle_wait_s if timed else next_check - time.monotonic()
+                if (until := due()) is not None:
+                    wait_s = min(wait_s, until - time.monotonic())
                 arrived = app.log.wait(watches(), wait_s)
                 stepping = arrived or tick is None or bool(tick())
             if time.monotonic() >= next_check:
