@@ -183,6 +183,25 @@ class Scheduled:
     written (:class:`scheduling.engine.Ranking`)."""
 
     def to_dict(self) -> dict[str, Any]:
+        data = self._fields()
+        if self.ranking is not None:
+            data["ranked"] = self.ranking.compact()
+        return data
+
+    def encoded(self, source: Sequence[int]) -> bytes:
+        """``json.dumps`` of ``to_dict()`` with ``source`` (where the request
+        is on the requests topic), as the placements topic records it: the
+        ranking's text written once (:meth:`Ranking.to_json`) and set in,
+        not made a dict and encoded item by item."""
+        data = self._fields()
+        data["source"] = list(source)
+        text = json.dumps(data)
+        if self.ranking is not None:
+            text = f'{text[:-1]}, "ranked": {self.ranking.to_json()}}}'
+        return text.encode()
+
+    def _fields(self) -> dict[str, Any]:
+        """``to_dict()`` without the engine's ranking."""
         data = {
             "request_id": self.request_id,
             "placed": self.placed,
@@ -197,9 +216,7 @@ class Scheduled:
             data["offsets"] = {str(p): o for p, o in self.offsets.items()}
         if self.candidates:
             data["candidates"] = list(self.candidates)
-        if self.ranking is not None:
-            data["ranked"] = self.ranking.compact()
-        elif self.ranked is not None:
+        if self.ranking is None and self.ranked is not None:
             data["ranked"] = self.ranked
         return data
 

@@ -136,24 +136,31 @@ class SchedulerWorker:
         appends = []
         answers = []
         final: list[str | None] = []  # the id of each final answer, None for a queued one
+        handed = self.on_answers is not None
         for partition, answered in results:
             for offset, result in answered:
-                answer = result.to_dict()  # a ranking is worked out here, once
-                data: dict[str, Any] = {**answer, "source": [partition, offset]}
-                key = data["request_id"].encode()
-                appends.append(Append(partition, key, json.dumps(data).encode()))
-                answers.append(answer)
-                queued = isinstance(result, BatchResult) and result.status == "queued"
-                final.append(None if queued else answer["request_id"])
+                if isinstance(result, Scheduled):  # a ranking is worked out here, once
+                    rid, value = result.request_id, result.encoded((partition, offset))
+                    if handed:
+                        answers.append(result.to_dict())
+                    final.append(rid)
+                else:
+                    answer = result.to_dict()
+                    rid = answer["request_id"]
+                    value = json.dumps({**answer, "source": [partition, offset]}).encode()
+                    answers.append(answer)
+                    queued = isinstance(result, BatchResult) and result.status == "queued"
+                    final.append(None if queued else rid)
+                appends.append(Append(partition, rid.encode(), value))
         if not appends:
             return
         if self.append_answers is not None:
             offsets = self.append_answers(self.topics.placements, appends)
         else:
             offsets = self.log.append(self.topics.placements, appends)
-        for rid, append, offset in zip(final, appends, offsets, strict=True):
-            if rid is not None:  # the first answer stays the one a resubmission gets
-                self.answered.setdefault(rid, _position(append.partition, offset))
+        for done, append, offset in zip(final, appends, offsets, strict=True):
+            if done is not None:  # the first answer stays the one a resubmission gets
+                self.answered.setdefault(done, _position(append.partition, offset))
         if self.on_answers is not None:
             self.on_answers(answers)  # durable now
 

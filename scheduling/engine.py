@@ -17,6 +17,8 @@ cannot be placed.
 from __future__ import annotations
 
 import base64
+import functools
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
@@ -30,9 +32,12 @@ from scheduling.model import BoolArray, FloatArray, IntArray, Request, Snapshot
 from scheduling.weighers.base import Weigher
 from scheduling.weighers.combine import best_positions, weigh_all, weigh_parts
 from scheduling.weighers.ram import FreeResourceWeigher
+from schemas.ranked import text as ranked_text
 
 if TYPE_CHECKING:
     from scheduling.scriptlet import Scriptlet
+
+_LITTLE_ENDIAN = sys.byteorder == "little"
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,27 +72,29 @@ class Ranking:
     it, normalised value and multiplier (Nova's sum: a score is the sum of
     value x multiplier).
 
-    Kept as the weighing left it (every candidate's score and each
-    weigher's share, arrays made for this request alone) and worked out
-    only when read: the scheduler's hot path pays for the shares, an
-    answer for the rest. It holds the snapshot and the request, not the
-    decision's context, whose arrays (what is free on every candidate,
-    scaled, the run's mask) an answer kept until it is written would
-    otherwise hold alive: about half of what a ranking kept. Of the
-    candidates it keeps only the ``count`` best at once: every candidate's
-    score and shares, kept until the answer is written, grew with the
-    cluster (about 3 MB a request at 100,000 providers scanned whole) and
-    a stream of answers written together ran out of memory; the answer
-    finds the best anyway, so finding them first costs nothing more."""
+    Only the ``count`` best are kept, taken out of the weighing's table
+    when the ranking is made: every candidate's score and shares, kept
+    until the answer is written, grew with the cluster (about 3 MB a
+    request at 100,000 providers scanned whole) and a stream of answers
+    written together ran out of memory. Their values and the answer's
+    text are worked out once, when first read: the scheduler's hot path
+    pays for the shares, an answer for the rest. It holds the snapshot and
+    the request, not the decision's context, whose arrays (what is free on
+    every candidate, scaled, the run's mask) an answer kept until it is
+    written would otherwise hold alive."""
 
     __slots__ = (
-        "_parts",
+        "_best",
+        "_ids_of",
+        "_multiplied",
         "_reference",
         "_request",
         "_rows",
-        "_scores",
         "_settled",
+        "_shares",
         "_snapshot",
+        "_text",
+        "_uniform",
         "_weighers",
     )
 
@@ -95,56 +102,89 @@ class Ranking:
         self,
         ctx: Context,
         rows: IntArray,
-        scores: FloatArray,
+        table: FloatArray,
         weighers: Sequence[Weigher],
-        parts: FloatArray,
-        count: int,
+        best: IntArray,
     ) -> None:
+        """``table``: the scores of ``rows`` and each of ``weighers``'
+        shares (``weigh_parts``); ``best``: the positions of the best, in
+        order (``best_positions``)."""
         # the request's first pick as it was: no earlier picks, the snapshot's usage
         self._snapshot, self._request = ctx.snapshot, ctx.request
         self._reference = (ctx.reference, ctx.io_reference)
-        best = best_positions(scores, count)  # ties to the earlier row, as the pick
-        self._rows, self._scores, self._parts = rows[best], scores[best], parts[:, best]
+        self._rows = rows[best]
+        self._best = table.take(best, axis=1)  # scores, then the shares, of the best
         self._weighers = tuple(weighers)
+        self._uniform = [w.uniform_multiplier(ctx) for w in weighers]
+        self._ids_of: tuple[str, ...] | None = None
+        self._multiplied: FloatArray | None = None
         self._settled: tuple[tuple[str, ...], FloatArray, FloatArray, FloatArray] | None = None
+        self._shares: str | None = None
+        self._text: str | None = None
+
+    def _ids(self) -> tuple[str, ...]:
+        """The providers of the best, best first."""
+        if self._ids_of is None:
+            providers = self._snapshot.providers
+            self._ids_of = tuple(providers[row].provider_id for row in self._rows.tolist())
+        return self._ids_of
+
+    def _multipliers(self) -> FloatArray:
+        """One column (weigher x 1) when every candidate has each weigher's
+        configured multiplier, else weigher x candidate."""
+        if self._multiplied is None:
+            uniform = self._uniform
+            if None in uniform or 0.0 in uniform:  # an aggregate overrides one, or one is off
+                ctx = Context(self._snapshot, self._request, self._snapshot.used)
+                ctx.reference, ctx.io_reference = self._reference
+                multipliers = np.empty_like(self._best[1:])
+                for n, weigher in enumerate(self._weighers):
+                    multipliers[n] = weigher.multipliers(ctx, self._rows)
+                self._multiplied = multipliers
+            else:  # one multiplier per weigher, the common case
+                self._multiplied = _column(tuple(uniform))
+        return self._multiplied
 
     def _settle(self) -> tuple[tuple[str, ...], FloatArray, FloatArray, FloatArray]:
         """(providers, their scores, values, multipliers) of the ``count``
-        best, ties to the earlier row as the pick breaks them. The
-        multipliers are one column (weigher x 1) when every candidate has
-        each weigher's configured one, else weigher x candidate."""
-        if self._settled is not None:
-            return self._settled
-        weighers = self._weighers
-        ctx = Context(self._snapshot, self._request, self._snapshot.used)
-        ctx.reference, ctx.io_reference = self._reference
-        top, shares = self._rows, self._parts  # the best already, in order
-        uniform = [w.uniform_multiplier(ctx) for w in weighers]
-        if None in uniform or 0.0 in uniform:  # an aggregate overrides one, or one is off
-            multipliers = np.empty_like(shares)
-            for n, weigher in enumerate(weighers):
-                multipliers[n] = weigher.multipliers(ctx, top)
+        best, ties to the earlier row as the pick breaks them; a value is
+        its weigher's share divided by the multiplier (0 where that is 0)."""
+        if self._settled is None:
+            shares, multipliers = self._best[1:], self._multipliers()
             zeros = np.zeros_like(shares)
             values = np.divide(shares, multipliers, out=zeros, where=multipliers != 0)
-        else:  # one multiplier per weigher, the common case
-            multipliers = np.array(uniform, dtype=np.float64)[:, None]
-            values = shares / multipliers
-        providers = self._snapshot.providers
-        ids = tuple(providers[row].provider_id for row in top.tolist())
-        self._settled = (ids, self._scores, values, multipliers)
+            self._settled = (self._ids(), self._best[0], values, multipliers)
         return self._settled
+
+    def _shares_b64(self) -> str:
+        """The scores, the shares and the multipliers as :mod:`schemas.ranked`
+        records them: little-endian float64, base64, encoded at once
+        rather than float by float."""
+        if self._shares is None:
+            best, multipliers = self._best, self._multipliers()
+            if not _LITTLE_ENDIAN:
+                best, multipliers = best.byteswap(), multipliers.byteswap()
+            numbers = (
+                best.tobytes() + multipliers.tobytes()
+            )  # two joined: cheaper than concatenating
+            self._shares = base64.b64encode(numbers).decode()
+        return self._shares
 
     def compact(self) -> dict[str, object]:
         """The ranking as an answer records it (:mod:`schemas.ranked`): the
-        providers, the weighers and their numbers as little-endian float64,
-        base64, encoded at once rather than float by float."""
-        providers, scores, values, multipliers = self._settle()
-        numbers = np.concatenate((scores, values.ravel(), multipliers.ravel()))
+        providers, the weighers and their numbers."""
         return {
-            "providers": list(providers),
-            "weighers": [w.name for w in self._weighers],
-            "numbers": base64.b64encode(numbers.astype("<f8", copy=False).tobytes()).decode(),
+            "providers": list(self._ids()),
+            "weighers": list(self.weighers),
+            "shares": self._shares_b64(),
         }
+
+    def to_json(self) -> str:
+        """``json.dumps(self.compact())``, written once (an answer's text
+        sets it in as it is: :meth:`consumers.scheduler.Scheduled.encoded`)."""
+        if self._text is None:
+            self._text = ranked_text(self._ids(), self.weighers, self._shares_b64())
+        return self._text
 
     @property
     def providers(self) -> tuple[str, ...]:
@@ -201,6 +241,15 @@ class Ranking:
             }
             for n, (pid, score) in enumerate(zip(providers, scores.tolist(), strict=True))
         ]
+
+
+@functools.lru_cache(maxsize=64)
+def _column(multipliers: tuple[float, ...]) -> FloatArray:
+    """The weighers' multipliers as a column (weigher x 1), read-only: the
+    same few for every answer of an engine."""
+    column = np.array(multipliers, dtype=np.float64)[:, None]
+    column.flags.writeable = False
+    return column
 
 
 @dataclass(frozen=True, slots=True)
@@ -624,8 +673,10 @@ class Engine:
             if scored or not self.ranked:
                 scores = self._weigh(ctx, candidates)
             else:  # the first pick: what each weigher added, for the answer
-                scores, active, parts = weigh_parts(self.weighers, ctx, candidates)
-                ranking = Ranking(ctx, candidates, scores, active, parts, self.ranked)
+                table, active = weigh_parts(self.weighers, ctx, candidates)
+                scores = table[0]
+                order = best_positions(scores, self.ranked)  # ties to the earlier row
+                ranking = Ranking(ctx, candidates, table, active, order)
             scored = scored or len(candidates)
             best = int(scores.argmax())  # first maximum: the earliest row breaks ties
             if self.scriptlet is not None:

@@ -6,10 +6,13 @@ with the view offsets their snapshot reflected."""
 
 from __future__ import annotations
 
+import base64
 import json
+import struct
 import time
 import tracemalloc
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from hypothesis import given, settings
@@ -17,16 +20,31 @@ from hypothesis import given, settings
 from berth.app import App, Settings
 from berth.client import Answers, Publisher
 from consumers.partition_writer import catch_up_all
+from consumers.scheduler import Scheduled
 from scheduling.config import SchedulerConfig
 from scheduling.engine import Bounded, Engine
 from scheduling.filters.base import Context
 from scheduling.model import Aggregate, Provider, Request, Snapshot
 from scheduling.registry import DEFAULT_FILTERS, DEFAULT_WEIGHERS, FILTERS, WEIGHERS
 from scheduling.weighers.combine import weigh_all
-from schemas.ranked import candidates_of, expand
+from schemas.ranked import candidates_of, expand, text
 from schemas.requests import PlacementRequest
 from tests.builders import provider
 from tests.test_engine_properties import cases
+
+
+def _bits(candidates: list[dict[str, Any]]) -> list[Any]:
+    """The candidates with every float as its bits: -0.0 is not 0.0, a NaN
+    is itself."""
+    pack = struct.Struct("<d").pack
+    return [
+        (
+            c["provider_id"],
+            pack(c["score"]),
+            {name: (pack(v), pack(m)) for name, (v, m) in c["weighers"].items()},
+        )
+        for c in candidates
+    ]
 
 
 def _engine(ranked: int) -> Engine:
@@ -59,6 +77,8 @@ def test_the_ranking_is_the_weighers_order_and_its_first_is_the_pick(
     # an answer's compact form reads back as the same numbers, bit for bit
     assert expand(json.loads(json.dumps(compact))) == ranking
     assert placement.ranking.compact() == compact
+    assert placement.ranking.to_json() == json.dumps(compact)  # the text answers record
+    assert _bits(expand(compact)) == _bits(ranking)
     for ranked in ranking:
         parts = ranked["weighers"]
         assert isinstance(parts, dict) and isinstance(ranked["score"], float)
@@ -185,3 +205,71 @@ def test_an_aggregates_multiplier_is_recorded_per_candidate() -> None:
     ram = [c["weighers"]["RAMWeigher"][1] for c in candidates]
     assert set(ram) == {1.0, 2.5}
     assert [c["provider_id"] for c in candidates] == compact["providers"]
+
+
+def test_answers_recorded_before_the_shares_read_back_as_they_were_written() -> None:
+    """A log's older answers record their values (``numbers``), not their
+    shares: explain and the dashboard read them as before."""
+    names = [f"p{i}" for i in range(6)]
+    heavy = Aggregate("heavy", {"ram_weight_multiplier": "2.5", "io_ops_weight_multiplier": "0"})
+    snapshot = Snapshot.build(
+        [
+            Provider(n, host=n, aggregates=frozenset({"heavy"} if i % 2 else ()), num_io_ops=i)
+            for i, n in enumerate(names)
+        ],
+        {
+            n: {"VCPU": {"total": 8}, "MEMORY_MB": {"total": 1000 * (i + 3)}}
+            for i, n in enumerate(names)
+        },
+        {"heavy": heavy},
+    )
+    ranking = _engine(ranked=4).place(snapshot, Request("r", {"VCPU": 1})).ranking
+    assert ranking is not None
+    expected = ranking.to_dicts()
+    # the old layout: the scores, each weigher's values, the multipliers
+    numbers = np.concatenate((ranking.scores, ranking.values, ranking.multipliers), axis=None)
+    older = {
+        "providers": list(ranking.providers),
+        "weighers": list(ranking.weighers),
+        "numbers": base64.b64encode(numbers.astype("<f8").tobytes()).decode(),
+    }
+    assert _bits(candidates_of({"ranked": older})) == _bits(expected)
+    assert _bits(candidates_of({"ranked": ranking.compact()})) == _bits(expected)
+    ram = {c["weighers"]["RAMWeigher"][1] for c in candidates_of({"ranked": older})}
+    assert ram == {1.0, 2.5}
+
+
+def test_the_compact_text_is_what_json_writes_whatever_the_names() -> None:
+    numbers = base64.b64encode(b"\x00" * 24).decode()
+    for providers in (
+        ["node-1", "node-2"],
+        [],
+        ['a"b', "c\\d"],
+        ["tab\there", "d\x7fel"],
+        ["n\u00e9ud", "\u7bc0\u70b9"],
+        ["", " spaced "],
+    ):
+        weighers = ["RAMWeigher"]
+        written = text(providers, weighers, numbers)
+        assert written == json.dumps(
+            {"providers": providers, "weighers": weighers, "shares": numbers}
+        )
+
+
+def test_an_answer_is_encoded_as_its_dict_with_its_source() -> None:
+    names = [f"p{i}" for i in range(12)]
+    snapshot = Snapshot.build(
+        [Provider(n, host=n) for n in names],
+        {
+            n: {"VCPU": {"total": 8}, "MEMORY_MB": {"total": 512 * (i + 1)}}
+            for i, n in enumerate(names)
+        },
+    )
+    ranking = _engine(ranked=10).place(snapshot, Request("r", {"VCPU": 1})).ranking
+    placed = Scheduled(
+        "r", True, (("x", "p11"),), 1, policy="default@1", offsets={0: 3}, ranking=ranking
+    )
+    for scheduled in (placed, Scheduled("f", False, (), 1, "no valid host", ("a", "b"))):
+        value = scheduled.encoded((1, 42))
+        assert json.loads(value) == {**scheduled.to_dict(), "source": [1, 42]}
+    assert json.loads(placed.encoded((0, 0)))["ranked"]["providers"][0] == "p11"

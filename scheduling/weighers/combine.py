@@ -35,26 +35,27 @@ def weigh_all(weighers: Sequence[Weigher], ctx: Context, rows: IntArray) -> Floa
 
 def weigh_parts(
     weighers: Sequence[Weigher], ctx: Context, rows: IntArray
-) -> tuple[FloatArray, list[Weigher], FloatArray]:
-    """``weigh_all``'s scores, the weighers that took part, and each one's
-    share of them (its multiplier times its normalised values; one row per
-    weigher), for an answer to say why its pick ranked first. The same sums
-    in the same order as ``weigh_all``: each share is what that weigher's
-    ``add_to`` adds."""
-    total = np.zeros(len(rows), dtype=np.float64)
-    if len(rows) <= 1:
-        return total, [], np.zeros((0, len(rows)), dtype=np.float64)
-    active = [w for w in weighers if not w.idle(ctx)]
-    parts = np.zeros((len(active), len(rows)), dtype=np.float64)
+) -> tuple[FloatArray, list[Weigher]]:
+    """``weigh_all``'s scores (the table's first row), each share of them
+    of the weighers that took part (a row each after it: its multiplier
+    times its normalised values), and those weighers, for an answer to say
+    why its pick ranked first. The same sums in the same order as
+    ``weigh_all``: each share is what that weigher's ``add_to`` adds. One
+    table, so that an answer's few candidates are taken out of it at once."""
+    active = [w for w in weighers if not w.idle(ctx)] if len(rows) > 1 else []
+    if not active:
+        return np.zeros((1, len(rows)), dtype=np.float64), active
+    table = np.empty((len(active) + 1, len(rows)), dtype=np.float64)
+    table.fill(0.0)  # quicker than np.zeros' cleared allocation at this size
+    scores, *parts = table
     for weigher, part in zip(active, parts, strict=True):
         weigher.add_to(part, ctx, rows)
-    if len(active):
-        # down the rows one after another, as weigh_all adds them to its total
-        np.add.reduce(parts, axis=0, out=total)
-    return total, active, parts
+    # down the rows one after another, as weigh_all adds them to its total
+    np.add.reduce(table[1:], axis=0, out=scores)
+    return table, active
 
 
-_SORTED_UP_TO = 512
+_SORTED_UP_TO = 100
 """Up to this many scores, a stable sort of them all finds the best sooner
 than the partition, the selection and the sort of the few."""
 
@@ -63,13 +64,22 @@ def best_positions(scores: FloatArray, count: int) -> IntArray:
     """Positions of the ``count`` highest scores, highest first; equal scores
     in order of position, as the engine's own pick breaks ties (for the
     scriptlet's candidates and an answer's ranking). O(n) to find them: a
-    full sort of ten thousand scores costs more than what they are for;
-    a sample's few hundred cost less sorted (one call, not six)."""
-    if len(scores) <= max(count, _SORTED_UP_TO):
-        best: IntArray = np.argsort(-scores, kind="stable")[:count]
+    full sort of a sample's two hundred scores costs more than what they
+    are for; a few dozen cost less sorted (one call, not five)."""
+    # the arrays' own methods: numpy's functions of the same name add a
+    # Python wrapper that costs as much as the work on a few hundred
+    size = len(scores)
+    if size <= max(count, _SORTED_UP_TO):
+        best: IntArray = (-scores).argsort(kind="stable")[:count]
         return best
-    cut = np.partition(scores, len(scores) - count)[len(scores) - count]
-    above = np.flatnonzero(scores > cut)
-    chosen = np.concatenate((above, np.flatnonzero(scores == cut)[: count - len(above)]))
-    ordered: IntArray = chosen[np.lexsort((chosen, -scores[chosen]))]
+    highest = scores.copy()
+    highest.partition(size - count)
+    cut = highest[size - count]
+    # those at the cut or above, in position order: more than count when
+    # several tie at the cut, and the stable sort keeps the earlier ones
+    chosen = (scores >= cut).nonzero()[0]
+    if len(chosen) < count:  # NaN scores compare with nothing: sort them all
+        everything: IntArray = (-scores).argsort(kind="stable")[:count]
+        return everything
+    ordered: IntArray = chosen[(-scores[chosen]).argsort(kind="stable")[:count]]
     return ordered
