@@ -72,26 +72,26 @@ class Ranking:
     it, normalised value and multiplier (Nova's sum: a score is the sum of
     value x multiplier).
 
-    Only the ``count`` best are kept, taken out of the weighing's table
-    when the ranking is made: every candidate's score and shares, kept
-    until the answer is written, grew with the cluster (about 3 MB a
-    request at 100,000 providers scanned whole) and a stream of answers
-    written together ran out of memory. Their values and the answer's
-    text are worked out once, when first read: the scheduler's hot path
-    pays for the shares, an answer for the rest. It holds the snapshot and
-    the request, not the decision's context, whose arrays (what is free on
-    every candidate, scaled, the run's mask) an answer kept until it is
-    written would otherwise hold alive."""
+    Only the ``count`` best are kept, taken out of the weighing when the
+    ranking is made: every candidate's score and values, kept until the
+    answer is written, grew with the cluster (about 3 MB a request at
+    100,000 providers scanned whole) and a stream of answers written
+    together ran out of memory. The answer's text is worked out once, when
+    first read. It holds the snapshot and the request, not the decision's
+    context, whose arrays (what is free on every candidate, scaled, the
+    run's mask) an answer kept until it is written would otherwise hold
+    alive."""
 
     __slots__ = (
-        "_best",
         "_ids_of",
         "_multiplied",
+        "_numbers",
+        "_parts",
         "_reference",
         "_request",
         "_rows",
+        "_scores",
         "_settled",
-        "_shares",
         "_snapshot",
         "_text",
         "_uniform",
@@ -102,24 +102,25 @@ class Ranking:
         self,
         ctx: Context,
         rows: IntArray,
-        table: FloatArray,
+        scores: FloatArray,
         weighers: Sequence[Weigher],
+        parts: Sequence[tuple[FloatArray, bool]],
         best: IntArray,
     ) -> None:
-        """``table``: the scores of ``rows`` and each of ``weighers``'
-        shares (``weigh_parts``); ``best``: the positions of the best, in
+        """``scores`` of ``rows``, ``weighers`` and their ``parts`` as
+        ``weigh_parts`` gives them; ``best``: the positions of the best, in
         order (``best_positions``)."""
         # the request's first pick as it was: no earlier picks, the snapshot's usage
         self._snapshot, self._request = ctx.snapshot, ctx.request
         self._reference = (ctx.reference, ctx.io_reference)
-        self._rows = rows[best]
-        self._best = table.take(best, axis=1)  # scores, then the shares, of the best
+        self._rows, self._scores = rows[best], scores[best]
+        self._parts = [(part[best], share) for part, share in parts]
         self._weighers = tuple(weighers)
         self._uniform = [w.uniform_multiplier(ctx) for w in weighers]
         self._ids_of: tuple[str, ...] | None = None
         self._multiplied: FloatArray | None = None
         self._settled: tuple[tuple[str, ...], FloatArray, FloatArray, FloatArray] | None = None
-        self._shares: str | None = None
+        self._numbers: str | None = None
         self._text: str | None = None
 
     def _ids(self) -> tuple[str, ...]:
@@ -137,7 +138,7 @@ class Ranking:
             if None in uniform or 0.0 in uniform:  # an aggregate overrides one, or one is off
                 ctx = Context(self._snapshot, self._request, self._snapshot.used)
                 ctx.reference, ctx.io_reference = self._reference
-                multipliers = np.empty_like(self._best[1:])
+                multipliers = np.empty((len(self._weighers), len(self._rows)), dtype=np.float64)
                 for n, weigher in enumerate(self._weighers):
                     multipliers[n] = weigher.multipliers(ctx, self._rows)
                 self._multiplied = multipliers
@@ -147,28 +148,37 @@ class Ranking:
 
     def _settle(self) -> tuple[tuple[str, ...], FloatArray, FloatArray, FloatArray]:
         """(providers, their scores, values, multipliers) of the ``count``
-        best, ties to the earlier row as the pick breaks them; a value is
-        its weigher's share divided by the multiplier (0 where that is 0)."""
+        best, ties to the earlier row as the pick breaks them; a share kept
+        apart (``weigh_parts``) is divided by its multiplier (0 where that
+        is 0)."""
         if self._settled is None:
-            shares, multipliers = self._best[1:], self._multipliers()
-            zeros = np.zeros_like(shares)
-            values = np.divide(shares, multipliers, out=zeros, where=multipliers != 0)
-            self._settled = (self._ids(), self._best[0], values, multipliers)
+            multipliers = self._multipliers()
+            values = np.zeros((len(self._parts), len(self._rows)), dtype=np.float64)
+            for n, (part, share) in enumerate(self._parts):
+                if share:
+                    m = np.broadcast_to(multipliers[n], part.shape)
+                    np.divide(part, m, out=values[n], where=m != 0)
+                else:
+                    values[n] = part
+            self._settled = (self._ids(), self._scores, values, multipliers)
         return self._settled
 
-    def _shares_b64(self) -> str:
-        """The scores, the shares and the multipliers as :mod:`schemas.ranked`
+    def _numbers_b64(self) -> str:
+        """The scores, values and multipliers as :mod:`schemas.ranked`
         records them: little-endian float64, base64, encoded at once
         rather than float by float."""
-        if self._shares is None:
-            best, multipliers = self._best, self._multipliers()
-            if not _LITTLE_ENDIAN:
-                best, multipliers = best.byteswap(), multipliers.byteswap()
-            numbers = (
-                best.tobytes() + multipliers.tobytes()
-            )  # two joined: cheaper than concatenating
-            self._shares = base64.b64encode(numbers).decode()
-        return self._shares
+        if self._numbers is None:
+            multipliers = self._multipliers()
+            if _LITTLE_ENDIAN and not any(share for _, share in self._parts):
+                # each array's bytes joined: cheaper than putting them in one first
+                values = b"".join([part.tobytes() for part, _ in self._parts])
+                numbers = self._scores.tobytes() + values + multipliers.tobytes()
+            else:
+                _, scores, settled, _ = self._settle()
+                joined = np.concatenate((scores, settled, multipliers), axis=None)
+                numbers = joined.astype("<f8", copy=False).tobytes()
+            self._numbers = base64.b64encode(numbers).decode()
+        return self._numbers
 
     def compact(self) -> dict[str, object]:
         """The ranking as an answer records it (:mod:`schemas.ranked`): the
@@ -176,14 +186,14 @@ class Ranking:
         return {
             "providers": list(self._ids()),
             "weighers": list(self.weighers),
-            "shares": self._shares_b64(),
+            "numbers": self._numbers_b64(),
         }
 
     def to_json(self) -> str:
         """``json.dumps(self.compact())``, written once (an answer's text
         sets it in as it is: :meth:`consumers.scheduler.Scheduled.encoded`)."""
         if self._text is None:
-            self._text = ranked_text(self._ids(), self.weighers, self._shares_b64())
+            self._text = ranked_text(self._ids(), self.weighers, self._numbers_b64())
         return self._text
 
     @property
@@ -673,10 +683,9 @@ class Engine:
             if scored or not self.ranked:
                 scores = self._weigh(ctx, candidates)
             else:  # the first pick: what each weigher added, for the answer
-                table, active = weigh_parts(self.weighers, ctx, candidates)
-                scores = table[0]
+                scores, active, parts = weigh_parts(self.weighers, ctx, candidates)
                 order = best_positions(scores, self.ranked)  # ties to the earlier row
-                ranking = Ranking(ctx, candidates, table, active, order)
+                ranking = Ranking(ctx, candidates, scores, active, parts, order)
             scored = scored or len(candidates)
             best = int(scores.argmax())  # first maximum: the earliest row breaks ties
             if self.scriptlet is not None:

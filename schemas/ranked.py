@@ -2,23 +2,18 @@
 normalised value and multiplier, in a compact form that followers of the
 placements topic which do not read it skip without decoding.
 
-``{"providers": [...], "weighers": [...], "shares": BASE64}``: the numbers
+``{"providers": [...], "weighers": [...], "numbers": BASE64}``: the numbers
 are little-endian float64, bit for bit what the engine computed: the
-candidates' scores (one per provider), then each weigher's share of them
-(its normalised value times its multiplier, weigher after weigher, one per
-provider), then the multipliers: one per weigher when every candidate has
-that weigher's configured one (the common case), else one per weigher and
-provider, laid out as the shares. A value is its share divided by the
-multiplier (0 where that is 0), as the engine divides it: an answer is
-written for every request placed and read for a few, so the division is
-left to the reader. The number of each is known from the two lists, and
-which layout from the count. Answers written before the shares record
-``"numbers"`` instead: the same layout with the values in place of the
-shares; :func:`expand` reads both. Floats written as text cost ten times
-more to encode than the rest of an answer; :func:`expand` gives the
-readable form (a candidate per dict) where one is shown or explained.
-:func:`text` writes the compact form as ``json.dumps`` would, at a fraction
-of its cost.
+candidates' scores (one per provider), then each weigher's values (weigher
+after weigher, one per provider), then the multipliers: one per weigher when
+every candidate has that weigher's configured one (the common case), else
+one per weigher and provider, laid out as the values. The number of each is
+known from the two lists, and which layout from the count. Floats written as
+text cost ten times more to encode than the rest of an answer;
+:func:`expand` gives the readable form (a candidate per dict) where one is
+shown or explained. :func:`text` writes the compact form as ``json.dumps``
+would, at a fraction of its cost: an answer is written for every request
+placed.
 """
 
 from __future__ import annotations
@@ -32,17 +27,17 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 
-def text(providers: Sequence[str], weighers: Sequence[str], shares: str) -> str:
-    """``json.dumps({"providers": ..., "weighers": ..., "shares": ...})``
-    for ``shares`` in base64: the same text, base64 needing no escapes
+def text(providers: Sequence[str], weighers: Sequence[str], numbers: str) -> str:
+    """``json.dumps({"providers": ..., "weighers": ..., "numbers": ...})``
+    for ``numbers`` in base64: the same text, base64 needing no escapes
     and the names seldom any."""
     return (
         '{"providers": '
         + _strings(providers)
         + ', "weighers": '
         + _names(tuple(weighers))
-        + ', "shares": "'
-        + shares
+        + ', "numbers": "'
+        + numbers
         + '"}'
     )
 
@@ -67,28 +62,28 @@ def _strings(items: Sequence[str]) -> str:
 
 def expand(ranked: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The candidates best first, each ``{"provider_id", "score", "weighers":
-    {name: [normalised value, multiplier]}}``, from either layout."""
+    {name: [normalised value, multiplier]}}``."""
     providers: list[str] = list(ranked["providers"])
     weighers: list[str] = list(ranked["weighers"])
-    shared = "shares" in ranked
-    numbers = array("d", base64.b64decode(ranked["shares" if shared else "numbers"]))
+    numbers = array("d", base64.b64decode(ranked["numbers"]))
     if sys.byteorder != "little":
         numbers.byteswap()
     n, w = len(providers), len(weighers)
-    scores, parts, multipliers = numbers[:n], numbers[n : n + w * n], numbers[n + w * n :]
+    scores, values, multipliers = numbers[:n], numbers[n : n + w * n], numbers[n + w * n :]
     uniform = len(multipliers) == w
     if len(multipliers) not in (w, w * n):
         raise ValueError(f"{len(numbers)} numbers for {n} candidates and {w} weighers")
-    candidates = []
-    for c, pid in enumerate(providers):
-        named = {}
-        for k, name in enumerate(weighers):
-            part, multiplier = parts[k * n + c], multipliers[k if uniform else k * n + c]
-            if shared:  # the value the engine divides out of the share
-                part = part / multiplier if multiplier != 0 else 0.0
-            named[name] = [part, multiplier]
-        candidates.append({"provider_id": pid, "score": scores[c], "weighers": named})
-    return candidates
+    return [
+        {
+            "provider_id": pid,
+            "score": scores[c],
+            "weighers": {
+                name: [values[k * n + c], multipliers[k] if uniform else multipliers[k * n + c]]
+                for k, name in enumerate(weighers)
+            },
+        }
+        for c, pid in enumerate(providers)
+    ]
 
 
 def candidates_of(answer: Mapping[str, Any]) -> list[dict[str, Any]]:

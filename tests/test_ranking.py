@@ -24,9 +24,11 @@ from consumers.scheduler import Scheduled
 from scheduling.config import SchedulerConfig
 from scheduling.engine import Bounded, Engine
 from scheduling.filters.base import Context
-from scheduling.model import Aggregate, Provider, Request, Snapshot
+from scheduling.model import Aggregate, FloatArray, IntArray, Provider, Request, Snapshot
 from scheduling.registry import DEFAULT_FILTERS, DEFAULT_WEIGHERS, FILTERS, WEIGHERS
+from scheduling.weighers.base import normalize
 from scheduling.weighers.combine import weigh_all
+from scheduling.weighers.ram import RAMWeigher
 from schemas.ranked import candidates_of, expand, text
 from schemas.requests import PlacementRequest
 from tests.builders import provider
@@ -207,14 +209,25 @@ def test_an_aggregates_multiplier_is_recorded_per_candidate() -> None:
     assert [c["provider_id"] for c in candidates] == compact["providers"]
 
 
-def test_answers_recorded_before_the_shares_read_back_as_they_were_written() -> None:
-    """A log's older answers record their values (``numbers``), not their
-    shares: explain and the dashboard read them as before."""
+class _OwnRAM(RAMWeigher):
+    """An operator's weigher whose ``add_to`` does not return its values."""
+
+    name = "OwnRAM"
+
+    def add_to(self, total: FloatArray, ctx: Context, rows: IntArray) -> None:
+        total += self.multipliers(ctx, rows) * normalize(self.weigh(ctx, rows), self.minval)
+
+
+def test_a_weighers_share_kept_apart_reads_back_as_its_values() -> None:
+    """A weigher whose ``add_to`` returns nothing has its share weighed
+    apart and divided by its multipliers (an aggregate's where it sets
+    one): the same values as a weigher that returns them (multipliers that
+    are powers of 2 divide out exactly)."""
     names = [f"p{i}" for i in range(6)]
-    heavy = Aggregate("heavy", {"ram_weight_multiplier": "2.5", "io_ops_weight_multiplier": "0"})
+    heavy = Aggregate("heavy", {"ram_weight_multiplier": "4"})
     snapshot = Snapshot.build(
         [
-            Provider(n, host=n, aggregates=frozenset({"heavy"} if i % 2 else ()), num_io_ops=i)
+            Provider(n, host=n, aggregates=frozenset({"heavy"} if i % 2 else ()))
             for i, n in enumerate(names)
         ],
         {
@@ -223,20 +236,18 @@ def test_answers_recorded_before_the_shares_read_back_as_they_were_written() -> 
         },
         {"heavy": heavy},
     )
-    ranking = _engine(ranked=4).place(snapshot, Request("r", {"VCPU": 1})).ranking
-    assert ranking is not None
-    expected = ranking.to_dicts()
-    # the old layout: the scores, each weigher's values, the multipliers
-    numbers = np.concatenate((ranking.scores, ranking.values, ranking.multipliers), axis=None)
-    older = {
-        "providers": list(ranking.providers),
-        "weighers": list(ranking.weighers),
-        "numbers": base64.b64encode(numbers.astype("<f8").tobytes()).decode(),
-    }
-    assert _bits(candidates_of({"ranked": older})) == _bits(expected)
-    assert _bits(candidates_of({"ranked": ranking.compact()})) == _bits(expected)
-    ram = {c["weighers"]["RAMWeigher"][1] for c in candidates_of({"ranked": older})}
-    assert ram == {1.0, 2.5}
+    filters = [FILTERS[name]() for name in DEFAULT_FILTERS]
+    for multiplier in (1.0, -2.0):
+        ours = Engine(filters, [RAMWeigher(multiplier)], ranked=4)
+        theirs = Engine(filters, [_OwnRAM(multiplier)], ranked=4)
+        request = Request("r", {"VCPU": 1})
+        mine, own = ours.place(snapshot, request).ranking, theirs.place(snapshot, request).ranking
+        assert mine is not None and own is not None
+        assert own.providers == mine.providers and np.array_equal(own.scores, mine.scores)
+        assert np.array_equal(own.multipliers, mine.multipliers)
+        assert own.values.tolist() == mine.values.tolist()
+        assert _bits(expand(own.compact())) == _bits(own.to_dicts())
+        assert set(own.multipliers.ravel().tolist()) == {multiplier, 4.0}
 
 
 def test_the_compact_text_is_what_json_writes_whatever_the_names() -> None:
@@ -252,7 +263,7 @@ def test_the_compact_text_is_what_json_writes_whatever_the_names() -> None:
         weighers = ["RAMWeigher"]
         written = text(providers, weighers, numbers)
         assert written == json.dumps(
-            {"providers": providers, "weighers": weighers, "shares": numbers}
+            {"providers": providers, "weighers": weighers, "numbers": numbers}
         )
 
 

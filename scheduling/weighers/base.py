@@ -57,10 +57,13 @@ class Weigher(ABC):
     def weigh(self, ctx: Context, rows: IntArray) -> FloatArray:
         """Raw weights of ``rows`` (higher is preferred before multiplying)."""
 
-    def add_to(self, total: FloatArray, ctx: Context, rows: IntArray) -> None:
+    def add_to(self, total: FloatArray, ctx: Context, rows: IntArray) -> FloatArray | None:
         """``total += multipliers x normalize(weigh)``, one value per row:
         this weigher's share of Nova's weight sum. Weighers may override it
-        with fewer array operations, giving the very same numbers."""
+        with fewer array operations, giving the very same numbers. Returns
+        the normalised values it multiplied, one per row, for an answer's
+        ranking (``weigh_parts``); an override that returns None has its
+        share kept apart instead."""
         raw = np.asarray(self.weigh(ctx, rows), dtype=np.float64)
         if raw.shape != (len(rows),):
             raise ValueError(
@@ -72,6 +75,7 @@ class Weigher(ABC):
             total += self.multipliers(ctx, rows) * normalised
         else:
             accumulate(total, multiplier, normalised)
+        return normalised
 
     def uniform_multiplier(self, ctx: Context) -> float | None:
         """The multiplier of every provider (what ``multipliers`` would fill

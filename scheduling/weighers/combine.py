@@ -35,24 +35,30 @@ def weigh_all(weighers: Sequence[Weigher], ctx: Context, rows: IntArray) -> Floa
 
 def weigh_parts(
     weighers: Sequence[Weigher], ctx: Context, rows: IntArray
-) -> tuple[FloatArray, list[Weigher]]:
-    """``weigh_all``'s scores (the table's first row), each share of them
-    of the weighers that took part (a row each after it: its multiplier
-    times its normalised values), and those weighers, for an answer to say
-    why its pick ranked first. The same sums in the same order as
-    ``weigh_all``: each share is what that weigher's ``add_to`` adds. One
-    table, so that an answer's few candidates are taken out of it at once."""
-    active = [w for w in weighers if not w.idle(ctx)] if len(rows) > 1 else []
-    if not active:
-        return np.zeros((1, len(rows)), dtype=np.float64), active
-    table = np.empty((len(active) + 1, len(rows)), dtype=np.float64)
-    table.fill(0.0)  # quicker than np.zeros' cleared allocation at this size
-    scores, *parts = table
-    for weigher, part in zip(active, parts, strict=True):
-        weigher.add_to(part, ctx, rows)
-    # down the rows one after another, as weigh_all adds them to its total
-    np.add.reduce(table[1:], axis=0, out=scores)
-    return table, active
+) -> tuple[FloatArray, list[Weigher], list[tuple[FloatArray, bool]]]:
+    """``weigh_all``'s scores, the same sums in the same order, with the
+    weighers that took part and what each multiplied, for an answer to say
+    why its pick ranked first: its normalised values (one per row) as its
+    ``add_to`` returns them; or, from an ``add_to`` that returns none (an
+    operator's own), its share (value x multiplier) weighed again apart,
+    marked True, for the reader to divide."""
+    total = np.zeros(len(rows), dtype=np.float64)
+    active: list[Weigher] = []
+    parts: list[tuple[FloatArray, bool]] = []
+    if len(rows) <= 1:
+        return total, active, parts
+    for weigher in weighers:
+        if weigher.idle(ctx):
+            continue
+        values = weigher.add_to(total, ctx, rows)
+        if values is None:
+            share = np.zeros(len(rows), dtype=np.float64)
+            weigher.add_to(share, ctx, rows)
+            parts.append((share, True))
+        else:
+            parts.append((values, False))
+        active.append(weigher)
+    return total, active, parts
 
 
 _SORTED_UP_TO = 100

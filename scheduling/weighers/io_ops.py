@@ -35,12 +35,11 @@ class IoOpsWeigher(Weigher):
     def idle(self, ctx: Context) -> bool:
         return not ctx.picked and not ctx.snapshot.any_io_ops
 
-    def add_to(self, total: FloatArray, ctx: Context, rows: IntArray) -> None:
+    def add_to(self, total: FloatArray, ctx: Context, rows: IntArray) -> FloatArray | None:
         multiplier = self.uniform_multiplier(ctx)
         simple = self.minval == 0.0 and self.maxval is None and len(rows) > 0
         if ctx.picked or multiplier is None or not simple or not math.isfinite(multiplier):
-            super().add_to(total, ctx, rows)
-            return
+            return super().add_to(total, ctx, rows)
         # Before the first pick the weights are the snapshot's own counts, so
         # their clamped float form is worked out once per snapshot; what is
         # left of normalize is one division by the largest.
@@ -49,6 +48,7 @@ class IoOpsWeigher(Weigher):
         if high > 0.0:  # all 0 otherwise: a finite multiplier adds nothing
             values /= high
             accumulate(total, multiplier, values)
+        return values  # all 0 when high is: the counts are clamped at 0
 
     def _clamped_counts(self, snapshot: Snapshot) -> FloatArray:
         counts, clamped = self._clamped

@@ -44,22 +44,21 @@ class FreeResourceWeigher(Weigher):
     def weigh(self, ctx: Context, rows: IntArray) -> FloatArray:
         return free_of(ctx, rows, self.resource_class)
 
-    def add_to(self, total: FloatArray, ctx: Context, rows: IntArray) -> None:
+    def add_to(self, total: FloatArray, ctx: Context, rows: IntArray) -> FloatArray | None:
         column = ctx.snapshot.column(self.resource_class)
         multiplier = self.uniform_multiplier(ctx)
         anchored = self.minval == 0.0 and self.maxval is None
         if column is None or not anchored or not len(rows):
-            super().add_to(total, ctx, rows)
-            return
+            return super().add_to(total, ctx, rows)
         if multiplier is None and ctx.reference is not None:
-            super().add_to(total, ctx, rows)  # normalised among these rows alone
-            return
+            return super().add_to(total, ctx, rows)  # normalised among these rows alone
         # the RAM, CPU and disk weighers share one normalisation of every class
-        scaled = ctx.free_scaled(rows, ctx.snapshot.capacity_by_class())
+        normalised: FloatArray = ctx.free_scaled(rows, ctx.snapshot.capacity_by_class())[column]
         if multiplier is None:  # an aggregate sets this weigher's multiplier
-            total += self.multipliers(ctx, rows) * scaled[column]
+            total += self.multipliers(ctx, rows) * normalised
         else:
-            accumulate(total, multiplier, scaled[column])
+            accumulate(total, multiplier, normalised)
+        return normalised
 
 
 class RAMWeigher(FreeResourceWeigher):
