@@ -502,3 +502,39 @@ def test_a_walk_kept_through_thousands_of_picks_draws_what_a_fresh_one_draws() -
         snapshot = snapshot.with_used(used, changed)
     assert kept.index(snapshot)._log_base > 0  # the oldest half was forgotten
     assert kept.index_builds == 1
+
+
+def test_a_walk_kept_from_before_the_log_forgot_is_walked_afresh() -> None:
+    """A kind of request asked once, then not again while the index
+    re-reads more rows than its log keeps (it forgets its oldest half):
+    the providers emptied just after it was asked are noted only in the
+    forgotten half, so its kept walk must be taken afresh, not brought up
+    to date from what the log still holds, which would miss them (and
+    draw the providers it held before, now worse than the emptied ones)."""
+    from bench.scale import cluster, engines
+
+    snapshot = cluster(2_000, seed=5)
+    full, kept = engines()
+    rare = Request("rare", {"VCPU": 1, "MEMORY_MB": 512, "DISK_GB": 1})
+    first = kept.place(snapshot, rare)  # its walk is kept
+    # fifty of the largest feasible providers not drawn first, emptied: the best now
+    capacity = snapshot.capacity_by_class()
+    size = (capacity / capacity.max(axis=1, keepdims=True)).sum(axis=0)
+    taken = {snapshot.row_of[pid] for pid in first.providers}
+    feasible = [int(r) for r in full.feasible(snapshot, rare) if r not in taken]
+    emptied = sorted(feasible, key=lambda r: -size[r])[:50]
+    used = snapshot.used.copy()
+    used[emptied] = 0
+    snapshot = snapshot.with_used(used, emptied)
+    index = kept.index(snapshot)
+    noted = index._epoch()  # the emptied rows are noted before this
+    idle = next(r for r in range(snapshot.size) if r not in emptied)
+    while index._log_base < noted:  # one row re-read, unchanged, again and again
+        snapshot = snapshot.with_used(snapshot.used.copy(), [idle])
+        index = kept.index(snapshot)
+    decided = kept.place(snapshot, rare)
+    _, fresh = engines()
+    again = fresh.place(snapshot, rare)
+    assert decided.providers[0] in {snapshot.providers[r].provider_id for r in emptied}
+    assert (decided.providers, decided.weights) == (again.providers, again.weights)
+    assert kept.index_builds == 1
