@@ -347,6 +347,7 @@ def sustained(
         "failed": failed,
         "attempts": attempts,
         "overcommitted_providers": overcommitted,
+        "index_builds": engine.index_builds,
     }
 
 
