@@ -414,6 +414,7 @@ class Scheduler:
         """Rank ``wave`` on one snapshot and publish its claims; their ids."""
         self.pump()  # in one process, let the writers catch up before reading the view
         snapshot = self.snapshot()
+        self._index_to(snapshot, wave)
         rows = snapshot.row_of
         used = snapshot.used.copy()
         demands: dict[tuple[tuple[str, int], ...], IntArray] = {}  # by request shape
@@ -475,6 +476,24 @@ class Scheduler:
                     partition, offset, item.provider_id, item.resources, item.fit
                 )
         return ids
+
+    def _index_to(self, snapshot: Snapshot, wave: list[_Pending]) -> None:
+        """Bring the feasibility index of each engine placing ``wave`` in
+        bounded mode to ``snapshot`` before the wave's working twins branch
+        off it. The index, left at the last wave's last twin, can follow
+        the view's next snapshot (made from the one that wave started
+        from, which it remembers), and a twin of a snapshot it is at; but
+        not a twin of a snapshot it never saw, once that twin's lineage
+        starts afresh from its parent (many rows changed): it would be
+        built again, O(providers), each such wave. Marked, the snapshot
+        stays known however many picks the wave steps through, so the
+        next one, made from it, is followed too."""
+        engines = {
+            id(e): e for e in (self.engine if p.policy is None else p.policy.engine for p in wave)
+        }
+        for engine in engines.values():
+            if engine.bounded.applies(snapshot.size):
+                engine.index(snapshot).mark(snapshot)
 
     def _add_unseen(
         self,

@@ -45,8 +45,11 @@ may differ (:class:`scheduling.model.Lineage`); ``sync`` re-reads only
 those, O(changes). The index also remembers, for the last few snapshots it
 reflected, which rows it has re-read since, so it can follow a twin of an
 earlier snapshot too (a scheduler's working copies branch off the view's
-snapshots and come back). Anything else (a snapshot built anew, other
-classes or aggregates, a new largest capacity of a weighed class) is a rebuild, O(providers).
+snapshots and come back); a scheduler marks the view's snapshot a wave
+starts from (``mark``), so the view's next snapshot, made from it, is
+followed however many twins the wave stepped through. Anything else (a
+snapshot built anew, other classes or aggregates, a new largest capacity
+of a weighed class) is a rebuild, O(providers).
 Each row re-read is noted once in a log, with its free capacity and its
 place in the walk's order worked out then: a walk kept for a kind of
 request is brought up to date from the slice of the log since it was
@@ -438,6 +441,16 @@ class FeasibilityIndex:
         self.token = snapshot.token
         self._remember(snapshot, stepped)
         return True
+
+    def mark(self, snapshot: Snapshot) -> None:
+        """Remember ``snapshot``, where the index is now, among the marks
+        (a view's snapshot a wave of twins starts from): the snapshots made
+        from it later, or from its twins, are followed from it however many
+        twins are stepped through in between."""
+        if snapshot.token == self.token and snapshot.token not in self.marks:
+            self.marks[snapshot.token] = set()
+            while len(self.marks) > _MARKS:
+                del self.marks[next(iter(self.marks))]
 
     def _rows_to(self, snapshot: Snapshot) -> set[int] | None:
         """Rows in which ``snapshot`` may differ from what the index holds:
