@@ -298,9 +298,6 @@ class FeasibilityIndex:
         """...and ``_log[0]`` entry number ``_log_offset`` of all noted."""
         self._last = np.full(snapshot.size, -1, dtype=np.int64)
         """Per row, the number of its latest entry (-1: none yet)."""
-        self._mark = np.zeros(snapshot.size, dtype=np.bool_)
-        """All False between calls: the rows a kept walk loses, marked
-        (a byte a provider: a walk's rows read from it stay in cache)."""
         self._asked: dict[tuple[tuple[int, int], ...], tuple[npt.NDArray[np.intp], IntArray]] = {}
         """A shape's (column, amount) pairs -> its columns and amounts as
         columns of arrays (classes x 1), to check many rows in one step."""
@@ -882,10 +879,9 @@ class FeasibilityIndex:
         epoch, boundary = self._epoch(), drawn.boundary
         latest = self._log_latest[start:end]  # one entry for each row re-read since
         changed = self._log[start:end]
-        mark = self._mark
-        mark[changed[latest]] = True
-        stay = ~mark[drawn.rows]
-        mark[changed] = False
+        # a kept row stays unless it was re-read since: its latest entry is
+        # before the slice (one step over the rows kept, however long the slice)
+        stay = self._last[drawn.rows] < start + self._log_offset
         # the rows that come back: those whose latest entry holds the demand,
         # before the end, in a group the filters let through
         back = latest
@@ -1239,7 +1235,6 @@ class FeasibilityIndex:
             self.level_count,
             self.level_ub,
             self._last,
-            self._mark,
             self._log,
             self._log_free,
             self._log_keys,
