@@ -56,7 +56,8 @@ class Marks:
 
 
 def totals(pid: int, folder: str = ".") -> dict[str, int]:
-    """Each dump's description -> its instructions, from callgrind's files."""
+    """Each dump's description -> its instructions, from callgrind's files
+    (summed over the dumps of a step measured several times)."""
     out: dict[str, int] = {}
     for path in glob.glob(os.path.join(folder, f"callgrind.out.{pid}.*")):
         what, total = "", 0
@@ -67,5 +68,5 @@ def totals(pid: int, folder: str = ".") -> dict[str, int]:
                 elif line.startswith("totals:"):
                     total = int(line.split()[1])
         if what:
-            out[what] = total
+            out[what] = out.get(what, 0) + total
     return out
