@@ -17,7 +17,6 @@ cannot be placed.
 from __future__ import annotations
 
 import base64
-import functools
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -32,6 +31,7 @@ from scheduling.model import BoolArray, FloatArray, IntArray, Request, Snapshot
 from scheduling.weighers.base import Weigher
 from scheduling.weighers.combine import best_positions, weigh_all, weigh_parts
 from scheduling.weighers.ram import FreeResourceWeigher
+from schemas.ranked import strings
 from schemas.ranked import text as ranked_text
 
 if TYPE_CHECKING:
@@ -66,6 +66,42 @@ class Trace:
         ]
 
 
+@dataclass(frozen=True, slots=True)
+class Described:
+    """What a ranking records of the weighers that took part, the same for
+    every answer on one snapshot's aggregates (an engine keeps the last):
+    their names, those names as JSON text, and their multipliers as a
+    column (weigher x 1) when every candidate has each weigher's configured
+    one (else None: asked row by row when the answer is written)."""
+
+    weighers: tuple[Weigher, ...]
+    aggregates: object
+    membership: object
+    names: tuple[str, ...]
+    names_text: str
+    column: FloatArray | None
+
+    def fits(self, weighers: Sequence[Weigher], snapshot: Snapshot) -> bool:
+        return (
+            self.aggregates is snapshot.aggregates
+            and self.membership is snapshot.membership
+            and self.weighers == tuple(weighers)
+        )
+
+    @classmethod
+    def of(cls, weighers: Sequence[Weigher], ctx: Context) -> Described:
+        uniform = [w.uniform_multiplier(ctx) for w in weighers]
+        column = None
+        if None not in uniform and 0.0 not in uniform:  # no aggregate overrides one, none is off
+            column = np.array(uniform, dtype=np.float64)[:, None]
+            column.flags.writeable = False
+        names = tuple(w.name for w in weighers)
+        snapshot = ctx.snapshot
+        return cls(
+            tuple(weighers), snapshot.aggregates, snapshot.membership, names, strings(names), column
+        )
+
+
 class Ranking:
     """The best candidates for a request's first instance, best first, as
     the weighers ranked them: each one's score and each weigher's part of
@@ -83,6 +119,7 @@ class Ranking:
     alive."""
 
     __slots__ = (
+        "_described",
         "_ids_of",
         "_multiplied",
         "_numbers",
@@ -94,8 +131,6 @@ class Ranking:
         "_settled",
         "_snapshot",
         "_text",
-        "_uniform",
-        "_weighers",
     )
 
     def __init__(
@@ -103,20 +138,19 @@ class Ranking:
         ctx: Context,
         rows: IntArray,
         scores: FloatArray,
-        weighers: Sequence[Weigher],
+        described: Described,
         parts: Sequence[tuple[FloatArray, bool]],
         best: IntArray,
     ) -> None:
-        """``scores`` of ``rows``, ``weighers`` and their ``parts`` as
-        ``weigh_parts`` gives them; ``best``: the positions of the best, in
+        """``scores`` of ``rows``, the weighers that took part (``described``)
+        and their ``parts`` as ``weigh_parts`` gives them; ``best``: the positions of the best, in
         order (``best_positions``)."""
         # the request's first pick as it was: no earlier picks, the snapshot's usage
         self._snapshot, self._request = ctx.snapshot, ctx.request
         self._reference = (ctx.reference, ctx.io_reference)
         self._rows, self._scores = rows[best], scores[best]
         self._parts = [(part[best], share) for part, share in parts]
-        self._weighers = tuple(weighers)
-        self._uniform = [w.uniform_multiplier(ctx) for w in weighers]
+        self._described = described
         self._ids_of: tuple[str, ...] | None = None
         self._multiplied: FloatArray | None = None
         self._settled: tuple[tuple[str, ...], FloatArray, FloatArray, FloatArray] | None = None
@@ -127,23 +161,24 @@ class Ranking:
         """The providers of the best, best first."""
         if self._ids_of is None:
             providers = self._snapshot.providers
-            self._ids_of = tuple(providers[row].provider_id for row in self._rows.tolist())
+            self._ids_of = tuple([providers[row].provider_id for row in self._rows.tolist()])
         return self._ids_of
 
     def _multipliers(self) -> FloatArray:
         """One column (weigher x 1) when every candidate has each weigher's
         configured multiplier, else weigher x candidate."""
         if self._multiplied is None:
-            uniform = self._uniform
-            if None in uniform or 0.0 in uniform:  # an aggregate overrides one, or one is off
+            column = self._described.column
+            if column is None:  # an aggregate overrides one, or one is off
                 ctx = Context(self._snapshot, self._request, self._snapshot.used)
                 ctx.reference, ctx.io_reference = self._reference
-                multipliers = np.empty((len(self._weighers), len(self._rows)), dtype=np.float64)
-                for n, weigher in enumerate(self._weighers):
+                weighers = self._described.weighers
+                multipliers = np.empty((len(weighers), len(self._rows)), dtype=np.float64)
+                for n, weigher in enumerate(weighers):
                     multipliers[n] = weigher.multipliers(ctx, self._rows)
                 self._multiplied = multipliers
             else:  # one multiplier per weigher, the common case
-                self._multiplied = _column(tuple(uniform))
+                self._multiplied = column
         return self._multiplied
 
     def _settle(self) -> tuple[tuple[str, ...], FloatArray, FloatArray, FloatArray]:
@@ -193,7 +228,7 @@ class Ranking:
         """``json.dumps(self.compact())``, written once (an answer's text
         sets it in as it is: :meth:`consumers.scheduler.Scheduled.encoded`)."""
         if self._text is None:
-            self._text = ranked_text(self._ids(), self.weighers, self._numbers_b64())
+            self._text = ranked_text(self._ids(), self._described.names_text, self._numbers_b64())
         return self._text
 
     @property
@@ -206,7 +241,7 @@ class Ranking:
 
     @property
     def weighers(self) -> tuple[str, ...]:
-        return tuple(w.name for w in self._weighers)
+        return self._described.names
 
     @property
     def values(self) -> FloatArray:
@@ -217,7 +252,7 @@ class Ranking:
     def multipliers(self) -> FloatArray:
         """weigher x candidate: the multiplier (an aggregate's, if it sets one)."""
         providers, _, _, multipliers = self._settle()
-        return np.broadcast_to(multipliers, (len(self._weighers), len(providers)))
+        return np.broadcast_to(multipliers, (len(self._described.names), len(providers)))
 
     def __eq__(self, other: object) -> bool:
         """Equal when every candidate, score and part is (same placements)."""
@@ -251,15 +286,6 @@ class Ranking:
             }
             for n, (pid, score) in enumerate(zip(providers, scores.tolist(), strict=True))
         ]
-
-
-@functools.lru_cache(maxsize=64)
-def _column(multipliers: tuple[float, ...]) -> FloatArray:
-    """The weighers' multipliers as a column (weigher x 1), read-only: the
-    same few for every answer of an engine."""
-    column = np.array(multipliers, dtype=np.float64)[:, None]
-    column.flags.writeable = False
-    return column
 
 
 @dataclass(frozen=True, slots=True)
@@ -419,6 +445,8 @@ class Engine:
         self.refusers = [f for f in ordered if type(f).refuses is not HostFilter.refuses]
         """The filters that may refuse a request outright (``refuses``)."""
         self._index: FeasibilityIndex | None = None
+        self._described: Described | None = None
+        """What the last ranking recorded of its weighers (``_describe``)."""
         self.index_builds = 0
         self._drew: FeasibilityIndex | None = None
         """The last draw's index, for what its candidates are normalised by
@@ -685,7 +713,9 @@ class Engine:
             else:  # the first pick: what each weigher added, for the answer
                 scores, active, parts = weigh_parts(self.weighers, ctx, candidates)
                 order = best_positions(scores, self.ranked)  # ties to the earlier row
-                ranking = Ranking(ctx, candidates, scores, active, parts, order)
+                ranking = Ranking(
+                    ctx, candidates, scores, self._describe(ctx, active), parts, order
+                )
             scored = scored or len(candidates)
             best = int(scores.argmax())  # first maximum: the earliest row breaks ties
             if self.scriptlet is not None:
@@ -727,6 +757,14 @@ class Engine:
             scored=scored,
             ranking=ranking,
         )
+
+    def _describe(self, ctx: Context, weighers: Sequence[Weigher]) -> Described:
+        """The last ``Described`` when it is of these weighers on this
+        snapshot's aggregates (nearly always), else a new one kept."""
+        described = self._described
+        if described is None or not described.fits(weighers, ctx.snapshot):
+            described = self._described = Described.of(weighers, ctx)
+        return described
 
     def _weigh(self, ctx: Context, rows: IntArray) -> FloatArray:
         return weigh_all(self.weighers, ctx, rows)

@@ -19,7 +19,6 @@ placed.
 from __future__ import annotations
 
 import base64
-import functools
 import json
 import sys
 from array import array
@@ -27,28 +26,23 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 
-def text(providers: Sequence[str], weighers: Sequence[str], numbers: str) -> str:
+def text(providers: Sequence[str], weighers: str, numbers: str) -> str:
     """``json.dumps({"providers": ..., "weighers": ..., "numbers": ...})``
-    for ``numbers`` in base64: the same text, base64 needing no escapes
-    and the names seldom any."""
+    for ``numbers`` in base64 and ``weighers`` already written
+    (``strings``, the same for all of an engine's answers): the same text,
+    base64 needing no escapes and the names seldom any."""
     return (
         '{"providers": '
-        + _strings(providers)
+        + strings(providers)
         + ', "weighers": '
-        + _names(tuple(weighers))
+        + weighers
         + ', "numbers": "'
         + numbers
         + '"}'
     )
 
 
-@functools.lru_cache(maxsize=64)
-def _names(weighers: tuple[str, ...]) -> str:
-    """``_strings`` of an engine's weighers, the same for all its answers."""
-    return _strings(weighers)
-
-
-def _strings(items: Sequence[str]) -> str:
+def strings(items: Sequence[str]) -> str:
     """``json.dumps(list(items))``: joined as they are when none needs an
     escape (printable ASCII without quotes or backslashes, as provider ids
     and class names are), which costs a third of encoding them one by one."""

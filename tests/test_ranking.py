@@ -29,7 +29,7 @@ from scheduling.registry import DEFAULT_FILTERS, DEFAULT_WEIGHERS, FILTERS, WEIG
 from scheduling.weighers.base import normalize
 from scheduling.weighers.combine import weigh_all
 from scheduling.weighers.ram import RAMWeigher
-from schemas.ranked import candidates_of, expand, text
+from schemas.ranked import candidates_of, expand, strings, text
 from schemas.requests import PlacementRequest
 from tests.builders import provider
 from tests.test_engine_properties import cases
@@ -209,6 +209,33 @@ def test_an_aggregates_multiplier_is_recorded_per_candidate() -> None:
     assert [c["provider_id"] for c in candidates] == compact["providers"]
 
 
+def test_one_engines_rankings_follow_each_snapshots_aggregates() -> None:
+    """An engine keeps what its last ranking recorded of its weighers (names,
+    multipliers); a snapshot whose aggregates override a multiplier, and one
+    whose do not again, are each recorded with their own."""
+    names = [f"p{i}" for i in range(6)]
+    inventories = {
+        n: {"VCPU": {"total": 8}, "MEMORY_MB": {"total": 1024 * (i + 1)}}
+        for i, n in enumerate(names)
+    }
+    members = [
+        Provider(n, host=n, aggregates=frozenset({"heavy"} if i % 2 else ()))
+        for i, n in enumerate(names)
+    ]
+    plain = Snapshot.build(members, inventories)
+    heavy = Snapshot.build(
+        members, inventories, {"heavy": Aggregate("heavy", {"ram_weight_multiplier": "3"})}
+    )
+    engine = _engine(ranked=6)
+    recorded = []
+    for snapshot in (plain, heavy, plain):
+        ranking = engine.place(snapshot, Request("r", {"VCPU": 1})).ranking
+        assert ranking is not None
+        ram = [c["weighers"]["RAMWeigher"][1] for c in expand(ranking.compact())]
+        recorded.append(set(ram))
+    assert recorded == [{1.0}, {1.0, 3.0}, {1.0}]
+
+
 class _OwnRAM(RAMWeigher):
     """An operator's weigher whose ``add_to`` does not return its values."""
 
@@ -260,8 +287,8 @@ def test_the_compact_text_is_what_json_writes_whatever_the_names() -> None:
         ["n\u00e9ud", "\u7bc0\u70b9"],
         ["", " spaced "],
     ):
-        weighers = ["RAMWeigher"]
-        written = text(providers, weighers, numbers)
+        weighers = providers or ["RAMWeigher"]  # names written once, by the same rule
+        written = text(providers, strings(weighers), numbers)
         assert written == json.dumps(
             {"providers": providers, "weighers": weighers, "numbers": numbers}
         )
