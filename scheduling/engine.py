@@ -16,7 +16,7 @@ cannot be placed.
 
 from __future__ import annotations
 
-import base64
+import binascii
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -119,6 +119,7 @@ class Ranking:
     alive."""
 
     __slots__ = (
+        "_apart",
         "_described",
         "_ids_of",
         "_multiplied",
@@ -149,7 +150,11 @@ class Ranking:
         self._snapshot, self._request = ctx.snapshot, ctx.request
         self._reference = (ctx.reference, ctx.io_reference)
         self._rows, self._scores = rows[best], scores[best]
-        self._parts = [(part[best], share) for part, share in parts]
+        self._parts: list[tuple[FloatArray, bool]] = []
+        self._apart = False  # a share kept apart, to be divided when read
+        for part, share in parts:
+            self._parts.append((part[best], share))
+            self._apart = self._apart or share
         self._described = described
         self._ids_of: tuple[str, ...] | None = None
         self._multiplied: FloatArray | None = None
@@ -204,15 +209,18 @@ class Ranking:
         rather than float by float."""
         if self._numbers is None:
             multipliers = self._multipliers()
-            if _LITTLE_ENDIAN and not any(share for _, share in self._parts):
-                # each array's bytes joined: cheaper than putting them in one first
-                values = b"".join([part.tobytes() for part, _ in self._parts])
-                numbers = self._scores.tobytes() + values + multipliers.tobytes()
+            if _LITTLE_ENDIAN and not self._apart:
+                # each array's bytes joined once: cheaper than putting them in one first
+                pieces = [self._scores.tobytes()]
+                pieces += [part.tobytes() for part, _ in self._parts]
+                pieces.append(multipliers.tobytes())
+                numbers = b"".join(pieces)
             else:
                 _, scores, settled, _ = self._settle()
                 joined = np.concatenate((scores, settled, multipliers), axis=None)
                 numbers = joined.astype("<f8", copy=False).tobytes()
-            self._numbers = base64.b64encode(numbers).decode()
+            # base64.b64encode's own call, without its Python wrapper
+            self._numbers = binascii.b2a_base64(numbers, newline=False).decode("ascii")
         return self._numbers
 
     def compact(self) -> dict[str, object]:

@@ -31,15 +31,7 @@ def text(providers: Sequence[str], weighers: str, numbers: str) -> str:
     for ``numbers`` in base64 and ``weighers`` already written
     (``strings``, the same for all of an engine's answers): the same text,
     base64 needing no escapes and the names seldom any."""
-    return (
-        '{"providers": '
-        + strings(providers)
-        + ', "weighers": '
-        + weighers
-        + ', "numbers": "'
-        + numbers
-        + '"}'
-    )
+    return f'{{"providers": {strings(providers)}, "weighers": {weighers}, "numbers": "{numbers}"}}'
 
 
 def strings(items: Sequence[str]) -> str:
