@@ -201,42 +201,30 @@ _OFFSETS = select(
 
 _REPORTED_COLUMNS = (
     providers.c.provider_id,
-    providers.c.partition,
-    provider_usage.c.updated_offset,
     providers.c.metrics,
     providers.c.metrics_at_ms,
     providers.c.num_io_ops,
     providers.c.build_failures,
 )
-"""What a live snapshot reads of a provider that changed or reported: a
-report's columns, and whether anything else changed (``updated_offset``),
-in which case the whole row is read by id."""
+"""What a live snapshot reads of a provider that reported: a report's
+columns (one that changed otherwise too is read whole, by id)."""
 
 
 @functools.lru_cache(maxsize=256)
-def _since(moved: tuple[int, ...]) -> tuple[Select[Any], Select[Any]]:
+def _since(moved: tuple[int, ...]) -> tuple[Select[Any], Select[Any], Select[Any]]:
     """For the partitions ``moved`` since a live snapshot's last call: the
-    providers changed (updated_offset past ``seen_P``) or that reported
-    (metrics_offset past it) since, and the reservations that are subjects
-    of the outcomes in [``from_P``, ``next_P``) of each partition P, as
-    statements built once per set of partitions (their offsets are bound
-    at each call)."""
+    ids of the providers changed (updated_offset past ``seen_P``), those
+    that reported (metrics_offset past it) since, and the reservations that
+    are subjects of the outcomes in [``from_P``, ``next_P``) of each
+    partition P, as statements built once per set of partitions (their
+    offsets are bound at each call). The first two each walk an index on
+    (partition, offset): only the rows past the offsets are read."""
     p, u, o = providers.c, provider_usage.c, outcomes.c
-    touched = (
-        select(*_REPORTED_COLUMNS)
-        .select_from(provider_rows)
-        .where(
-            or_(
-                *(
-                    (p.partition == m)
-                    & (
-                        (u.updated_offset > bindparam(f"seen_{m}"))
-                        | (p.metrics_offset > bindparam(f"seen_{m}"))
-                    )
-                    for m in moved
-                )
-            )
-        )
+    changed = select(u.provider_id).where(
+        or_(*((u.partition == m) & (u.updated_offset > bindparam(f"seen_{m}")) for m in moved))
+    )
+    reported = select(*_REPORTED_COLUMNS).where(
+        or_(*((p.partition == m) & (p.metrics_offset > bindparam(f"seen_{m}")) for m in moved))
     )
     subjects = select(o.subject).where(
         or_(
@@ -249,7 +237,7 @@ def _since(moved: tuple[int, ...]) -> tuple[Select[Any], Select[Any]]:
         )
     )
     decided = _PLACED.where(reservations.c.reservation_id.in_(subjects))
-    return touched, decided
+    return changed, reported, decided
 
 
 @dataclass(frozen=True, slots=True)
@@ -537,15 +525,10 @@ class LiveSnapshot:
             if not moved:
                 self.seen = offsets
                 return self.snapshot
-            touched_since, decided_since = _since(moved)
+            changed_since, reported_since, decided_since = _since(moved)
             bounds = {f"seen_{p}": self.seen.get(p, -1) for p in moved}
-            touched: set[str] = set()  # changed: read whole
-            reports: list[Any] = []  # changed in no other column, perhaps
-            for row in conn.execute(touched_since, bounds):
-                if row.updated_offset > self.seen.get(row.partition, -1):
-                    touched.add(row.provider_id)
-                else:
-                    reports.append(row)
+            touched = set(conn.execute(changed_since, bounds).scalars())  # read whole
+            reports = conn.execute(reported_since, bounds).all()  # maybe changed in nothing else
             if self.placements is not None:
                 placed = self._placed_since(conn, decided_since, moved, offsets)
                 if placed is None:

@@ -13,7 +13,7 @@ from sqlalchemy import Engine, select, text
 
 from projections.view.engine import make_engine
 from projections.view.migrate import upgrade
-from projections.view.tables import metadata, provider_row, provider_rows
+from projections.view.tables import metadata, provider_row, provider_rows, provider_usage
 from tests.postgres import scratch_database
 
 
@@ -94,3 +94,33 @@ def test_usage_moves_to_its_own_table(engine: Engine) -> None:
         "build_failures": 0,
         "metrics_offset": 39,
     }
+
+
+def test_usage_rows_take_their_providers_partition(engine: Engine) -> None:
+    """0014 gives each provider_usage row its provider's partition, which a
+    live snapshot's index on (partition, updated_offset) asks by."""
+    upgrade(engine, "0013")
+    with engine.begin() as conn:
+        for pid, partition in (("n1", 0), ("n2", 5)):
+            conn.execute(
+                text(
+                    'INSERT INTO providers (provider_id, "partition", name, state, traits, '
+                    "aggregates) VALUES (:pid, :partition, :pid, 'enabled', '[]', '[]')"
+                ),
+                {"pid": pid, "partition": partition},
+            )
+            conn.execute(
+                text(
+                    "INSERT INTO provider_usage (provider_id, active_reservations, "
+                    "updated_offset) VALUES (:pid, 0, 7)"
+                ),
+                {"pid": pid},
+            )
+    upgrade(engine)
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(provider_usage.c.provider_id, provider_usage.c.partition).order_by(
+                provider_usage.c.provider_id
+            )
+        ).all()
+    assert [tuple(row) for row in rows] == [("n1", 0), ("n2", 5)]

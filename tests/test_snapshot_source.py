@@ -18,7 +18,16 @@ from scheduling.config import SchedulerConfig
 from scheduling.model import RESOURCE_ARRAYS
 from schemas.codec import encode_event
 from schemas.events import Event
-from tests.builders import claim, consume, inventory, provider, release, set_state, traits
+from tests.builders import (
+    claim,
+    consume,
+    inventory,
+    provider,
+    release,
+    report,
+    set_state,
+    traits,
+)
 
 
 def _view(tmp_path: Path) -> Engine:
@@ -115,6 +124,22 @@ def test_a_live_snapshot_matches_a_full_read_as_the_view_changes(
         edge.publish([release("r3", ts=5).model_copy(update={"partition_key": "n3"})])
         settle()
         same()
+        # reports alone; then a report and a claim on one provider in one
+        # wave, and a report on another: the changed one read whole, the
+        # other's report alone, each from its own index on (partition, offset)
+        edge.publish([report("n5", {"cpu.percent": 12.5}, ts=6, io_ops=3)])
+        settle()
+        same()
+        edge.publish(
+            [
+                report("n0", {"cpu.percent": 40.0}, ts=7, build_failures=1),
+                claim("r20", "n0", ts=7, VCPU=1),
+                report("n4", {"cpu.percent": 7.0}, ts=7),
+            ]
+        )
+        settle()
+        same()
+        assert live().providers[live().row_of["n0"]].build_failures == 1
         assert live() is live()  # nothing changed: the same snapshot
 
 

@@ -26,9 +26,7 @@ from projections.view.tables import (
     inventories,
     placement_providers,
     provider_usage,
-    providers,
 )
-from projections.view.tables import provider_rows as view_provider_rows
 
 SHARING = "MISC_SHARES_VIA_AGGREGATE"
 
@@ -197,14 +195,14 @@ class LiveIndex:
             *(and_(pp.partition == p, pp.updated_offset > self.seen.get(p, -1)) for p in moved)
         )
         changed = {p.uuid: p for p in provider_rows(conn, since)}
-        b, u = providers.c, provider_usage.c
+        u = provider_usage.c
+        # provider_usage's own partition: the (partition, updated_offset)
+        # index gives the rows changed, not every row of the partitions
         used = conn.execute(
-            select(b.provider_id)
-            .select_from(view_provider_rows)
-            .where(
+            select(u.provider_id).where(
                 or_(
                     *(
-                        and_(b.partition == p, u.updated_offset > self.seen.get(p, -1))
+                        and_(u.partition == p, u.updated_offset > self.seen.get(p, -1))
                         for p in moved
                     )
                 )

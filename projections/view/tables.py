@@ -92,6 +92,9 @@ providers = Table(
     # report does not move updated_offset, so a live snapshot reads just
     # these columns of a provider that only reported
     Column("metrics_offset", BigInteger, nullable=False, server_default="0"),
+    # a live snapshot's wave asks, per partition that moved, which providers
+    # reported since its offset: without this it reads every row of them
+    Index("ix_providers_partition_metrics_offset", "partition", "metrics_offset"),
 )
 
 provider_usage = Table(
@@ -100,12 +103,16 @@ provider_usage = Table(
     # one row per row of providers, written with it; a claim's commit
     # updates only this one (its length does not depend on the description)
     Column("provider_id", String(255), primary_key=True),
+    # its provider's partition (never changes): with updated_offset, what a
+    # live snapshot's wave asks for, the rows changed since its offsets
+    Column("partition", Integer, nullable=False),
     Column("active_reservations", Integer, nullable=False),
     Column("updated_offset", BigInteger, nullable=False),
     # what its reservations hold of them (projections/fitting.py use_json):
     # {"cpus": [[cpu, reservation]], "devices": [[address, reservation]],
     # "pages": [[cell, size_kb, count]]}, each part only when not empty
     Column("topology_use", JSON, nullable=False, server_default="{}"),
+    Index("ix_provider_usage_partition_updated_offset", "partition", "updated_offset"),
 )
 
 provider_rows = providers.join(

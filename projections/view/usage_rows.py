@@ -112,8 +112,8 @@ _INSERT_PROVIDER = (
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _INSERT_USAGE = (
-    "INSERT INTO provider_usage (provider_id, active_reservations, updated_offset, "
-    "topology_use) VALUES (?, ?, ?, ?)"
+    'INSERT INTO provider_usage (provider_id, "partition", active_reservations, '
+    "updated_offset, topology_use) VALUES (?, ?, ?, ?, ?)"
 )
 _INSERT_INVENTORY = (
     'INSERT INTO inventories (provider_id, resource_class, "partition", total, reserved, '
@@ -149,7 +149,7 @@ def _rewrite_providers(plan: Plan, state: PartitionState, reshaped: list[str], o
     plan.bulk(_INSERT_PROVIDER, [_provider_row(p, partition) for p in present])
     plan.bulk(
         _INSERT_USAGE,
-        [(p.provider_id, p.active, offset, use_json(p.topology_use)) for p in present],
+        [(p.provider_id, partition, p.active, offset, use_json(p.topology_use)) for p in present],
     )
     plan.bulk(
         _INSERT_INVENTORY,
