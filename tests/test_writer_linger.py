@@ -17,28 +17,12 @@ from berth.app import App, Settings
 from berth.client import Publisher
 from consumers.partition_writer import PartitionWriter, catch_up_all, lingering_until, step_all
 from ledger.log import Append
-from ledger.partitioner import partition_for
 from projections.view.loader import committed_offsets
 from projections.view.tables import inventories, providers
 from schemas.events import Event
 from schemas.outcomes import Kind, Outcome
-from tests.builders import claim, provider, report
-
-NOW_MS = 10**12
-PARTITIONS = 4
-
-
-def _one_provider_a_partition(app: App) -> list[str]:
-    """A provider of 4 VCPU in each partition, decided; their ids by partition."""
-    ids: dict[int, str] = {}
-    n = 0
-    while len(ids) < PARTITIONS:
-        pid = f"n{n}"
-        ids.setdefault(partition_for(pid.encode(), PARTITIONS), pid)
-        n += 1
-    _publish(app, [e for pid in ids.values() for e in provider(pid, ts=1, VCPU=4)])
-    catch_up_all(app.writers())
-    return [ids[p] for p in range(PARTITIONS)]
+from tests.builders import claim, report
+from tests.test_writer_rounds import NOW_MS, PARTITIONS, one_provider_a_partition
 
 
 def _publish(app: App, events: Sequence[Event]) -> None:
@@ -78,7 +62,7 @@ def test_reports_alone_wait_for_their_partitions_next_records(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     with App(Settings(data_dir=tmp_path, partitions=PARTITIONS)) as app:
-        pids = _one_provider_a_partition(app)
+        pids = one_provider_a_partition(app)
         writers = app.writers(linger_s=3600)
         before = _view_at(app)
         published = [len(_published(app, p)) for p in range(PARTITIONS)]
@@ -125,7 +109,7 @@ def test_a_lingering_batch_goes_out_once_due_with_no_more_records(
 ) -> None:
     linger_s = 0.2
     with App(Settings(data_dir=tmp_path, partitions=PARTITIONS)) as app:
-        pids = _one_provider_a_partition(app)
+        pids = one_provider_a_partition(app)
         writers = app.writers(linger_s=linger_s)
         appends = _counting_appends(monkeypatch, app)
         _publish(app, [report(pid, {"cpu.percent": 1.0}, ts=2) for pid in pids])
@@ -152,7 +136,7 @@ def _run(directory: Path, linger_s: float) -> tuple[list[list[Outcome]], list[tu
     writers lingering or not: every partition's outcomes, and the view's
     providers and inventories."""
     with App(Settings(data_dir=directory, partitions=PARTITIONS)) as app:
-        pids = _one_provider_a_partition(app)
+        pids = one_provider_a_partition(app)
         writers: list[PartitionWriter] = app.writers(linger_s=linger_s)
         for turn in range(6):
             events: list[Event] = [report(pid, {"cpu.percent": turn}, ts=10 + turn) for pid in pids]

@@ -38,7 +38,7 @@ NOW_MS = 10**12
 PARTITIONS = 4
 
 
-def _one_provider_a_partition(app: App) -> list[str]:
+def one_provider_a_partition(app: App) -> list[str]:
     """A provider of 4 VCPU in each partition, decided; their ids by partition."""
     ids: dict[int, str] = {}
     n = 0
@@ -72,7 +72,7 @@ def _counting_appends(
 def _a_claim_a_partition(app: App) -> tuple[list[str], list[PartitionWriter]]:
     """A provider of 4 VCPU in each partition and a claim of 3 on each (a
     second decision of the same claim would reject it); their writers."""
-    pids = _one_provider_a_partition(app)
+    pids = one_provider_a_partition(app)
     writers = app.writers()
     publisher = Publisher(app.log, clock_ms=lambda: NOW_MS)
     publisher.publish([claim(f"r-{pid}", pid, ts=2, VCPU=3) for pid in pids])
