@@ -225,7 +225,9 @@ def bench_durable(
     of the aggregates (each defined in every partition); with
     ``report_every_ms`` each reports its metrics that often in log time,
     among the claims (``claims_per_ms`` of them a millisecond), and the
-    time they take counts against the claims."""
+    time they take counts against the claims. The setup's writes are in
+    the view's file before the window; the bytes and write calls of the
+    window are reported too."""
     directory.mkdir(parents=True, exist_ok=True)
     settings = Settings(
         data_dir=directory,
@@ -237,6 +239,7 @@ def bench_durable(
         pids = _populate(app, providers, described)
         writers = app.writers()
         catch_up_all(writers)
+        _checkpoint(app)
         events = app.settings.topics.events
         batch = 2_000
         # the producers' work (encoding, routing) is done up front: this measures
@@ -244,17 +247,43 @@ def bench_durable(
         stream = _stream(pids, claims, partitions, claims_per_ms, report_every_ms)
         batches = [stream[start : start + batch] for start in range(0, len(stream), batch)]
         cpu_started = time.process_time()  # every thread's: the fsync helpers' too
+        written = _written()
         with timed() as t:
             for appends in batches:
                 app.log.append(events, appends)
                 catch_up_all(writers)
         cpu_s = time.process_time() - cpu_started
+        bytes_written, write_calls = (b - a for a, b in zip(written, _written(), strict=True))
     return {
         "claims_per_s": round(claims / t[0]),
         "claims_per_cpu_s": round(claims / cpu_s),
         "claims": claims,
         "metrics_reports": len(stream) - claims,
+        "bytes_written": bytes_written,
+        "write_calls": write_calls,
     }
+
+
+def _checkpoint(app: App) -> None:
+    """The setup's pages copied from the view's WAL into its file and the
+    WAL emptied, before the timed window: else the window's first
+    checkpoint copies them, and the claims are charged for a described
+    setup's providers rewritten with their descriptions and ratios (about
+    21 MB and 5,000 write calls at 10,000 providers)."""
+    conn = app.write_engine.raw_connection()  # outside a transaction, which would refuse it
+    try:
+        busy = conn.cursor().execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+    finally:
+        conn.close()
+    assert busy == 0, "the setup's WAL could not be checkpointed"
+
+
+def _written() -> tuple[int, int]:
+    """(bytes, write calls) this process has written so far, as Linux
+    counts them (``/proc/self/io``: the log's files and the view's, its
+    WAL's checkpoints included)."""
+    fields = dict(line.split(": ") for line in Path("/proc/self/io").read_text().splitlines())
+    return int(fields["write_bytes"]), int(fields["syscw"])
 
 
 class Churn:
@@ -383,6 +412,8 @@ def _durable_runs(providers: int, described: bool, runs: int = 3) -> dict[str, A
     nova = {"described": True, "claims_per_ms": 20, "report_every_ms": 10_000} if described else {}
     rates: list[int] = []
     per_cpu_s: list[int] = []
+    written: list[int] = []
+    calls: list[int] = []
     reports = 0
     for run in range(runs):
         note(f"durable end to end ({run + 1} of {runs}) ...")
@@ -390,11 +421,15 @@ def _durable_runs(providers: int, described: bool, runs: int = 3) -> dict[str, A
             found = bench_durable(Path(work), providers=providers, **nova)  # type: ignore[arg-type]
         rates.append(found["claims_per_s"])
         per_cpu_s.append(found["claims_per_cpu_s"])
+        written.append(found["bytes_written"])
+        calls.append(found["write_calls"])
         reports = found["metrics_reports"]
     return {
         "durable_claims_per_s": statistics.median(rates),
         "durable_claims_per_s_range": [min(rates), max(rates)],
         "durable_claims_per_cpu_s": statistics.median(per_cpu_s),
+        "durable_mb_written": round(statistics.median(written) / 1e6, 1),
+        "durable_write_calls": statistics.median(calls),
         "durable_providers": providers,
         "durable_metrics_reports": reports,
     }
