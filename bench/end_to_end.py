@@ -15,6 +15,9 @@ included) and, under ``valgrind --tool=callgrind --instr-atstart=no`` with
 ``--callgrind``, its instructions an answer (which do not drift with the
 machine's load) are what ranked answers cost end to end, the encoding
 included, which the sustained scenario (no scheduler worker) leaves out.
+Both give the measured part's user and system CPU seconds (every thread's)
+and the cyclic collector's runs by generation, which callgrind does not
+show.
 
 The sustained scenario publishes the cluster, then places a stream of
 requests in waves (one view snapshot per wave, completed with the claims
@@ -36,6 +39,7 @@ stderr; the figures are one JSON object on the last line.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import random
@@ -263,6 +267,39 @@ def _caught_up(app: App, projectors: list[subprocess.Popen[bytes]], timeout_s: f
             projector.wait(timeout=30)
 
 
+class _Spent:
+    """The process's user and system CPU seconds (every thread's) and the
+    cyclic collector's runs by generation, over a ``with`` block: where a
+    CPU second goes that callgrind, which counts neither the kernel nor
+    the waits on memory, does not show."""
+
+    def __init__(self) -> None:
+        self.user_s = self.system_s = 0.0
+        self.collections = [0, 0, 0]
+
+    def _collected(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self.collections[info["generation"]] += 1
+
+    def __enter__(self) -> _Spent:
+        gc.callbacks.append(self._collected)
+        self._started = os.times()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        ended = os.times()
+        gc.callbacks.remove(self._collected)
+        self.user_s = ended.user - self._started.user
+        self.system_s = ended.system - self._started.system
+
+    def figures(self, prefix: str) -> dict[str, Any]:
+        return {
+            f"{prefix}_user_s": round(self.user_s, 2),
+            f"{prefix}_system_s": round(self.system_s, 2),
+            f"{prefix}_gc_collections": self.collections,
+        }
+
+
 def sustained(
     providers: int,
     requests: int,
@@ -321,7 +358,7 @@ def sustained(
                 agents.stdin.write(f"{started!r}\n")
                 agents.stdin.flush()
             cpu_started = time.process_time()
-            with timed() as t:
+            with timed() as t, _Spent() as spent:
                 results = scheduler.schedule(_stream(requests, explain))
             cpu_s = time.process_time() - cpu_started
         finally:
@@ -348,6 +385,7 @@ def sustained(
         "attempts": attempts,
         "overcommitted_providers": overcommitted,
         "index_builds": engine.index_builds,
+        **spent.figures("placements"),
     }
 
 
@@ -384,7 +422,7 @@ def answers(
         if marks is not None:
             marks.start()
         cpu_started = time.process_time()
-        with timed() as t:
+        with timed() as t, _Spent() as spent:
             while worker.step():
                 pass
         cpu_s = time.process_time() - cpu_started
@@ -406,6 +444,7 @@ def answers(
         "answers_placed": placed,
         "answers_failed": len(written) - placed,
         "answer_bytes_mean": round(sum(map(len, written)) / max(len(written), 1)),
+        **spent.figures("answers"),
     }
     if marks is not None and marks.running:
         figures["answers_instructions_each"] = round(
