@@ -80,6 +80,9 @@ class Described:
     names: tuple[str, ...]
     names_text: str
     column: FloatArray | None
+    column_bytes: bytes
+    """``column`` as an answer records it (little-endian float64; empty
+    when ``column`` is None), written once rather than for every answer."""
 
     def fits(self, weighers: Sequence[Weigher], snapshot: Snapshot) -> bool:
         return (
@@ -97,9 +100,27 @@ class Described:
             column.flags.writeable = False
         names = tuple(w.name for w in weighers)
         snapshot = ctx.snapshot
+        written = b"" if column is None else column.astype("<f8", copy=False).tobytes()
         return cls(
-            tuple(weighers), snapshot.aggregates, snapshot.membership, names, strings(names), column
+            tuple(weighers),
+            snapshot.aggregates,
+            snapshot.membership,
+            names,
+            strings(names),
+            column,
+            written,
         )
+
+
+def _multipliers_of(ctx: Context, weighers: Sequence[Weigher], rows: IntArray) -> FloatArray:
+    """weigher x row: each weigher's multiplier of ``rows`` as the request's
+    first pick saw them (no earlier picks, the snapshot's usage)."""
+    first = Context(ctx.snapshot, ctx.request, ctx.snapshot.used)
+    first.reference, first.io_reference = ctx.reference, ctx.io_reference
+    multipliers = np.empty((len(weighers), len(rows)), dtype=np.float64)
+    for n, weigher in enumerate(weighers):
+        multipliers[n] = weigher.multipliers(first, rows)
+    return multipliers
 
 
 class Ranking:
@@ -113,10 +134,12 @@ class Ranking:
     answer is written, grew with the cluster (about 3 MB a request at
     100,000 providers scanned whole) and a stream of answers written
     together ran out of memory. The answer's text is worked out once, when
-    first read. It holds the snapshot and the request, not the decision's
-    context, whose arrays (what is free on every candidate, scaled, the
-    run's mask) an answer kept until it is written would otherwise hold
-    alive."""
+    first read. It holds neither the snapshot nor the request: a scheduler
+    keeps its answers' rankings until they are written (the sustained
+    benchmark every one), and each holding its wave's snapshot kept every
+    wave's alive, a few MB each at 10,000 providers; the providers' ids are
+    read when it is made (under a microsecond) and the multipliers then
+    too where an aggregate sets some (else the engine's column)."""
 
     __slots__ = (
         "_apart",
@@ -125,12 +148,8 @@ class Ranking:
         "_multiplied",
         "_numbers",
         "_parts",
-        "_reference",
-        "_request",
-        "_rows",
         "_scores",
         "_settled",
-        "_snapshot",
         "_text",
     )
 
@@ -146,45 +165,23 @@ class Ranking:
         """``scores`` of ``rows``, the weighers that took part (``described``)
         and their ``parts`` as ``weigh_parts`` gives them; ``best``: the positions of the best, in
         order (``best_positions``)."""
-        # the request's first pick as it was: no earlier picks, the snapshot's usage
-        self._snapshot, self._request = ctx.snapshot, ctx.request
-        self._reference = (ctx.reference, ctx.io_reference)
-        self._rows, self._scores = rows[best], scores[best]
+        taken = rows[best]
+        providers = ctx.snapshot.providers
+        self._ids_of = tuple([providers[row].provider_id for row in taken.tolist()])
+        self._scores = scores[best]
         self._parts: list[tuple[FloatArray, bool]] = []
         self._apart = False  # a share kept apart, to be divided when read
         for part, share in parts:
             self._parts.append((part[best], share))
             self._apart = self._apart or share
         self._described = described
-        self._ids_of: tuple[str, ...] | None = None
-        self._multiplied: FloatArray | None = None
+        column = described.column  # None: an aggregate overrides one, or one is off
+        self._multiplied: FloatArray = (
+            column if column is not None else _multipliers_of(ctx, described.weighers, taken)
+        )
         self._settled: tuple[tuple[str, ...], FloatArray, FloatArray, FloatArray] | None = None
         self._numbers: str | None = None
         self._text: str | None = None
-
-    def _ids(self) -> tuple[str, ...]:
-        """The providers of the best, best first."""
-        if self._ids_of is None:
-            providers = self._snapshot.providers
-            self._ids_of = tuple([providers[row].provider_id for row in self._rows.tolist()])
-        return self._ids_of
-
-    def _multipliers(self) -> FloatArray:
-        """One column (weigher x 1) when every candidate has each weigher's
-        configured multiplier, else weigher x candidate."""
-        if self._multiplied is None:
-            column = self._described.column
-            if column is None:  # an aggregate overrides one, or one is off
-                ctx = Context(self._snapshot, self._request, self._snapshot.used)
-                ctx.reference, ctx.io_reference = self._reference
-                weighers = self._described.weighers
-                multipliers = np.empty((len(weighers), len(self._rows)), dtype=np.float64)
-                for n, weigher in enumerate(weighers):
-                    multipliers[n] = weigher.multipliers(ctx, self._rows)
-                self._multiplied = multipliers
-            else:  # one multiplier per weigher, the common case
-                self._multiplied = column
-        return self._multiplied
 
     def _settle(self) -> tuple[tuple[str, ...], FloatArray, FloatArray, FloatArray]:
         """(providers, their scores, values, multipliers) of the ``count``
@@ -192,15 +189,15 @@ class Ranking:
         apart (``weigh_parts``) is divided by its multiplier (0 where that
         is 0)."""
         if self._settled is None:
-            multipliers = self._multipliers()
-            values = np.zeros((len(self._parts), len(self._rows)), dtype=np.float64)
+            multipliers = self._multiplied
+            values = np.zeros((len(self._parts), len(self._ids_of)), dtype=np.float64)
             for n, (part, share) in enumerate(self._parts):
                 if share:
                     m = np.broadcast_to(multipliers[n], part.shape)
                     np.divide(part, m, out=values[n], where=m != 0)
                 else:
                     values[n] = part
-            self._settled = (self._ids(), self._scores, values, multipliers)
+            self._settled = (self._ids_of, self._scores, values, multipliers)
         return self._settled
 
     def _numbers_b64(self) -> str:
@@ -208,14 +205,15 @@ class Ranking:
         records them: little-endian float64, base64, encoded at once
         rather than float by float."""
         if self._numbers is None:
-            multipliers = self._multipliers()
             if _LITTLE_ENDIAN and not self._apart:
-                # each array's bytes joined once: cheaper than putting them in one first
+                # each array's bytes joined once, cheaper than putting them in one
+                # first; a column of multipliers is written once for every answer
                 pieces = [self._scores.tobytes()]
                 pieces += [part.tobytes() for part, _ in self._parts]
-                pieces.append(multipliers.tobytes())
+                pieces.append(self._described.column_bytes or self._multiplied.tobytes())
                 numbers = b"".join(pieces)
             else:
+                multipliers = self._multiplied
                 _, scores, settled, _ = self._settle()
                 joined = np.concatenate((scores, settled, multipliers), axis=None)
                 numbers = joined.astype("<f8", copy=False).tobytes()
@@ -227,7 +225,7 @@ class Ranking:
         """The ranking as an answer records it (:mod:`schemas.ranked`): the
         providers, the weighers and their numbers."""
         return {
-            "providers": list(self._ids()),
+            "providers": list(self._ids_of),
             "weighers": list(self.weighers),
             "numbers": self._numbers_b64(),
         }
@@ -236,7 +234,7 @@ class Ranking:
         """``json.dumps(self.compact())``, written once (an answer's text
         sets it in as it is: :meth:`consumers.scheduler.Scheduled.encoded`)."""
         if self._text is None:
-            self._text = ranked_text(self._ids(), self._described.names_text, self._numbers_b64())
+            self._text = ranked_text(self._ids_of, self._described.names_text, self._numbers_b64())
         return self._text
 
     @property

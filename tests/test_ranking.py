@@ -7,14 +7,17 @@ with the view offsets their snapshot reflected."""
 from __future__ import annotations
 
 import base64
+import gc
 import json
 import struct
 import time
 import tracemalloc
+import weakref
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 
 from berth.app import App, Settings
@@ -144,6 +147,36 @@ def test_a_ranking_kept_for_its_answer_holds_its_best_not_every_candidate() -> N
     assert held < 8_000, f"{held:.0f} bytes a ranking"  # 20,000 candidates' parts: > 600 KB
     ranking = kept[0].ranking
     assert ranking is not None and list(ranking.providers) == names[:10]
+
+
+@pytest.mark.parametrize("overridden", [False, True])
+def test_a_ranking_kept_for_its_answer_lets_its_snapshot_go(overridden: bool) -> None:
+    """A scheduler keeps every ranking of a wave until its answers are
+    written (the sustained benchmark all of them): a ranking that held its
+    wave's snapshot kept every wave's alive, a few MB each at 10,000
+    providers. Nor does one whose multipliers an aggregate overrides."""
+    names = [f"p{i}" for i in range(12)]
+    heavy = {"heavy": Aggregate("heavy", {"ram_weight_multiplier": "2.5"})}
+    snapshot = Snapshot.build(
+        [
+            Provider(n, host=n, aggregates=frozenset({"heavy"} if i % 3 else ()))
+            for i, n in enumerate(names)
+        ],
+        {
+            n: {"VCPU": {"total": 8}, "MEMORY_MB": {"total": 1024 * (i + 1)}}
+            for i, n in enumerate(names)
+        },
+        heavy if overridden else {},
+    )
+    engine = _engine(ranked=10)
+    ranking = engine.place(snapshot, Request("r", {"VCPU": 1})).ranking
+    assert ranking is not None
+    gone = weakref.ref(snapshot.used)  # the snapshot's arrays outlive it only if it is kept
+    del snapshot
+    gc.collect()
+    assert gone() is None
+    ram = {c["weighers"]["RAMWeigher"][1] for c in expand(ranking.compact())}
+    assert ram == ({1.0, 2.5} if overridden else {1.0})
 
 
 def test_an_answer_carries_its_candidates_and_the_offsets_its_snapshot_reflected(
