@@ -12,13 +12,25 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
-from sqlalchemy import Connection, Engine, Row, Select, bindparam, func, or_, select
+from sqlalchemy import (
+    Connection,
+    Engine,
+    Row,
+    Select,
+    Text,
+    bindparam,
+    cast,
+    func,
+    or_,
+    select,
+)
 
 from ledger.partitioner import partition_for
 from projections.view.tables import (
@@ -27,6 +39,7 @@ from projections.view.tables import (
     outcomes,
     partition_offsets,
     provider_columns,
+    provider_row,
     provider_rows,
     provider_usage,
     providers,
@@ -34,7 +47,7 @@ from projections.view.tables import (
     server_group_members,
 )
 from scheduling.balancers.base import Instance
-from scheduling.model import RESOURCE_ARRAYS, Aggregate, Provider, Snapshot
+from scheduling.model import RESOURCE_ARRAYS, Aggregate, FloatArray, IntArray, Provider, Snapshot
 from scheduling.topology import free_in
 from schemas.events import GuestAsks
 
@@ -49,11 +62,7 @@ ACTIVE_STATUSES = ("held", "consumed", "pending")
 its transaction is decided or its deadline passes)."""
 
 
-_PROVIDERS_BY_ID = (
-    select(*_PROVIDER_COLUMNS).select_from(provider_rows).order_by(providers.c.provider_id)
-)
 _PROVIDER_COUNT = select(func.count()).select_from(providers)
-_INVENTORIES = select(inventories)
 _PARTITIONS = select(func.max(partition_offsets.c.partitions))
 _AGGREGATES = select(aggregates)
 # (the statements a live snapshot runs on every call are built once, here or
@@ -132,14 +141,17 @@ def provider_from_row(
     groups: Mapping[str, Mapping[str, int]],
     tags: Mapping[str, Mapping[str, int]],
 ) -> Provider:
+    """``row``'s record (what :func:`_records` makes of every provider's)."""
     cells, devices = free_in(row.numa_cells, row.pci_devices, row.topology_use)
+    pid = row.provider_id
+    placed, grouped, tagged = instances.get(pid), groups.get(pid), tags.get(pid)
     return Provider(
-        provider_id=row.provider_id,
+        provider_id=pid,
         host=row.host or row.name,
         state=row.state,
         availability_zone=row.availability_zone,
-        traits=frozenset(row.traits),
-        aggregates=frozenset(row.aggregates),
+        traits=frozenset(row.traits) or _NONE,
+        aggregates=frozenset(row.aggregates) or _NONE,
         capabilities=row.capabilities,
         metrics=row.metrics,
         metrics_at_ms=row.metrics_at_ms,
@@ -149,10 +161,17 @@ def provider_from_row(
         metadata=row.metadata,
         numa_cells=cells,
         pci_devices=devices,
-        instances=frozenset(instances.get(row.provider_id, ())),
-        groups=dict(groups.get(row.provider_id, {})),
-        tags=dict(tags.get(row.provider_id, {})),
+        instances=frozenset(placed) if placed else _NONE,
+        groups=dict(grouped) if grouped else _NO_COUNTS,
+        tags=dict(tagged) if tagged else _NO_COUNTS,
     )
+
+
+_NONE: frozenset[str] = frozenset()
+"""The one empty set most providers' records share (an empty frozenset is
+216 bytes, and a record has three)."""
+_NO_COUNTS: Mapping[str, int] = {}
+"""The one empty count most records share (never written: records are frozen)."""
 
 
 _MEMBER_COLUMNS = (
@@ -332,8 +351,6 @@ def _record(row: Any, placements: _Placements | None) -> Provider:
 def _read(conn: Connection, placements: bool, active: Sequence[Row[Any]] | None = None) -> Snapshot:
     """The snapshot; with ``placements``, what is placed where, from
     ``active`` (see :func:`_active`) if the caller read it already."""
-    provider_rows = conn.execute(_PROVIDERS_BY_ID).all()
-    usage = _usage(conn)
     if active is None:
         active = _active(conn) if placements else ()
     instances: dict[str, set[str]] = defaultdict(set)
@@ -350,23 +367,163 @@ def _read(conn: Connection, placements: bool, active: Sequence[Row[Any]] | None 
                 groups[pid][group] += 1
             for tag in row.tags:
                 tags[pid][tag] += 1
-    records = [provider_from_row(row, instances, groups, tags) for row in provider_rows]
-    return Snapshot.build(records, usage, _aggregates(conn))
+    return _whole(conn, _records(conn, instances, groups, tags))
 
 
-def _usage(conn: Connection) -> dict[str, dict[str, dict[str, Any]]]:
-    by_provider: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)
-    for row in conn.execute(_INVENTORIES).all():
-        by_provider[row.provider_id][row.resource_class] = {
-            "total": row.total,
-            "reserved": row.reserved,
-            "used": row.held + row.consumed,
-            "allocation_ratio": row.allocation_ratio,
-            "min_unit": row.min_unit,
-            "max_unit": row.max_unit,
-            "step_size": row.step_size,
-        }
-    return by_provider
+_WHOLE_ORDER = (
+    "provider_id",
+    "name",
+    "state",
+    "availability_zone",
+    "host",
+    "host_ip",
+    "metrics_at_ms",
+    "num_io_ops",
+    "build_failures",
+    "traits",
+    "aggregates",
+    "capabilities",
+    "metrics",
+    "metadata",
+    "numa_cells",
+    "pci_devices",
+    "topology_use",
+)
+_PROVIDERS_WHOLE = (
+    select(
+        *(
+            # JSON as the text the writer wrote: decoded once per distinct text
+            c if c.name in _WHOLE_ORDER[:9] else cast(c, Text).label(c.name)
+            for c in sorted(
+                (c for c in provider_row() if c.name in _WHOLE_ORDER),
+                key=lambda c: _WHOLE_ORDER.index(c.name),
+            )
+        )
+    )
+    .select_from(provider_rows)
+    .order_by(providers.c.provider_id)
+)
+"""Every provider's row, the columns its record needs in ``_WHOLE_ORDER``
+(unpacked by position: a row's attribute costs about a microsecond)."""
+_USAGE = select(
+    inventories.c.provider_id,
+    inventories.c.resource_class,
+    inventories.c.total,
+    inventories.c.reserved,
+    inventories.c.min_unit,
+    inventories.c.max_unit,
+    inventories.c.step_size,
+    inventories.c.allocation_ratio,
+    inventories.c.held,
+    inventories.c.consumed,
+)
+_CHUNK = 50_000
+"""Rows fetched and turned into records or arrays at a time, so a million
+providers' rows are never all held at once."""
+
+
+class _Decoded:
+    """JSON texts decoded once each: the providers that wrote the same text
+    share the value (never written to: records are frozen)."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, Any] = {}
+        self.names: dict[str, frozenset[str]] = {}
+
+    def value(self, text: str) -> Any:
+        values = self.values
+        if text not in values:
+            values[text] = json.loads(text)
+        return values[text]
+
+    def name_set(self, text: str) -> frozenset[str]:
+        names = self.names
+        if text not in names:
+            names[text] = frozenset(json.loads(text)) or _NONE
+        return names[text]
+
+
+def _records(
+    conn: Connection,
+    instances: Mapping[str, set[str]],
+    groups: Mapping[str, Mapping[str, int]],
+    tags: Mapping[str, Mapping[str, int]],
+) -> list[Provider]:
+    """Every provider's record in id order, as :func:`provider_from_row`
+    makes it, from rows read a chunk at a time."""
+    decoded = _Decoded()
+    value, name_set = decoded.value, decoded.name_set
+    records: list[Provider] = []
+    for rows in conn.execute(_PROVIDERS_WHOLE).partitions(_CHUNK):
+        for (pid, name, state, zone, host, host_ip, at_ms, io_ops, failures,
+             traits, aggregates_, capabilities, metrics, metadata,
+             cells_text, devices_text, use_text) in rows:  # fmt: skip
+            cells, devices = free_in(cells_text, devices_text, use_text)
+            placed, grouped, tagged = instances.get(pid), groups.get(pid), tags.get(pid)
+            records.append(
+                Provider(
+                    provider_id=pid,
+                    host=host or name,
+                    state=state,
+                    availability_zone=zone,
+                    traits=name_set(traits),
+                    aggregates=name_set(aggregates_),
+                    capabilities=value(capabilities),
+                    metrics=value(metrics),
+                    metrics_at_ms=at_ms,
+                    num_io_ops=io_ops,
+                    build_failures=failures,
+                    host_ip=host_ip,
+                    metadata=value(metadata),
+                    numa_cells=cells,
+                    pci_devices=devices,
+                    instances=frozenset(placed) if placed else _NONE,
+                    groups=dict(grouped) if grouped else _NO_COUNTS,
+                    tags=dict(tagged) if tagged else _NO_COUNTS,
+                )
+            )
+    return records
+
+
+def _whole(conn: Connection, records: list[Provider]) -> Snapshot:
+    """The snapshot of ``records`` (every provider, in id order) with every
+    inventory's numbers, class by class (total, reserved, min and max
+    unit, step, used: held and consumed, ratio): what :meth:`Snapshot.build`
+    makes of a mapping per inventory, made column by column instead."""
+    n = len(records)
+    row_of = {record.provider_id: k for k, record in enumerate(records)}
+    at: list[IntArray] = []
+    classes_of: list[list[str]] = []
+    numbers: list[IntArray] = []
+    used: list[IntArray] = []
+    ratios: list[FloatArray] = []
+    for rows in conn.execute(_USAGE).partitions(_CHUNK):
+        pid, rc, total, reserved, low, high, step, ratio, held, consumed = zip(*rows, strict=True)
+        found = list(map(row_of.get, pid))
+        if None in found:  # a retired provider's inventories, if any are left: no row
+            found = [-1 if k is None else k for k in found]
+        at.append(np.array(found, dtype=np.int64))
+        classes_of.append(list(rc))
+        numbers.append(np.array((total, reserved, low, high, step), dtype=np.int64).T)
+        used.append(np.add(held, consumed, dtype=np.int64))
+        ratios.append(np.array(ratio, dtype=np.float64))
+    classes = tuple(sorted({rc for chunk in classes_of for rc in chunk}))
+    column = {rc: c for c, rc in enumerate(classes)}
+    r = len(classes)
+    # a class a provider lacks: zeros, ratio 1 (and step 1, by from_table)
+    table = np.zeros((n, r, 5), dtype=np.int64)
+    used_table = np.zeros((n, r), dtype=np.int64)
+    ratio_table = np.ones((n, r), dtype=np.float64)
+    for rows_at, rcs, numbers_, used_, ratios_ in zip(
+        at, classes_of, numbers, used, ratios, strict=True
+    ):
+        cols = np.array(list(map(column.__getitem__, rcs)), dtype=np.int64)
+        keep = rows_at >= 0
+        where = (rows_at[keep], cols[keep])
+        table[where] = numbers_[keep]
+        used_table[where] = used_[keep]
+        ratio_table[where] = ratios_[keep]
+    return Snapshot.from_table(records, classes, table, used_table, ratio_table, _aggregates(conn))
 
 
 def _aggregates(conn: Connection, partitions: int | None = None) -> dict[str, Aggregate]:
@@ -640,9 +797,13 @@ class LiveSnapshot:
     def _full(self, conn: Connection, offsets: dict[int, int]) -> Snapshot:
         if self.keeps_placements:
             self.placements = _placements(_active(conn, reservations.c.reservation_id))
-        rows = conn.execute(_PROVIDERS_BY_ID).all()
-        records = [_record(row, self.placements) for row in rows]
-        self.snapshot = Snapshot.build(records, _usage(conn), _aggregates(conn))
+        instances: dict[str, set[str]] = {}
+        groups: dict[str, Counter[str]] = {}
+        tags: dict[str, Counter[str]] = {}
+        if self.placements is not None:
+            for pid in self.placements.on:
+                instances[pid], groups[pid], tags[pid] = self.placements.of(pid)
+        self.snapshot = _whole(conn, _records(conn, instances, groups, tags))
         self.seen = offsets
         return self.snapshot
 

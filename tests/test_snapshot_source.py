@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import Engine
 
@@ -358,3 +359,98 @@ def test_a_live_snapshot_fed_by_its_writers_matches_a_full_read_without_reading_
         assert after.providers == full.providers and after.aggregates == full.aggregates
         for name in RESOURCE_ARRAYS:
             assert (getattr(after, name) == getattr(full, name)).all(), name
+
+
+def test_the_view_read_whole_is_the_snapshot_of_the_writers_states_decided_again(
+    tmp_path: Path, view_url: str
+) -> None:
+    """A scheduler's start-up, from the view (its JSON columns read as text
+    and decoded once per distinct text, its inventories column by column)
+    or from a replay of the log in memory: the same snapshot, records,
+    arrays and aggregates, and the same feasibility index of it."""
+    import numpy as np
+
+    from berth.app import App, Settings
+    from berth.client import Publisher
+    from berth.replay import decide_until
+    from consumers.snapshot_source import LiveSnapshot
+    from consumers.state_snapshot import snapshot_of
+    from projections.state import PartitionState
+    from scheduling.model import Request, Snapshot
+    from tests.builders import aggregates, describe, retire
+    from tests.builders import topology as described
+    from tests.test_numa_topology import cell, nic
+
+    partitions = 3
+    with App(Settings(data_dir=tmp_path / "app", db_url=view_url, partitions=partitions)) as app:
+        edge = Publisher(app.log, clock_ms=lambda: 10**12)
+        edge.define_aggregate("fast", {"cpu_allocation_ratio": "3.0"}, event_id="fast")
+        spec = {"total": 12, "reserved": 1, "allocation_ratio": 2.5, "min_unit": 2}
+        events: list[Event] = []
+        for n in range(40):
+            pid = f"n{n:02d}"
+            if n % 3:
+                events += provider(pid, ts=1, VCPU=16, MEMORY_MB=4096, DISK_GB=100)
+            else:  # a shape of its own, without DISK_GB
+                events += provider(pid, ts=1, VCPU={**spec, "step_size": 2}, MEMORY_MB=2048)
+            if n % 4 == 0:
+                events.append(traits(pid, "HW_GPU", *(["SSD"] * (n % 8 == 0)), ts=2))
+            if n % 5 == 0:
+                events.append(aggregates(pid, "fast", ts=2))
+            if n % 6 == 0:
+                events.append(
+                    describe(pid, ts=2, availability_zone=f"az{n % 2}", metadata={"rack": "r1"})
+                )
+            if n % 9 == 0:
+                events.append(described(pid, ts=2, numa_cells=[cell(0, 0)], pci_devices=nic()))
+            if n % 7 == 0:
+                events.append(report(pid, {"cpu.percent": float(n)}, ts=3, io_ops=n % 3))
+        events += [
+            claim(f"r{k}", f"n{k % 40:02d}", ts=4, VCPU=2, MEMORY_MB=512, group="g", tags=["web"])
+            for k in range(0, 60, 3)
+        ]
+        events += [set_state("n01", "disabled", ts=5), retire("n38", ts=5)]
+        edge.publish(events)
+        writers = app.writers()
+        catch_up_all(writers)
+        events_topic = app.settings.topics.events
+        ends = [app.log.end_offset(events_topic, p) for p in range(partitions)]
+        states = [PartitionState(p, partitions) for p in range(partitions)]
+        for state, end in zip(states, ends, strict=True):
+            decide_until(app.log, events_topic, state, 0, end)
+        replayed = snapshot_of(states)
+        read = snapshot_from_view(app.engine)
+        live = LiveSnapshot(app.engine, placements=True)()
+        bare = LiveSnapshot(app.engine)()
+    assert "n38" not in read.row_of and len(read.providers) == 39
+    assert read.classes == ("DISK_GB", "MEMORY_MB", "VCPU")
+    for snapshot in (read, live):
+        assert snapshot.providers == replayed.providers
+        assert snapshot.classes == replayed.classes
+        assert snapshot.aggregates == replayed.aggregates
+        for name in RESOURCE_ARRAYS:
+            mine, theirs = getattr(snapshot, name), getattr(replayed, name)
+            assert mine.dtype == theirs.dtype and np.array_equal(mine, theirs), name
+    assert [p.instances for p in bare.providers] == [frozenset()] * 39  # no placements read
+    assert [(p.traits, p.metadata, p.metrics) for p in bare.providers] == [
+        (p.traits, p.metadata, p.metrics) for p in read.providers
+    ]
+    # the records share the values of one text, and the empty ones
+    first, second = read.providers[read.row_of["n02"]], read.providers[read.row_of["n03"]]
+    assert first.traits is second.traits and first.metrics is second.metrics
+    assert first.instances is not second.instances or not first.instances
+
+    def index_of(snapshot: Snapshot) -> tuple[Any, ...]:
+        scheduler = {"mode": "bounded", "candidates": 4}
+        engine = SchedulerConfig.from_mapping({"scheduler": scheduler}).engine()
+        index = engine.index(snapshot)
+        request = Request("q", {"VCPU": 2, "MEMORY_MB": 512}, num_instances=3)
+        return (
+            index.group_of.tolist(),
+            index.bucket_of.tolist(),
+            index.count.tolist(),
+            index.ub.tolist(),
+            engine.place(snapshot, request).providers,
+        )
+
+    assert index_of(read) == index_of(replayed)
