@@ -35,7 +35,11 @@ Start-up: a cluster published through the writers (bench.end_to_end's
 setup: embedded log, SQLite view), then a bounded scheduler's first
 snapshot and index made from the view, and made from a replay of the log
 in memory (every partition's records decided again, as explain's states
-are), alternately.
+are), alternately; in wall and CPU seconds, with what the first from the
+view holds resident (snapshot and index) and the view's file, a provider.
+``--startup-data-dir DIR`` keeps the published cluster in DIR, or starts
+from the one DIR holds (a million providers take ten minutes and more to
+publish).
 
 Last, sustained placements through the real writers (bench.end_to_end's
 scenario: embedded log, SQLite view, the scheduler on a live snapshot, the
@@ -56,13 +60,14 @@ import random
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 
 from bench.callgrind import Marks, totals
 from bench.common import note, timed
-from berth.app import tune_gc
+from berth.app import App, tune_gc
 from berth.compile import compiled
 from ledger.log import Log
 from scheduling.config import SchedulerConfig
@@ -450,38 +455,82 @@ def quality(providers: int, rounds: int) -> dict[str, Any]:
 # -- start-up: from the view and from a replay --------------------------------------
 
 
-def startup(providers: int, rounds: int) -> dict[str, Any]:
+def startup(providers: int, rounds: int, keep: str = "") -> dict[str, Any]:
     """Seconds to a bounded scheduler's first snapshot and index, from the
-    view and from a replay of the log (the median of ``rounds``, alternated)."""
+    view and from a replay of the log (the median of ``rounds``, alternated),
+    and what the first from the view holds resident, a provider. ``keep``:
+    a directory that keeps the published cluster, or holds it already (a
+    million providers take many minutes to publish)."""
     import tempfile
-    from pathlib import Path
-
-    from bench.end_to_end import _setup
-    from consumers.snapshot_source import LiveSnapshot
 
     with tempfile.TemporaryDirectory(prefix="berth-scale-") as tmp:
-        note(f"start-up: {providers} providers published through the writers ...")
-        app = _setup(Path(tmp), providers, partitions=16)
+        app = _published(Path(keep or tmp), providers)
         events = app.settings.topics.events
         ends = [app.log.end_offset(events, p) for p in range(app.settings.partitions)]
         runs: dict[str, list[float]] = {"view": [], "replay": []}
+        cpu: dict[str, list[float]] = {"view": [], "replay": []}
+        resident = 0
         for _ in range(max(rounds, 2)):
-            _, engine = engines()
-            with timed() as t:
-                engine.index(LiveSnapshot(app.engine)())
-            runs["view"].append(t[0])
-            _, engine = engines()
-            with timed() as t:
-                engine.index(_replayed(app.log, events, ends))
-            runs["replay"].append(t[0])
-            gc.collect()
-        app.close()
+            for source in ("view", "replay"):
+                _, engine = engines()
+                before = _rss()
+                began = time.process_time()
+                with timed() as t:
+                    engine.index(_started(app, source, ends))
+                runs[source].append(t[0])
+                cpu[source].append(time.process_time() - began)
+                if source == "view" and not resident:  # (the index's engine still holds it)
+                    resident = _rss() - before
+                del engine
+                gc.collect()
+        app.close()  # (which checkpoints the view's write-ahead log into its file)
+        view_bytes = (Path(app.settings.data_dir) / "view.db").stat().st_size
     return {
         "startup_providers": providers,
         "startup_records": sum(ends),
         "startup_view_s": round(float(np.median(runs["view"])), 2),
+        "startup_view_cpu_s": round(float(np.median(cpu["view"])), 2),
         "startup_replay_s": round(float(np.median(runs["replay"])), 2),
+        "startup_replay_cpu_s": round(float(np.median(cpu["replay"])), 2),
+        "startup_view_resident_bytes_per_provider": round(resident / providers),
+        "startup_view_db_bytes_per_provider": round(view_bytes / providers),
+        "startup_max_resident_mb": round(_max_rss() / 2**20),
     }
+
+
+def _published(directory: Path, providers: int) -> App:
+    """The app of ``directory``, a cluster of ``providers`` published there
+    through the writers first unless its view holds them already."""
+    from sqlalchemy import func, select
+
+    from bench.end_to_end import _setup
+    from berth.app import Settings
+    from projections.view.tables import providers as providers_table
+
+    if (directory / "view.db").exists():
+        app = App(Settings(data_dir=directory, partitions=16))
+        with app.engine.connect() as conn:
+            held = conn.execute(select(func.count()).select_from(providers_table)).scalar_one()
+        if held != providers:
+            raise SystemExit(f"{directory} does not hold {providers} providers")
+        return app
+    note(f"start-up: {providers} providers published through the writers ...")
+    return _setup(directory, providers, partitions=16)
+
+
+def _started(app: App, source: str, ends: Sequence[int]) -> Snapshot:
+    """A scheduler's first snapshot, from the view or from a replay."""
+    from consumers.snapshot_source import LiveSnapshot
+
+    if source == "view":
+        return LiveSnapshot(app.engine)()
+    return _replayed(app.log, app.settings.topics.events, ends)
+
+
+def _max_rss() -> int:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def _replayed(log: Log, events: str, ends: Sequence[int]) -> Snapshot:
@@ -559,6 +608,11 @@ def main() -> None:
     parser.add_argument("--quality-providers", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=1, help="alternations of full and bounded")
     parser.add_argument("--startup-providers", type=int, default=100_000)
+    parser.add_argument(
+        "--startup-data-dir",
+        default="",
+        help="keep the start-up's published cluster here, or start from the one it holds",
+    )
     parser.add_argument("--writers-providers", type=int, default=100_000)
     parser.add_argument("--writers-requests", type=int, default=20_000)
     parser.add_argument(
@@ -585,7 +639,7 @@ def main() -> None:
     if args.quality_providers:
         figures |= quality(args.quality_providers, args.rounds)
     if args.startup_providers:
-        figures |= startup(args.startup_providers, args.rounds)
+        figures |= startup(args.startup_providers, args.rounds, args.startup_data_dir)
     if args.writers_providers:
         modes: list[Mode] = []
         for mode in (m for m in args.writers_modes.split(",") if m):
