@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import logging
 import re
-import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
@@ -26,7 +25,7 @@ from berth.placement_api.errors import PlacementError
 from berth.placement_api.http import Caller, Req, Resp, Write, accepts_json
 from berth.placement_api.policy import RULES, Policy
 from berth.placement_api.pump import WritePump
-from berth.placement_api.service import PlacementService, Refused
+from berth.placement_api.service import PlacementService, Refused, random_uuid
 from berth.placement_api.versions import (
     HEADER,
     Version,
@@ -54,9 +53,7 @@ def _home(req: Req) -> Resp:
     return Resp(body={"versions": versions}).modified(req, None)
 
 
-def _routes(
-    candidates: CandidateEngine,
-) -> list[tuple[re.Pattern[str], str, dict[str, Handler]]]:
+def _routes(candidates: CandidateEngine) -> list[Route]:
     p, r, a = providers, registry, allocations
     table: list[tuple[str, dict[str, Handler]]] = [
         ("", {"GET": _home}),
@@ -125,6 +122,26 @@ def _routes(
         pattern = re.sub(r"\{(\w+)\}", lambda m: _NAME.format(m.group(1)), path)
         compiled.append((re.compile(f"^{pattern}$"), path, methods))
     return compiled
+
+
+Route = tuple[re.Pattern[str], str, dict[str, Handler]]
+
+
+def _by_segment(routes: list[Route]) -> dict[str, list[Route]]:
+    """The routes by the first segment of their path (``allocations`` for
+    ``/allocations/{consumer_uuid}``), none of which is a parameter: a
+    request's path is matched against its segment's two or three patterns,
+    not against all twenty-odd (a write of allocations was matched against
+    fifteen before it found its own). The patterns never overlap, so the
+    order among them does not matter."""
+    found: dict[str, list[Route]] = {}
+    for route in routes:
+        found.setdefault(_segment(route[1]), []).append(route)
+    return found
+
+
+def _segment(path: str) -> str:
+    return path[1:].partition("/")[0]
 
 
 def _from(minor: int, handler: Handler) -> Handler:
@@ -210,7 +227,7 @@ class PlacementApp:
         self.cors = cors
         self.caller_of = caller_of or _caller
         """noauth2 by default; Keystone's verdict (berth.placement_api.keystone)"""
-        self.routes = _routes(CandidateEngine(service.engine))
+        self.routes = _by_segment(_routes(CandidateEngine(service.engine)))
 
     def respond(
         self, method: str, path: str, query: str, headers: Mapping[str, str], body: bytes
@@ -246,7 +263,7 @@ class PlacementApp:
     ) -> Answer | Pending:
         """The answer to one request, or, when its handler ends in a write,
         the write still to do: :meth:`end` words its decision."""
-        request = _Request(method, path, query, headers, f"req-{uuid.uuid4()}")
+        request = _Request(method, path, query, headers, f"req-{random_uuid()}")
         try:
             request.version = negotiate(headers)
             resp = self._handle(method, path, query, headers, body, request.version)
@@ -301,7 +318,7 @@ class PlacementApp:
         length = headers.get("content-length")
         if length and length != "0" and not headers.get("content-type"):
             raise PlacementError(400, "content-type header required when content-length > 0")
-        for pattern, template, methods in self.routes:
+        for pattern, template, methods in self.routes.get(_segment(path), ()):
             found = pattern.match(path)
             if found is None:
                 continue

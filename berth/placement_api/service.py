@@ -12,9 +12,9 @@ waits for the view's commit, woken by it (``projections.view.commits``)."""
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
-import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -356,7 +356,7 @@ def event_of(fields: Mapping[str, Any]) -> Event:
     the edge's clock; 400 when it does not validate."""
     data = {
         **fields,
-        "event_id": f"placement-{uuid.uuid4()}",
+        "event_id": f"placement-{random_uuid()}",
         "ts_ms": wall_clock_ms(),
         "partition_key": PLACEMENT_KEY,
     }
@@ -364,6 +364,17 @@ def event_of(fields: Mapping[str, Any]) -> Event:
         return validate_event(data)
     except EventDecodeError as error:
         raise PlacementError(400, f"JSON does not validate: {error}") from None
+
+
+def random_uuid() -> str:
+    """A random (version 4) UUID's text, as ``str(uuid.uuid4())`` but made
+    from 16 random bytes directly: uuid4 and its text took 5 us, a write
+    makes two (its request id and its event's id)."""
+    raw = bytearray(os.urandom(16))
+    raw[6] = (raw[6] & 0x0F) | 0x40  # version 4
+    raw[8] = (raw[8] & 0x3F) | 0x80  # RFC 4122's variant
+    h = raw.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 def decision_of(outcomes: list[Outcome]) -> Outcome:
