@@ -4,6 +4,7 @@
                           [--full-every 20] [--quality-providers 1000] [--rounds 1]
                           [--startup-providers 100000]
                           [--writers-providers 100000] [--writers-requests 20000]
+                          [--writers-modes full,bounded] [--writers-processes 0,1]
                           [--callgrind FIRST:END]
 
 For each size, a realistic cluster (five node types, four zones, traits,
@@ -42,8 +43,12 @@ from the one DIR holds (a million providers take ten minutes and more to
 publish).
 
 Last, sustained placements through the real writers (bench.end_to_end's
-scenario: embedded log, SQLite view, the scheduler on a live snapshot, the
-writers in a thread), full and bounded alternately.
+scenario: embedded log, SQLite view, the scheduler on a live snapshot), full
+and bounded alternately, each with the writers in a thread of the
+scheduler's process (``one_process``: the whole placement path under one
+GIL, on one core) and in a ``berth projector`` process of their own
+(``two_processes``, as deployed: the scheduler's live snapshot reads what
+they committed from the view), alternately.
 
 Progress goes to stderr; the figures are one JSON object on the last line.
 """
@@ -553,32 +558,54 @@ def _replayed(log: Log, events: str, ends: Sequence[int]) -> Snapshot:
 
 
 Mode = Literal["full", "bounded"]
+WHERE = {0: "one_process", 1: "two_processes"}
+"""The writers' processes -> the figures' name: 0, a thread of the
+scheduler's process (one GIL for the whole placement path); 1, a ``berth
+projector`` process of their own beside the scheduler's, as deployed."""
 
 
 def through_writers(
-    providers: int, count: int, rounds: int, modes: Sequence[Mode] = ("full", "bounded")
+    providers: int,
+    count: int,
+    rounds: int,
+    modes: Sequence[Mode] = ("full", "bounded"),
+    processes: Sequence[int] = (0, 1),
 ) -> dict[str, Any]:
-    """Placements a second, in wall and in the process's CPU time (the
-    writers' thread included: on a shared machine the wall time is mostly
-    waiting for a core), each run's, and the index builds of its last run."""
+    """Placements a second, in wall and in CPU time, each run's, alternated
+    over ``modes`` and the writers' ``processes`` (see :data:`WHERE`), and
+    the index builds of the last run of each. On a shared machine the wall
+    time is mostly waiting for a core: the CPU figures are each process's
+    CPU time a placement and the placements a CPU second of both (the
+    writers' thread or process included)."""
     from bench.end_to_end import sustained
 
     figures: dict[str, Any] = {"writers_providers": providers, "writers_requests": count}
-    runs: dict[str, list[float]] = {mode: [] for mode in modes}
-    cpu: dict[str, list[float]] = {mode: [] for mode in modes}
+    runs: dict[str, dict[str, list[float]]] = {}
     for _ in range(rounds):
         for mode in modes:
-            note(f"through the writers, {providers} providers, {mode} ...")
-            result = sustained(providers, count, 100.0, False, bounded=Bounded(mode))
-            assert result["overcommitted_providers"] == 0
-            runs[mode].append(result["placements_per_s"])
-            cpu[mode].append(result["placements_per_cpu_s"])
-            figures[f"writers_{mode}_failed"] = result["failed"]
-            figures[f"writers_{mode}_startup_s"] = result["startup_s"]
-            figures[f"writers_{mode}_index_builds"] = result["index_builds"]
-    for mode in modes:
-        figures[f"writers_{mode}_placements_per_s"] = runs[mode]
-        figures[f"writers_{mode}_placements_per_cpu_s"] = cpu[mode]
+            for writers in processes:
+                name = f"writers_{mode}_{WHERE[writers]}"
+                note(f"through the writers, {providers} providers, {mode}, {WHERE[writers]} ...")
+                result = sustained(
+                    providers, count, 100.0, False, writer_processes=writers, bounded=Bounded(mode)
+                )
+                assert result["overcommitted_providers"] == 0
+                placed = max(result["placed"], 1)
+                run = runs.setdefault(name, {})
+                run.setdefault("placements_per_s", []).append(result["placements_per_s"])
+                run.setdefault("placements_per_cpu_s", []).append(result["placements_per_cpu_s"])
+                run.setdefault("scheduler_cpu_us", []).append(
+                    round(result["cpu_s"] / placed * 1e6, 1)
+                )
+                if writers:
+                    run.setdefault("projector_cpu_us", []).append(
+                        round(result["projectors_cpu_s"] / placed * 1e6, 1)
+                    )
+                figures[f"{name}_failed"] = result["failed"]
+                figures[f"{name}_startup_s"] = result["startup_s"]
+                figures[f"{name}_index_builds"] = result["index_builds"]
+    for name, run in runs.items():
+        figures |= {f"{name}_{k}": v for k, v in run.items()}
     return figures
 
 
@@ -619,6 +646,12 @@ def main() -> None:
         "--writers-modes", default="full,bounded", help="the writers part's modes, alternated"
     )
     parser.add_argument(
+        "--writers-processes",
+        default="0,1",
+        help="the writers part's writers, alternated: 0 in a thread of the scheduler's "
+        "process, 1 in a berth projector process of their own",
+    )
+    parser.add_argument(
         "--callgrind",
         default="",
         metavar="FIRST:END",
@@ -646,8 +679,11 @@ def main() -> None:
             if mode not in ("full", "bounded"):
                 parser.error(f"--writers-modes: {mode} is neither full nor bounded")
             modes.append("full" if mode == "full" else "bounded")
+        processes = [int(k) for k in args.writers_processes.split(",") if k]
+        if not set(processes) <= set(WHERE):
+            parser.error("--writers-processes: each is 0 or 1")
         figures |= through_writers(
-            args.writers_providers, args.writers_requests, args.rounds, modes
+            args.writers_providers, args.writers_requests, args.rounds, modes, processes
         )
     print(json.dumps(figures))
 
