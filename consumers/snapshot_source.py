@@ -229,18 +229,36 @@ _REPORTED_COLUMNS = (
 columns (one that changed otherwise too is read whole, by id)."""
 
 
+@dataclass(frozen=True, slots=True)
+class _Since:
+    """A live snapshot's statements for the partitions that moved since its
+    last call (their offsets bound at each call as ``seen_P``, ``from_P``
+    and ``next_P``)."""
+
+    changed: Select[Any]
+    """The ids of the providers whose usage changed (updated_offset past
+    ``seen_P``: a claim, or the provider written whole)."""
+    whole: Select[Any]
+    """The ids of those written whole (shape_offset past it): registered,
+    reshaped or described."""
+    reported: Select[Any]
+    """The report's columns of those that reported (metrics_offset past it)."""
+    decided: Select[Any]
+    """The reservations that are subjects of the outcomes in [``from_P``,
+    ``next_P``) of each partition P."""
+
+
 @functools.lru_cache(maxsize=256)
-def _since(moved: tuple[int, ...]) -> tuple[Select[Any], Select[Any], Select[Any]]:
-    """For the partitions ``moved`` since a live snapshot's last call: the
-    ids of the providers changed (updated_offset past ``seen_P``), those
-    that reported (metrics_offset past it) since, and the reservations that
-    are subjects of the outcomes in [``from_P``, ``next_P``) of each
-    partition P, as statements built once per set of partitions (their
-    offsets are bound at each call). The first two each walk an index on
-    (partition, offset): only the rows past the offsets are read."""
+def _since(moved: tuple[int, ...]) -> _Since:
+    """The statements for the partitions ``moved``, built once per set of
+    partitions. The first three each walk an index on (partition, offset):
+    only the rows past the offsets are read."""
     p, u, o = providers.c, provider_usage.c, outcomes.c
     changed = select(u.provider_id).where(
         or_(*((u.partition == m) & (u.updated_offset > bindparam(f"seen_{m}")) for m in moved))
+    )
+    whole = select(p.provider_id).where(
+        or_(*((p.partition == m) & (p.shape_offset > bindparam(f"seen_{m}")) for m in moved))
     )
     reported = select(*_REPORTED_COLUMNS).where(
         or_(*((p.partition == m) & (p.metrics_offset > bindparam(f"seen_{m}")) for m in moved))
@@ -256,7 +274,7 @@ def _since(moved: tuple[int, ...]) -> tuple[Select[Any], Select[Any], Select[Any
         )
     )
     decided = _PLACED.where(reservations.c.reservation_id.in_(subjects))
-    return changed, reported, decided
+    return _Since(changed, whole, reported, decided)
 
 
 @dataclass(frozen=True, slots=True)
@@ -682,32 +700,39 @@ class LiveSnapshot:
             if not moved:
                 self.seen = offsets
                 return self.snapshot
-            changed_since, reported_since, decided_since = _since(moved)
+            since = _since(moved)
             bounds = {f"seen_{p}": self.seen.get(p, -1) for p in moved}
-            touched = set(conn.execute(changed_since, bounds).scalars())  # read whole
-            reports = conn.execute(reported_since, bounds).all()  # maybe changed in nothing else
+            touched = set(conn.execute(since.changed, bounds).scalars())
+            whole = set(conn.execute(since.whole, bounds).scalars())  # read whole
+            reports = conn.execute(since.reported, bounds).all()  # maybe changed in nothing else
             if self.placements is not None:
-                placed = self._placed_since(conn, decided_since, moved, offsets)
+                placed = self._placed_since(conn, since.decided, moved, offsets)
                 if placed is None:
                     return self._full(conn, offsets)
                 for rid, where in placed.items():
                     touched |= self.placements.put(rid, where)
-            changed = _by_ids(conn, _PROVIDERS_IN, sorted(touched))
+            snapshot = self.snapshot
+            # a provider whose usage alone changed keeps its row's record but
+            # for its placements and, with cells or devices, what they hold
+            # (read whole: the record keeps only what is free of them)
+            whole |= {pid for pid in touched if _topology(snapshot, pid)}
+            usage_only = sorted(touched - whole)
+            changed = _by_ids(conn, _PROVIDERS_IN, sorted(whole))
             # the providers that reported since the last call and changed in
             # nothing else (those changed were read whole)
-            reported = [row for row in reports if row.provider_id not in touched]
-            if not changed:
+            reported = [row for row in reports if row.provider_id not in whole]
+            if not changed and not usage_only:
                 if reported:
-                    self.snapshot = _with_reports(self.snapshot, reported)
+                    self.snapshot = _with_reports(snapshot, reported)
                 self.seen = offsets
                 return self.snapshot
-            snapshot = self.snapshot
             if any(row.provider_id not in snapshot.row_of for row in changed) or len(
                 snapshot.providers
             ) != int(conn.execute(_PROVIDER_COUNT).scalar_one()):
                 return self._full(conn, offsets)  # providers came or went
-            usage = _by_ids(conn, _INVENTORIES_IN, [row.provider_id for row in changed])
-        updated = self._update(snapshot, changed, usage, self.placements)
+            ids = [row.provider_id for row in changed] + usage_only
+            usage = _by_ids(conn, _INVENTORIES_IN, ids)
+        updated = self._update(snapshot, changed, usage, self.placements, usage_only)
         if updated is None:
             self.snapshot = None
             return self._read()  # a new resource class: rebuild
@@ -743,15 +768,19 @@ class LiveSnapshot:
         changed: Sequence[Row[Any]],
         usage: Sequence[Row[Any]],
         placements: _Placements | None,
+        usage_only: Sequence[str] = (),
     ) -> Snapshot | None:
-        """``snapshot`` with the changed providers' rows replaced, or None if a
-        resource class it lacks appeared. Arrays and records that did not change
-        are shared with ``snapshot``: the engine caches what it derives from the
+        """``snapshot`` with the changed providers' rows replaced and the
+        inventories of those and of ``usage_only`` (whose records change in
+        their placements at most), or None if a resource class it lacks
+        appeared. Arrays and records that did not change are shared with
+        ``snapshot``: the engine caches what it derives from the
         inventories by array identity, and most changes are usage only."""
         row_of = snapshot.row_of
-        index = {row.provider_id: k for k, row in enumerate(changed)}
-        rows = np.fromiter((row_of[row.provider_id] for row in changed), np.int64, len(changed))
-        shape = (len(changed), len(snapshot.classes))
+        ids = [row.provider_id for row in changed] + list(usage_only)
+        index = {pid: k for k, pid in enumerate(ids)}
+        rows = np.fromiter((row_of[pid] for pid in ids), np.int64, len(ids))
+        shape = (len(ids), len(snapshot.classes))
         # as Snapshot.build leaves a class the provider lacks
         blocks = {
             name: np.ones(shape, dtype=np.float64)
@@ -784,10 +813,16 @@ class LiveSnapshot:
                 arrays[name] = current.copy()
                 arrays[name][rows] = block
         records: dict[int, Provider] = {}
-        for row, i in zip(changed, rows.tolist(), strict=True):
+        at = rows.tolist()
+        for row, i in zip(changed, at[: len(changed)], strict=True):
             record = _record(row, placements)
             if record != snapshot.providers[i]:
                 records[i] = record
+        if placements is not None:
+            for pid, i in zip(usage_only, at[len(changed) :], strict=True):
+                placed = _placed(snapshot.providers[i], placements.of(pid))
+                if placed is not None:
+                    records[i] = placed
         # the rows changed, so that an index kept for the last snapshot (bounded
         # placement) follows by re-reading those rows alone
         if records:
@@ -834,6 +869,37 @@ def _reported(record: Provider, row: Any) -> Provider:
     for name in _REPORTED:
         object.__setattr__(new, name, getattr(row, name))
     return new
+
+
+_PLACED_FIELDS = ("instances", "groups", "tags")
+_UNPLACED = tuple(f.name for f in dataclasses.fields(Provider) if f.name not in _PLACED_FIELDS)
+
+
+def _placed(
+    record: Provider, placed: tuple[set[str], Counter[str], Counter[str]]
+) -> Provider | None:
+    """``record`` with a provider's placements (:meth:`_Placements.of`), or
+    None when they are the record's already."""
+    instances, groups, tags = frozenset(placed[0]), dict(placed[1]), dict(placed[2])
+    if (instances, groups, tags) == (record.instances, record.groups, record.tags):
+        return None
+    new = object.__new__(Provider)
+    for name in _UNPLACED:
+        object.__setattr__(new, name, getattr(record, name))
+    object.__setattr__(new, "instances", instances)
+    object.__setattr__(new, "groups", groups)
+    object.__setattr__(new, "tags", tags)
+    return new
+
+
+def _topology(snapshot: Snapshot, pid: str) -> bool:
+    """Whether the provider has cells or devices in ``snapshot`` (or is not
+    in it: read whole, it is found new)."""
+    i = snapshot.row_of.get(pid)
+    if i is None:
+        return True
+    record = snapshot.providers[i]
+    return bool(record.numa_cells or record.pci_devices)
 
 
 def _with_reports(snapshot: Snapshot, reported: Sequence[Any]) -> Snapshot:

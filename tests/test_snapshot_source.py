@@ -454,3 +454,118 @@ def test_the_view_read_whole_is_the_snapshot_of_the_writers_states_decided_again
         )
 
     assert index_of(read) == index_of(replayed)
+
+
+def _mixed_round(rng: Any, nodes: list[str], held: dict[str, str], now: int) -> list[Event]:
+    """A round of claims, consumes and releases with, on the same providers,
+    what writes a provider whole (state, traits, a description, an
+    inventory) and reports."""
+    from tests.builders import describe
+
+    events: list[Event] = []
+    for _ in range(rng.randint(1, 6)):
+        now += 1
+        node = rng.choice(nodes)
+        roll = rng.random()
+        if roll < 0.5 or not held:
+            rid = f"r{now}-{rng.random():.6f}"
+            events.append(
+                claim(
+                    rid,
+                    node,
+                    ts=now,
+                    VCPU=1,
+                    group=rng.choice((None, "g1")),
+                    tags=rng.sample(["web", "db"], rng.randint(0, 2)),
+                    consumer=f"vm{rng.randint(0, 9)}",
+                )
+            )
+            held[rid] = node
+        elif roll < 0.7:
+            rid = rng.choice(sorted(held))
+            pid = held.pop(rid)
+            maker = rng.choice((consume, release))
+            events.append(maker(rid, ts=now).model_copy(update={"partition_key": pid}))
+        elif roll < 0.76:
+            events.append(set_state(node, rng.choice(("enabled", "disabled")), ts=now))
+        elif roll < 0.82:
+            events.append(traits(node, rng.choice(("HW_GPU", "SSD")), ts=now))
+        elif roll < 0.88:
+            events.append(describe(node, availability_zone=rng.choice(("az1", "az2")), ts=now))
+        elif roll < 0.94:
+            events.append(inventory(node, VCPU=rng.choice((64, 96)), DISK_GB=1000, ts=now))
+        else:
+            events.append(report(node, {"cpu.percent": rng.random()}, ts=now))
+    return events
+
+
+def test_a_live_snapshot_reads_whole_only_the_providers_written_whole(
+    tmp_path: Path, view_url: str
+) -> None:
+    """Seeded rounds where claims and releases meet, on the same providers
+    and in the same waves, state, traits, descriptions, inventories and
+    reports: a live snapshot that reads the usage alone of the providers
+    whose claims alone changed them (their shape_offset not past its
+    offsets) equals a full read after each round, placements kept or not,
+    on SQLite and PostgreSQL, and bounded placement's index follows it."""
+    import random
+
+    from berth.app import App, Settings
+    from berth.client import Publisher
+    from consumers.snapshot_source import LiveSnapshot
+
+    rng = random.Random(33)
+    nodes = [f"n{n}" for n in range(10)]
+    with App(Settings(data_dir=tmp_path / "app", db_url=view_url, partitions=3)) as app:
+        edge = Publisher(app.log, clock_ms=lambda: 10**12)
+        writers = app.writers()
+        edge.publish([e for n in nodes for e in provider(n, ts=1, VCPU=64, DISK_GB=1000)])
+        catch_up_all(writers)
+        placed, bare = LiveSnapshot(app.engine, placements=True), LiveSnapshot(app.engine)
+        bounded = SchedulerConfig.from_mapping({"scheduler": {"mode": "bounded"}}).engine()
+        bounded.index(bare())
+        placed()
+        held: dict[str, str] = {}
+        for round_ in range(30):
+            edge.publish(_mixed_round(rng, nodes, held, 10 + 10 * round_))
+            catch_up_all(writers)
+            for live, placements in ((placed, True), (bare, False)):
+                full = snapshot_from_view(app.engine, placements=placements)
+                now_live = live()
+                assert now_live.providers == full.providers, (round_, placements)
+                for name in RESOURCE_ARRAYS:
+                    assert (getattr(now_live, name) == getattr(full, name)).all(), name
+            index = bounded.index(bare())
+            index.check(bare(), bounded._resources.capacity(bare()))  # type: ignore[union-attr]
+        assert {p.availability_zone for p in full.providers} > {None}
+
+
+def test_a_provider_whose_claims_alone_changed_it_is_not_read_whole(tmp_path: Path) -> None:
+    """A claim moves its provider's usage offset, not its shape_offset: a
+    live snapshot reads its usage and keeps the record it had (a name
+    changed behind the writers' back is not seen); written whole (its
+    state set), it is read whole."""
+    from sqlalchemy import text
+
+    from berth.app import App, Settings
+    from berth.client import Publisher
+    from consumers.snapshot_source import LiveSnapshot
+
+    with App(Settings(data_dir=tmp_path / "app", partitions=2)) as app:
+        edge = Publisher(app.log, clock_ms=lambda: 10**12)
+        writers = app.writers()
+        edge.publish([e for n in range(4) for e in provider(f"n{n}", ts=1, VCPU=8)])
+        catch_up_all(writers)
+        live = LiveSnapshot(app.engine)
+        row = live().row_of["n1"]
+        with app.write_engine.begin() as conn:
+            conn.execute(text("UPDATE providers SET name = 'renamed' WHERE provider_id = 'n1'"))
+        edge.publish([claim("r1", "n1", ts=2, VCPU=3)])
+        catch_up_all(writers)
+        after = live()
+        vcpu = after.column("VCPU")
+        assert after.used[row, vcpu] == 3 and after.providers[row].host == "n1"
+        edge.publish([set_state("n1", "disabled", ts=3)])
+        catch_up_all(writers)
+        rewritten = live().providers[row]
+        assert rewritten.state == "disabled" and rewritten.host == "n1"  # the writer's name

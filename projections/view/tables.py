@@ -92,9 +92,15 @@ providers = Table(
     # report does not move updated_offset, so a live snapshot reads just
     # these columns of a provider that only reported
     Column("metrics_offset", BigInteger, nullable=False, server_default="0"),
+    # the end offset of the batch that last wrote the row whole (registered,
+    # reshaped, described): a provider whose usage changed since a live
+    # snapshot's offsets but not this is read again for its usage alone
+    Column("shape_offset", BigInteger, nullable=False, server_default="0"),
     # a live snapshot's wave asks, per partition that moved, which providers
-    # reported since its offset: without this it reads every row of them
+    # reported, and which were written whole, since its offset: without
+    # these it reads every row of them
     Index("ix_providers_partition_metrics_offset", "partition", "metrics_offset"),
+    Index("ix_providers_partition_shape_offset", "partition", "shape_offset"),
 )
 
 provider_usage = Table(

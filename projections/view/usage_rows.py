@@ -108,8 +108,8 @@ def _write_metrics(plan: Plan, state: PartitionState, metered: list[str], offset
 _INSERT_PROVIDER = (
     'INSERT INTO providers (provider_id, "partition", name, state, traits, aggregates, '
     "availability_zone, host, host_ip, capabilities, metadata, numa_cells, pci_devices, "
-    "metrics, metrics_at_ms, num_io_ops, build_failures) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    "metrics, metrics_at_ms, num_io_ops, build_failures, shape_offset) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _INSERT_USAGE = (
     'INSERT INTO provider_usage (provider_id, "partition", active_reservations, '
@@ -146,7 +146,7 @@ def _rewrite_providers(plan: Plan, state: PartitionState, reshaped: list[str], o
         plan.execute(delete(providers).where(providers.c.provider_id.in_(chunk)))
     present = [state.providers[pid] for pid in reshaped if pid in state.providers]
     partition = state.partition
-    plan.bulk(_INSERT_PROVIDER, [_provider_row(p, partition) for p in present])
+    plan.bulk(_INSERT_PROVIDER, [_provider_row(p, partition, offset) for p in present])
     plan.bulk(
         _INSERT_USAGE,
         [(p.provider_id, partition, p.active, offset, use_json(p.topology_use)) for p in present],
@@ -157,7 +157,7 @@ def _rewrite_providers(plan: Plan, state: PartitionState, reshaped: list[str], o
     )
 
 
-def _provider_row(provider: ProviderState, partition: int) -> tuple[Any, ...]:
+def _provider_row(provider: ProviderState, partition: int, offset: int) -> tuple[Any, ...]:
     described = provider.description
     metrics = provider.metrics
     return (
@@ -178,6 +178,7 @@ def _provider_row(provider: ProviderState, partition: int) -> tuple[Any, ...]:
         metrics.at_ms,
         metrics.num_io_ops,
         metrics.build_failures,
+        offset,
     )
 
 
