@@ -214,9 +214,10 @@ def _python(profile: str, name: str) -> list[str]:
 
 
 def _projectors(
-    settings: Settings, processes: int, profile: str = ""
+    settings: Settings, processes: int, profile: str = "", checkpoints: bool = True
 ) -> list[subprocess.Popen[bytes]]:
-    """``berth projector`` processes sharing the partitions between them."""
+    """``berth projector`` processes sharing the partitions between them;
+    without ``checkpoints`` they take none of the view."""
     where = (
         ["--log", settings.log_url] if settings.log_url else ["--data-dir", str(settings.data_dir)]
     )
@@ -232,6 +233,7 @@ def _projectors(
                 *where,
                 "--owned",
                 ",".join(str(p) for p in range(k, settings.partitions, processes)),
+                *([] if checkpoints else ["--checkpoint-every", "0"]),
             ],
             stdout=subprocess.DEVNULL,
         )
@@ -269,7 +271,8 @@ def _ready(app: App, projectors: list[subprocess.Popen[bytes]]) -> None:
     Publisher(app.log, clock_ms=lambda: NOW_MS).publish(
         [Tick(event_id=f"ready-{key}", ts_ms=NOW_MS, partition_key=key) for key in keys.values()]
     )
-    _view_holds_log(app, projectors)
+    # a loaded machine's projector may take minutes to load 100,000 providers
+    _view_holds_log(app, projectors, timeout_s=900)
 
 
 def _caught_up(app: App, projectors: list[subprocess.Popen[bytes]], timeout_s: float = 120) -> None:
@@ -363,7 +366,14 @@ def sustained(
         )
         stop = threading.Event()
         projector = threading.Thread(target=_projecting, args=(writers, stop))
-        projectors = _projectors(app.settings, writer_processes) if writer_processes else []
+        # no checkpoints: started on a log of which none was taken, they
+        # would copy the view at once, mid-run (a deployment's last one is
+        # at most --checkpoint-every records old)
+        projectors = (
+            _projectors(app.settings, writer_processes, checkpoints=False)
+            if writer_processes
+            else []
+        )
         if not projectors:
             projector.start()
         agents = _agents(app, providers) if described else None
