@@ -618,7 +618,11 @@ def _assert_identifiers_match(engine: Engine, state: PartitionState) -> None:
     assert counts == {pid: (p.taken, float(p.free.count)) for pid, p in state.pools.items()}
 
 
-BATCH_DEPENDENT = {"provider_usage": {"updated_offset"}, "pools": {"updated_offset"}}
+BATCH_DEPENDENT = {
+    "providers": {"shape_offset"},
+    "provider_usage": {"updated_offset"},
+    "pools": {"updated_offset"},
+}
 """Columns that say in which batch a row last changed (the end offset of the
 batch): for ``_dump`` to leave out when views written in batches of other
 sizes are compared."""
