@@ -863,11 +863,17 @@ _KEPT = tuple(f.name for f in dataclasses.fields(Provider) if f.name not in _REP
 def _reported(record: Provider, row: Any) -> Provider:
     """``record`` with the report in ``row``: ``dataclasses.replace`` without
     its checks, which cost more than the copy (a report is frequent)."""
+    return _remade(record, _KEPT, [(name, getattr(row, name)) for name in _REPORTED])
+
+
+def _remade(record: Provider, kept: Sequence[str], changes: Sequence[tuple[str, Any]]) -> Provider:
+    """``record`` with the fields ``kept`` and ``changes``' values: what
+    ``dataclasses.replace`` makes, without its checks (records are frozen)."""
     new = object.__new__(Provider)
-    for name in _KEPT:
+    for name in kept:
         object.__setattr__(new, name, getattr(record, name))
-    for name in _REPORTED:
-        object.__setattr__(new, name, getattr(row, name))
+    for name, value in changes:
+        object.__setattr__(new, name, value)
     return new
 
 
@@ -883,13 +889,9 @@ def _placed(
     instances, groups, tags = frozenset(placed[0]), dict(placed[1]), dict(placed[2])
     if (instances, groups, tags) == (record.instances, record.groups, record.tags):
         return None
-    new = object.__new__(Provider)
-    for name in _UNPLACED:
-        object.__setattr__(new, name, getattr(record, name))
-    object.__setattr__(new, "instances", instances)
-    object.__setattr__(new, "groups", groups)
-    object.__setattr__(new, "tags", tags)
-    return new
+    return _remade(
+        record, _UNPLACED, (("instances", instances), ("groups", groups), ("tags", tags))
+    )
 
 
 def _topology(snapshot: Snapshot, pid: str) -> bool:
