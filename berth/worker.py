@@ -147,6 +147,9 @@ class Worker:
         self.owner = owner_name()
         self.error: Exception | None = None
         settings = app.settings
+        # a commit stalled this long holds a takeover back no longer: by then
+        # the group has given its partitions away (see projections.view.generations)
+        app.view.stall_ms = round(options.session_timeout_s * 1000)
         self.writers = GroupWriters(app.view, self._writer, settings.batch_size)
         self.scheduling = Scheduling(app, config)
         self.requests_held: tuple[int, ...] = ()

@@ -128,7 +128,8 @@ class GroupWriters:
 
     def _guarded(self, partition: int, action: Callable[[], int]) -> int:
         """``action``'s result, or -1 once the partition has been taken over
-        elsewhere (the writer is dropped: the group will take it away)."""
+        elsewhere or this writer's commit stalled past its bound (the writer
+        is dropped: the group will take the partition away)."""
         try:
             return action()
         except Fenced as error:

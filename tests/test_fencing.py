@@ -16,7 +16,7 @@ from consumers.partition_writer import PartitionWriter, catch_up_all, step_all
 from ledger.partitioner import partition_for
 from projections.view.generations import owners, take_partition
 from projections.view.loader import committed_offsets
-from projections.view.writer import Fenced
+from projections.view.writer import Fenced, Stalled
 from tests.builders import claim, provider
 from tests.polling import wait_for
 
@@ -72,6 +72,51 @@ def test_a_takeover_waits_for_a_commit_in_flight(postgres_url: str, tmp_path: Pa
             commit.commit()
         takeover.join(timeout=10)
         assert taken.is_set()
+
+
+def test_a_writer_stopped_mid_commit_holds_a_takeover_back_only_its_stall_bound(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    """A writer whose process stops inside its commit (SIGSTOP, a stalled
+    machine) holds its partition's owner row: PostgreSQL ends its
+    transaction once idle for the stall bound, the takeover goes on, and the
+    writer, resumed, is told it stalled; nothing it had not committed is lost."""
+    with App(Settings(data_dir=tmp_path, db_url=postgres_url, partitions=1)) as app:
+        Publisher(app.log, app.settings.topics).publish(provider("n1", ts=1, VCPU=4))
+        app.view.stall_ms = 300
+        old = _writer(app, "old:1")
+        old.catch_up()
+        _publish(app, "r1", "r2")
+        stopped, resumed = threading.Event(), threading.Event()
+
+        def stop_before_commit(conn: object) -> None:
+            if not stopped.is_set():
+                stopped.set()
+                resumed.wait(timeout=30)
+
+        event.listen(app.write_engine, "commit", stop_before_commit)
+        failures: list[BaseException] = []
+
+        def step() -> None:
+            try:
+                old.step()
+            except BaseException as error:
+                failures.append(error)
+
+        stepping = threading.Thread(target=step)
+        stepping.start()
+        assert stopped.wait(timeout=10)
+        taking = threading.Thread(target=lambda: _writer(app, "new:2"))
+        taking.start()
+        taking.join(timeout=10)
+        assert not taking.is_alive(), "the takeover waited on the stopped writer"
+        resumed.set()
+        stepping.join(timeout=10)
+        assert [type(f) for f in failures] == [Stalled]
+        new = _writer(app, "new:3")
+        assert new.catch_up() == 2
+        with app.engine.connect() as conn:
+            assert committed_offsets(conn) == {0: 4}
 
 
 def _waiting_on_a_lock(app: App) -> int:

@@ -8,7 +8,13 @@ view; the writer commits with the generation it took, and the view refuses
 a commit from an older one in the commit's own transaction
 (:class:`projections.view.writer.Fenced`). The takeover's row lock orders
 it against a commit in flight: a commit that got in first is in the state
-the new owner loads, one that comes later is refused.
+the new owner loads, one that comes later is refused. A commit whose
+process stops mid-transaction would hold that lock, and the takeover, for
+as long as it stays stopped: on PostgreSQL the server ends such a
+transaction once it has sat idle for the writer's stall bound
+(:attr:`projections.view.writer.ViewWriter.stall_ms`, a worker's session
+timeout), and the writer, resumed, is told it stalled
+(:class:`projections.view.writer.Stalled`).
 """
 
 from __future__ import annotations

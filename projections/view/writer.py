@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from sqlalchemy import Connection, Engine
+from sqlalchemy.exc import DBAPIError
 
 from projections.batch import Batch
 from projections.state import PartitionState
@@ -37,6 +38,23 @@ class Fenced(Exception):
     writer no longer owns it and must stop writing it."""
 
 
+class Stalled(Fenced):
+    """This writer's commit sat idle in its transaction past
+    :attr:`ViewWriter.stall_ms` (its process paused or starved) and
+    PostgreSQL ended the transaction, so that a takeover waiting for its
+    locks could go on. Its group session, as long, has expired with it: it
+    writes no more until the group assigns it partitions again."""
+
+
+_IDLE_IN_TRANSACTION_ENDED = "25P03"
+"""PostgreSQL's SQLSTATE for a session ended by its
+``idle_in_transaction_session_timeout``."""
+
+DEFAULT_STALL_MS = 10_000
+"""How long a fenced commit may sit idle mid-transaction (see
+:attr:`ViewWriter.stall_ms`); ``berth worker`` sets its session timeout."""
+
+
 class ViewWriter:
     """Commits batches of one or more partitions to the read model.
 
@@ -53,6 +71,13 @@ class ViewWriter:
 
     def __init__(self, engine: Engine, holds_back: int | None = None) -> None:
         self.engine = engine
+        self.stall_ms = DEFAULT_STALL_MS
+        """On PostgreSQL, how long a commit made with a generation may sit
+        idle in its transaction before the server ends it. A commit holds
+        its partition's owner row (see :meth:`Planned.run`), which a
+        takeover must update: without a bound, a writer paused mid-commit
+        (SIGSTOP, a stalled machine) would hold the takeover back for as
+        long as it stays paused."""
         self.held_back = None if holds_back is None else HeldBack(holds_back)
         self.waiting: list[Planned | Plan] = []
 
@@ -85,15 +110,24 @@ class ViewWriter:
         write_pools(plan, state, batch)
         write_placement(plan, state, batch.end)
         write_dead_letters(plan, batch)
-        return Planned(plan, batch, state, generation)
+        return Planned(plan, batch, state, generation, self.stall_ms)
 
     def commit_planned(self, planned: Sequence[Planned]) -> list[bool]:
         """Write batches of one or more partitions, each with its end offset,
         in one transaction: all or none. For each, False if the view already
         holds it; :class:`StaleBatch` or :class:`Fenced` as :meth:`commit`
         says, and then none is written (each may be committed again alone)."""
-        with self.engine.begin() as conn:
-            written = [p.run(conn) for p in planned]
+        try:
+            with self.engine.begin() as conn:
+                written = [p.run(conn) for p in planned]
+        except DBAPIError as error:
+            if getattr(error.orig, "sqlstate", None) != _IDLE_IN_TRANSACTION_ENDED:
+                raise
+            partitions = sorted(p.partition for p in planned)
+            raise Stalled(
+                f"partitions {partitions}: the commit sat idle in its transaction for "
+                f"more than {self.stall_ms} ms and PostgreSQL ended it"
+            ) from error
         ring_committed(self.engine)
         return written
 
@@ -143,19 +177,36 @@ class Planned:
     to. Running them again in another transaction, after one that did not
     commit, writes the same rows."""
 
-    __slots__ = ("clock_ms", "end", "generation", "partition", "partitions", "plan", "start")
+    __slots__ = (
+        "clock_ms",
+        "end",
+        "generation",
+        "partition",
+        "partitions",
+        "plan",
+        "stall_ms",
+        "start",
+    )
 
     def __init__(
-        self, plan: Plan, batch: Batch, state: PartitionState, generation: int | None = None
+        self,
+        plan: Plan,
+        batch: Batch,
+        state: PartitionState,
+        generation: int | None = None,
+        stall_ms: int = DEFAULT_STALL_MS,
     ) -> None:
         self.plan = plan
         self.partition, self.start, self.end = batch.partition, batch.start, batch.end
         self.partitions, self.clock_ms = state.partitions, state.clock_ms
         self.generation = generation
+        self.stall_ms = stall_ms
 
     def run(self, conn: Connection) -> bool:
         """Run the plan and move the offset, in ``conn``'s transaction. False
         if the view already holds the batch."""
+        if self.generation is not None and conn.dialect.name == "postgresql":
+            _bound_idle(conn, self.stall_ms)
         current = _lock_offset(conn, self.partition)
         if self.generation is not None:
             _check_generation(conn, self.partition, self.generation)
@@ -199,6 +250,16 @@ def _lock_offset(conn: Connection, partition: int) -> int | None:
     finally:
         cursor.close()
     return None if row is None else int(row[0])
+
+
+def _bound_idle(conn: Connection, stall_ms: int) -> None:
+    """End this transaction, server side, once it has sat idle ``stall_ms``:
+    SET LOCAL lasts until the transaction ends."""
+    cursor = conn.connection.cursor()
+    try:
+        cursor.execute(f"SET LOCAL idle_in_transaction_session_timeout = {int(stall_ms)}")
+    finally:
+        cursor.close()
 
 
 # a share lock: a takeover's update of the row waits for this commit, and a
