@@ -119,22 +119,26 @@ class Scheduling:
         on the placements topic and recovers unfinished transactions."""
         if partitions != self.partitions:
             self.partitions = partitions
-            app, topics = self.app, self.app.settings.topics
+            app = self.app
             self.worker = self.queue = None
             if partitions:
                 self.worker = app.scheduler_worker(
                     self.config, lambda: None, partitions=list(partitions), own=False
                 )
             if 0 in partitions:
-                self.queue = QueueProjector(app.log, topics, app.engine)
+                self.queue = self._queue()
         done = self.worker.step() if self.worker is not None else 0
         if self.queue is not None:
             try:
                 done += self.queue.step()
             except QueueOffsetMoved as moved:  # one replaced but not yet told
                 log.warning("queue projector: %s; reloading it from the view", moved)
-                self.queue = QueueProjector(self.app.log, self.app.settings.topics, self.app.engine)
+                self.queue = self._queue()
         return done
+
+    def _queue(self) -> QueueProjector:
+        app = self.app
+        return QueueProjector(app.log, app.settings.topics, app.engine, app.view.stall_ms)
 
 
 class Worker:

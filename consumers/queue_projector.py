@@ -12,11 +12,14 @@ from __future__ import annotations
 import json
 
 from sqlalchemy import Connection, Engine, delete, insert, select, update
+from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from ledger.log import Log, Watches
 from ledger.topics import Topics
 from projections.queue_depth import QueueDepth, Waiting
+from projections.view.engine import bound_idle, ended_idle
 from projections.view.tables import queue_depth, queue_offsets, queued_batches
+from projections.view.writer import DEFAULT_STALL_MS
 
 COMMIT_EVERY = 10_000
 """Answers of a partition folded without a change before their offset is
@@ -24,14 +27,20 @@ committed anyway (what a restart reads again)."""
 
 
 class QueueOffsetMoved(Exception):
-    """Another queue projector committed this partition: this one is stale."""
+    """Another queue projector committed this partition, or this one's
+    commit stalled past its bound and was ended: this one is stale."""
 
 
 class QueueProjector:
-    def __init__(self, log: Log, topics: Topics, engine: Engine) -> None:
+    def __init__(
+        self, log: Log, topics: Topics, engine: Engine, stall_ms: int = DEFAULT_STALL_MS
+    ) -> None:
         self.log = log
         self.topic = topics.placements
         self.engine = engine
+        self.stall_ms = stall_ms
+        """How long a commit may sit idle holding its offset row (another
+        worker's projector waits for it) before PostgreSQL ends it."""
         self.partitions = log.partition_count(self.topic)
         self.fold = QueueDepth()
         self.offsets = [0] * self.partitions
@@ -65,9 +74,7 @@ class QueueProjector:
             if _changed(before, self.fold.waiting) or end - self.committed[partition] >= (
                 COMMIT_EVERY
             ):
-                with self.engine.begin() as conn:
-                    self._advance(conn, partition, end)
-                    self._write(conn, before)
+                self._commit(partition, end, before)
                 self.committed[partition] = end
             self.offsets[partition] = end
             folded += len(records)
@@ -78,6 +85,24 @@ class QueueProjector:
         while folded := self.step():
             total += folded
         return total
+
+    def _commit(self, partition: int, end: int, before: dict[str, Waiting]) -> None:
+        try:
+            with self.engine.begin() as conn:
+                bound_idle(conn, self.stall_ms)
+                self._advance(conn, partition, end)
+                self._write(conn, before)
+        except IntegrityError as error:  # another's first commit of the partition won
+            raise QueueOffsetMoved(
+                f"placements partition {partition}: committed elsewhere"
+            ) from error
+        except DBAPIError as error:
+            if not ended_idle(error):
+                raise
+            raise QueueOffsetMoved(
+                f"placements partition {partition}: the commit sat idle for more than "
+                f"{self.stall_ms} ms and was ended"
+            ) from error
 
     def _advance(self, conn: Connection, partition: int, end: int) -> None:
         query = select(queue_offsets.c.next_offset).where(queue_offsets.c.partition == partition)

@@ -4,17 +4,18 @@ queue projector from the scheduler worker's answers."""
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import event, select
 
 from berth.app import App, Settings
 from berth.cli import main
 from berth.client import Publisher
 from consumers.batches import parse_shape, shape_key
 from consumers.partition_writer import catch_up_all
-from consumers.queue_projector import QueueProjector, read_depth
+from consumers.queue_projector import QueueOffsetMoved, QueueProjector, read_depth
 from consumers.scheduler_worker import SchedulerWorker
 from projections.queue_depth import Depth, QueueDepth
 from projections.view.tables import queue_offsets
@@ -151,3 +152,46 @@ def test_answers_that_change_no_queue_commit_nothing_and_are_folded_again_after_
         assert _committed(app) == {0: 2}
         assert read_depth(app.engine) == {"VCPU=4": {"instances": 2, "batches": 1}}
         assert QueueProjector(app.log, settings.topics, app.engine).catch_up() == 0
+
+
+def test_a_projector_stopped_mid_commit_holds_another_back_only_its_stall_bound(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    """Two workers' queue projectors on PostgreSQL: the one stopped inside its
+    commit (holding the partition's offset row) is ended by the server after
+    its stall bound, the other commits, and the first, resumed, learns it is
+    stale; the queue is counted once."""
+    settings = Settings(data_dir=tmp_path, db_url=postgres_url, partitions=1)
+    with App(settings) as app:
+        publisher = Publisher(app.log, clock_ms=lambda: NOW_MS)
+        publisher.publish([e for n in range(2) for e in provider(f"n{n}", ts=1, VCPU=4)])
+        worker = _worker(app, publisher)
+        publisher.submit([_batch("wait", 3, 8, "queue")])
+        worker.step()
+        stopped, resumed = threading.Event(), threading.Event()
+
+        def stop_before_commit(conn: object) -> None:
+            if not stopped.is_set():
+                stopped.set()
+                resumed.wait(timeout=30)
+
+        event.listen(app.engine, "commit", stop_before_commit)
+        first = QueueProjector(app.log, settings.topics, app.engine, stall_ms=300)
+        failures: list[BaseException] = []
+
+        def fold() -> None:
+            try:
+                first.catch_up()
+            except BaseException as error:
+                failures.append(error)
+
+        folding = threading.Thread(target=fold)
+        folding.start()
+        assert stopped.wait(timeout=10)
+        other = QueueProjector(app.log, settings.topics, app.engine)
+        assert other.catch_up() == 1, "it waited on the stopped projector, then committed"
+        resumed.set()
+        folding.join(timeout=10)
+        assert [type(f) for f in failures] == [QueueOffsetMoved]
+        assert read_depth(app.engine) == {"VCPU=8": {"instances": 3, "batches": 1}}
+        assert _committed(app) == {0: 1}

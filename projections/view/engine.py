@@ -128,3 +128,28 @@ def begin_writing(engine: Engine, wait: bool = True) -> Connection | None:
         if busy and not wait:
             return None
         raise
+
+
+IDLE_IN_TRANSACTION_ENDED = "25P03"
+"""PostgreSQL's SQLSTATE for a session ended by its
+``idle_in_transaction_session_timeout``."""
+
+
+def bound_idle(conn: Connection, stall_ms: int) -> None:
+    """On PostgreSQL, end ``conn``'s transaction server side once it has sat
+    idle ``stall_ms``, so that a process stopped in the middle of it (SIGSTOP,
+    a stalled machine) holds its row locks no longer than that. SET LOCAL
+    lasts until the transaction ends."""
+    if conn.dialect.name != "postgresql":
+        return
+    cursor = conn.connection.cursor()
+    try:
+        cursor.execute(f"SET LOCAL idle_in_transaction_session_timeout = {int(stall_ms)}")
+    finally:
+        cursor.close()
+
+
+def ended_idle(error: DBAPIError) -> bool:
+    """Whether ``error`` is PostgreSQL ending a transaction that sat idle
+    past its bound (:func:`bound_idle`)."""
+    return getattr(error.orig, "sqlstate", None) == IDLE_IN_TRANSACTION_ENDED

@@ -17,7 +17,7 @@ from sqlalchemy.exc import DBAPIError
 from projections.batch import Batch
 from projections.state import PartitionState
 from projections.view.commits import notify_commit, ring_committed
-from projections.view.engine import begin_writing
+from projections.view.engine import begin_writing, bound_idle, ended_idle
 from projections.view.group_rows import write_server_groups
 from projections.view.outcome_rows import write_dead_letters, write_outcomes
 from projections.view.placement_rows import write_placement
@@ -44,11 +44,6 @@ class Stalled(Fenced):
     PostgreSQL ended the transaction, so that a takeover waiting for its
     locks could go on. Its group session, as long, has expired with it: it
     writes no more until the group assigns it partitions again."""
-
-
-_IDLE_IN_TRANSACTION_ENDED = "25P03"
-"""PostgreSQL's SQLSTATE for a session ended by its
-``idle_in_transaction_session_timeout``."""
 
 DEFAULT_STALL_MS = 10_000
 """How long a fenced commit may sit idle mid-transaction (see
@@ -121,7 +116,7 @@ class ViewWriter:
             with self.engine.begin() as conn:
                 written = [p.run(conn) for p in planned]
         except DBAPIError as error:
-            if getattr(error.orig, "sqlstate", None) != _IDLE_IN_TRANSACTION_ENDED:
+            if not ended_idle(error):
                 raise
             partitions = sorted(p.partition for p in planned)
             raise Stalled(
@@ -205,8 +200,8 @@ class Planned:
     def run(self, conn: Connection) -> bool:
         """Run the plan and move the offset, in ``conn``'s transaction. False
         if the view already holds the batch."""
-        if self.generation is not None and conn.dialect.name == "postgresql":
-            _bound_idle(conn, self.stall_ms)
+        if self.generation is not None:
+            bound_idle(conn, self.stall_ms)
         current = _lock_offset(conn, self.partition)
         if self.generation is not None:
             _check_generation(conn, self.partition, self.generation)
@@ -250,16 +245,6 @@ def _lock_offset(conn: Connection, partition: int) -> int | None:
     finally:
         cursor.close()
     return None if row is None else int(row[0])
-
-
-def _bound_idle(conn: Connection, stall_ms: int) -> None:
-    """End this transaction, server side, once it has sat idle ``stall_ms``:
-    SET LOCAL lasts until the transaction ends."""
-    cursor = conn.connection.cursor()
-    try:
-        cursor.execute(f"SET LOCAL idle_in_transaction_session_timeout = {int(stall_ms)}")
-    finally:
-        cursor.close()
 
 
 # a share lock: a takeover's update of the row waits for this commit, and a
