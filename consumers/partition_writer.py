@@ -86,7 +86,13 @@ class PartitionWriter:
         """The offset to stop before (a replay as of a time); None for the log's end."""
         self.on_commit: Callable[[Batch], object] | None = None
         """Told of each batch once the view has committed it (an API in this
-        process hands its waiting callers their decisions: no polling)."""
+        process lets its reads go on: they see what it answered)."""
+        self.on_decided: Callable[[Batch], object] | None = None
+        """Told of each batch as soon as it is decided, before its outcomes
+        are appended or the view commits it (an API in this process hands
+        its waiting writes their decisions: each is a function of the
+        records up to its own, already durable, which a restart decides
+        again the same)."""
         self.pending: Batch | None = None
         """A batch decided whose view commit a round deferred
         (:func:`catch_up_all` with ``defer``): committed before the next
@@ -208,7 +214,14 @@ class PartitionWriter:
         if self.halted is not None:
             raise PartitionHalted(self.halted)
         self.flush()  # a batch's rows are planned from the state it left
-        return decide(self.state, records)
+        return self.decided(decide(self.state, records))
+
+    def decided(self, batch: Batch) -> Batch:
+        """``batch`` was just decided on this writer's state: told to
+        :attr:`on_decided`."""
+        if self.on_decided is not None:
+            self.on_decided(batch)
+        return batch
 
     def flush(self) -> None:
         """Publish and commit the batch whose commit was deferred, if any."""
@@ -470,7 +483,7 @@ def _decide_after(writer: PartitionWriter, records: list[Record]) -> tuple[Batch
         return writer.decide(records), None
     if writer.halted is not None:
         raise PartitionHalted(writer.halted)
-    after = decide(writer.state, records)
+    after = writer.decided(decide(writer.state, records))
     writer.pending, writer.held, writer.lingering = None, False, None
     joined = Batch(
         before.partition,

@@ -322,7 +322,8 @@ class WriterFeed:
 def then(
     first: Callable[[Batch], object] | None, second: Callable[[Batch], object]
 ) -> Callable[[Batch], object]:
-    """A writer's ``on_commit`` that tells ``first`` (if any), then ``second``."""
+    """A writer's ``on_commit`` (or ``on_decided``) that tells ``first`` (if
+    any), then ``second``."""
     if first is None:
         return second
 

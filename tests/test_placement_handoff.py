@@ -1,10 +1,13 @@
 """The writer's handoff of decisions to the Placement API's waiting writes
 (berth.placement_api.service.Handoff): each write gets its own record's
-outcomes, whichever thread commits them and whenever; a record the writer
-commits past without a decision answers at once, not at the timeout; given
-a round of the writer to run, the waiting writes run it themselves, one at
-a time, and leave it to the loop once it fails; the providers saved since
-the last deletion of one are known without reading the view."""
+outcomes as soon as they are decided, whichever thread decides them and
+whenever, before the view commits them; a record the writer decides past
+without a decision answers at once, not at the timeout; given a round of
+the writer to run, the waiting writes run it themselves, one at a time,
+and leave it to the loop once it fails; a read waits until the view holds
+every batch decided, and runs a round itself when the one that decided
+them failed; the providers saved since the last deletion of one are known
+without reading the view."""
 
 from __future__ import annotations
 
@@ -35,7 +38,7 @@ def _applied(offset: int, event_id: str) -> Applied:
     return Applied(offset, event, [outcome])
 
 
-def test_each_write_gets_its_own_outcomes_from_the_committing_thread() -> None:
+def test_each_write_gets_its_own_outcomes_from_the_deciding_thread() -> None:
     handoff = Handoff()
     ids = [f"e{n}" for n in range(8)]
     waiting = {event_id: handoff.expect(event_id) for event_id in ids}
@@ -44,23 +47,23 @@ def test_each_write_gets_its_own_outcomes_from_the_committing_thread() -> None:
             event_id: pool.submit(handoff.wait, event_id, waiting[event_id], n, 30.0)
             for n, event_id in enumerate(ids)
         }
-        # committed in two batches, the second before the first's waiters ran
-        handoff.committed(Batch(0, 0, 3, [_applied(n, ids[n]) for n in range(3)]))
-        handoff.committed(Batch(0, 3, 8, [_applied(n, ids[n]) for n in range(3, 8)]))
+        # decided in two batches, the second before the first's waiters ran
+        handoff.decided(Batch(0, 0, 3, [_applied(n, ids[n]) for n in range(3)]))
+        handoff.decided(Batch(0, 3, 8, [_applied(n, ids[n]) for n in range(3, 8)]))
         for n, event_id in enumerate(ids):
             [outcome] = futures[event_id].result(timeout=30) or []
             assert (outcome.event_id, outcome.offset) == (event_id, n)
 
 
-def test_a_batch_committed_before_the_wait_is_still_handed_over() -> None:
+def test_a_batch_decided_before_the_wait_is_still_handed_over() -> None:
     handoff = Handoff()
     waiting = handoff.expect("early")
-    handoff.committed(Batch(0, 0, 1, [_applied(0, "early")]))
+    handoff.decided(Batch(0, 0, 1, [_applied(0, "early")]))
     [outcome] = handoff.wait("early", waiting, 0, 30.0) or []
     assert outcome.event_id == "early"
 
 
-def test_a_record_committed_past_without_a_decision_answers_at_once() -> None:
+def test_a_record_decided_past_without_a_decision_answers_at_once() -> None:
     handoff = Handoff()
     lost, other = handoff.expect("lost"), handoff.expect("other")
     answer: list[object] = []
@@ -68,24 +71,24 @@ def test_a_record_committed_past_without_a_decision_answers_at_once() -> None:
     start = time.monotonic()
     waiter.start()
     # offset 0 is another's record, offset 1 did not decode (a dead letter)
-    handoff.committed(Batch(0, 0, 2, [_applied(0, "x")], [DeadLetter(1, "bad", b"")]))
+    handoff.decided(Batch(0, 0, 2, [_applied(0, "x")], [DeadLetter(1, "bad", b"")]))
     waiter.join(timeout=30)
     assert answer == [None]
     assert time.monotonic() - start < 10
     # a write whose record is later is woken by the dead letter, and waits on
-    handoff.committed(Batch(0, 2, 3, [_applied(2, "other")]))
+    handoff.decided(Batch(0, 2, 3, [_applied(2, "other")]))
     [outcome] = handoff.wait("other", other, 2, 30.0) or []
     assert outcome.offset == 2
 
 
-def test_a_write_never_committed_times_out() -> None:
+def test_a_write_never_decided_times_out() -> None:
     handoff = Handoff()
     waiting = handoff.expect("never")
     assert handoff.wait("never", waiting, 5, 0.05) is None
 
 
 class _Writer:
-    """A writer's rounds as a write drives them: each commits the records
+    """A writer's rounds as a write drives them: each decides the records
     appended since the last, as one batch, and tells who ran it."""
 
     def __init__(self, handoff: Handoff) -> None:
@@ -112,7 +115,7 @@ class _Writer:
         time.sleep(0.001)  # a round takes a while: the other writes queue meanwhile
         if ids:
             applied = [_applied(start + n, event_id) for n, event_id in enumerate(ids)]
-            self.handoff.committed(Batch(0, start, start + len(ids), applied))
+            self.handoff.decided(Batch(0, start, start + len(ids), applied))
         with self.lock:
             self.inside -= 1
         return bool(ids)
@@ -152,7 +155,7 @@ def test_a_round_that_fails_leaves_the_writer_to_the_loop() -> None:
     waiter.start()
     wait_for(lambda: bool(rounds), "the waiting write's round", timeout_s=30)
     # the loop's round decides it; the write does not try again
-    handoff.committed(Batch(0, 0, 1, [_applied(0, "e0")]))
+    handoff.decided(Batch(0, 0, 1, [_applied(0, "e0")]))
     waiter.join(timeout=30)
     [found] = answer
     assert [outcome.event_id for outcome in found or []] == ["e0"]
@@ -177,10 +180,72 @@ def _provider(offset: int, kind: str, uuid: str, refused: bool = False) -> Appli
 def test_the_providers_saved_since_the_last_deletion_are_known_without_a_read() -> None:
     handoff = Handoff()
     a, b, c = (f"{n}" * 8 + "-0000-4000-8000-" + f"{n}" * 12 for n in (1, 2, 3))
-    handoff.committed(Batch(0, 0, 2, [_provider(0, "saved", a), _provider(1, "saved", b, True)]))
+    handoff.decided(Batch(0, 0, 2, [_provider(0, "saved", a), _provider(1, "saved", b, True)]))
     assert handoff.unsaved([a, b, c]) == [b, c]  # b was refused, c never saved
-    handoff.committed(Batch(0, 2, 4, [_provider(2, "saved", c), _provider(3, "deleted", a)]))
+    handoff.decided(Batch(0, 2, 4, [_provider(2, "saved", c), _provider(3, "deleted", a)]))
     assert handoff.unsaved([a, b, c]) == [a, b, c]  # a deletion forgets them all
     assert handoff.deletions == 1
-    handoff.committed(Batch(0, 4, 5, [_provider(4, "saved", c)]))
+    handoff.decided(Batch(0, 4, 5, [_provider(4, "saved", c)]))
     assert handoff.unsaved([a, b, c]) == [a, b]
+
+
+def test_a_read_waits_for_the_view_to_commit_every_write_answered() -> None:
+    handoff = Handoff()
+    assert handoff.settle(0.01)  # nothing decided: nothing to wait for
+    waiting = handoff.expect("e0")
+    batch = Batch(0, 0, 1, [_applied(0, "e0")])
+    handoff.decided(batch)
+    [outcome] = handoff.wait("e0", waiting, 0, 30.0) or []  # answered before the commit
+    assert outcome.event_id == "e0"
+    assert not handoff.settle(0.05)  # no one commits it: the read does not go on
+    settled: list[bool] = []
+    reader = threading.Thread(target=lambda: settled.append(handoff.settle(30.0)))
+    reader.start()
+    time.sleep(0.05)
+    assert settled == []  # still waiting
+    handoff.committed(batch)
+    reader.join(timeout=30)
+    assert settled == [True]
+
+
+def test_a_read_runs_a_round_when_the_one_that_decided_failed_to_commit() -> None:
+    # the round failed after deciding and the writer reloaded the view:
+    # the read's own round decides the record again (the same) and commits it
+    batch = Batch(0, 0, 1, [_applied(0, "e0")])
+    rounds: list[int] = []
+
+    def drive() -> bool:
+        rounds.append(1)
+        handoff.decided(batch)
+        handoff.committed(batch)
+        return True
+
+    handoff = Handoff(drive)
+    handoff.decided(batch)
+    start = time.monotonic()
+    assert handoff.settle(30.0)
+    assert rounds == [1]
+    assert time.monotonic() - start < 10
+    assert handoff.settle(30.0)  # in the view: no second round
+    assert rounds == [1]
+
+
+def test_a_write_is_told_its_decision_by_the_deciding_thread() -> None:
+    handoff = Handoff()
+    told: list[tuple[str, list[tuple[str, int]]]] = []
+
+    def tell(decisions: list[tuple[str, list[Outcome]]]) -> None:
+        name = threading.current_thread().name
+        told.append((name, [(event_id, o[0].offset) for event_id, o in decisions]))
+
+    for event_id in ("a", "b"):
+        handoff.expect(event_id, tell)
+    handoff.expect("c")  # not told: it waits
+    decider = threading.Thread(
+        target=handoff.decided,
+        args=(Batch(0, 0, 3, [_applied(0, "a"), _applied(1, "c"), _applied(2, "b")]),),
+        name="decider",
+    )
+    decider.start()
+    decider.join(timeout=30)
+    assert told == [("decider", [("a", 0), ("b", 2)])]  # one call for the batch

@@ -3,7 +3,8 @@ the writes that arrive while a batch is being appended go out together in
 the next append, and so do those begun in one turn of the loop; each
 write gets its own decision or its own failure; a batch is appended while
 the one before it waits for its decisions; a broken append fails only its
-own batch; stop ends both threads."""
+own batch; a batch's answers go out before the view commits it, which
+follows at once; stop ends both threads."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import pytest
 
 from berth.placement_api.errors import PlacementError
 from berth.placement_api.pump import WritePump
-from berth.placement_api.service import Appended, PlacementService, Refused
+from berth.placement_api.service import Appended, PlacementService, Refused, Told
 from schemas.events import Event, PlacementNameDefined
 from schemas.outcomes import Code, Kind, Outcome
 
@@ -40,10 +41,15 @@ class _Service:
         self.deciding = threading.Event()
         self.decide_may_end = threading.Event()
         self.decide_may_end.set()
+        self.tell: Told | None = None
+        self.events: list[Event] = []
 
-    def append_many(self, events: list[Event]) -> list[Appended | Outcome | Exception]:
+    def append_many(
+        self, events: list[Event], tell: Told | None = None
+    ) -> list[Appended | Outcome | Exception]:
         names = [event.name for event in events if isinstance(event, PlacementNameDefined)]
         self.appends.append(names)
+        self.tell, self.events = tell, events
         if len(self.appends) == 1:
             self.first_append.set()
             assert self.release.wait(TIMEOUT_S)
@@ -53,7 +59,9 @@ class _Service:
             raise OSError("the log's disk is gone")
         return [self._decision(event, name) for event, name in zip(events, names, strict=True)]
 
-    def _decision(self, event: Event, name: str) -> Outcome | Exception:
+    def _decision(self, event: Event, name: str) -> Appended | Outcome | Exception:
+        if name == "CUSTOM_TOLD":  # left to the writer to tell
+            return Appended(event.event_id, cast(Any, None), 0, len(self.appends))
         if name == "CUSTOM_REFUSED":
             return Refused(Code.PLACEMENT_CONCURRENT_UPDATE, f"{name} is taken")
         return Outcome(0, len(self.appends), 0, Kind.APPLIED, event.event_id, name, 1)
@@ -63,7 +71,11 @@ class _Service:
     ) -> list[Outcome | Exception]:
         self.deciding.set()
         assert self.decide_may_end.wait(TIMEOUT_S)
-        return [one for one in appended if not isinstance(one, Appended)]
+        return [self._told(one) if isinstance(one, Appended) else one for one in appended]
+
+    @staticmethod
+    def _told(one: Appended) -> Outcome:
+        return Outcome(0, one.offset, 0, Kind.APPLIED, one.event_id, "CUSTOM_TOLD", 1)
 
 
 def _pump(service: _Service) -> WritePump:
@@ -152,6 +164,34 @@ def test_the_next_batch_is_appended_while_the_one_before_waits_for_its_decisions
         pump.stop()
     assert isinstance(first, Outcome) and isinstance(second, Outcome)
     assert service.appends == [["CUSTOM_FIRST"], ["CUSTOM_SECOND"]]
+
+
+def test_a_write_told_its_decision_is_answered_before_its_round_ends() -> None:
+    service = _Service()
+    service.release.set()
+    service.decide_may_end.clear()  # the round still appending outcomes, committing
+    pump = _pump(service)
+
+    async def told() -> Outcome | BaseException:
+        answer = asyncio.ensure_future(_write(pump, "CUSTOM_TOLD"))
+        assert await _in_thread(service.deciding)
+        assert service.tell is not None
+        [event] = service.events
+        outcome = Outcome(0, 7, 0, Kind.APPLIED, event.event_id, "CUSTOM_TOLD", 1)
+        # as the writer's round does, from its own thread
+        writer = threading.Thread(target=service.tell, args=([(event.event_id, [outcome])],))
+        writer.start()
+        writer.join(TIMEOUT_S)
+        return await answer
+
+    try:
+        # well before the held round would give up (TIMEOUT_S)
+        one = asyncio.run(asyncio.wait_for(told(), TIMEOUT_S / 3))
+        assert service.deciding.is_set() and not service.decide_may_end.is_set()
+    finally:
+        service.decide_may_end.set()
+        pump.stop()
+    assert isinstance(one, Outcome) and (one.subject, one.offset) == ("CUSTOM_TOLD", 7)
 
 
 def test_a_broken_append_fails_its_own_batch_and_the_pump_goes_on() -> None:

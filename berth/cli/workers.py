@@ -537,9 +537,12 @@ def _start_placement_api(
     service = PlacementService(app)  # with no handoff: decided in another process
     for writer in writers:
         if writer.partition == service.partition:
-            # the API's writes drive this writer themselves (see Handoff)
-            service.handoff = Handoff(functools.partial(step_all, [writer]))
-            writer.on_commit = then(writer.on_commit, service.handoff.committed)
+            # the API's writes drive this writer themselves and are answered
+            # once it decided them; its reads wait for the view (see Handoff)
+            handoff = Handoff(functools.partial(step_all, [writer]))
+            writer.on_decided = then(writer.on_decided, handoff.decided)
+            writer.on_commit = then(writer.on_commit, handoff.committed)
+            service.handoff = handoff
             break
     try:
         server = PlacementServer(

@@ -234,7 +234,12 @@ class PlacementApp:
     ) -> Answer:
         """The answer to one request, CORS's headers on it when configured
         (outermost, as in Placement's pipeline); its write, if it ends in
-        one, written from this (worker) thread."""
+        one, written from this (worker) thread. It reads a view that holds
+        every write answered before it began."""
+        try:
+            self.service.settle()
+        except PlacementError as error:
+            return self._error(error, None, headers, f"req-{random_uuid()}")
         answer = self.begin(method, path, query, headers, body)
         if isinstance(answer, Pending):
             try:

@@ -6,11 +6,14 @@ own append (an fsync, when no other write's shares it) and a wake-up for
 its answer; on a machine busier than its cores, a thread woken while
 another holds the GIL often waits out a whole time slice before it runs.
 The pump instead takes every write that arrived while it was busy, appends
-them in one append (one fsync), lets their writer decide them in one round
-(one fsync of their outcomes, one commit of the view) and hands all their
-answers back to the loop with one wake-up. Appending and deciding are two
-threads, so that the next batch's records are made durable while their
-writer decides the batch before (two topics, two group commits).
+them in one append (one fsync) and lets their writer decide them in one
+round. The thread that decides them hands all their answers back to the
+loop with one wake-up as soon as they are decided, then appends their
+outcomes (one fsync) and commits the view (one transaction) while the
+answers go out; a read waits for that commit
+(:meth:`PlacementService.settle`). Appending and deciding are two threads,
+so that the next batch's records are made durable while their writer
+decides the batch before (two topics, two group commits).
 
 The loop hands the pump the writes its requests began in one turn at the
 end of that turn, with one wake-up of the appending thread: a wake-up for
@@ -26,14 +29,14 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from berth.placement_api.service import Appended, PlacementService, event_of
+from berth.placement_api.service import Appended, PlacementService, answer_of, event_of
 from schemas.events import Event
 from schemas.outcomes import Outcome
 
 log = logging.getLogger(__name__)
 
 _Waiting = tuple[Event, "asyncio.Future[Outcome]"]
-_Appended = tuple[list["asyncio.Future[Outcome]"], list[Appended | Outcome | Exception]]
+_Appended = tuple["_Told", list[Appended | Outcome | Exception]]
 
 
 class WritePump:
@@ -107,30 +110,58 @@ class WritePump:
                 self._appended.put(None)
                 return  # stopping, and nothing left
             answers = [answer for _, answer in batch]
+            told = _Told(self, {event.event_id: answer for event, answer in batch})
             try:
-                appended = self.service.append_many([event for event, _ in batch])
+                appended = self.service.append_many([event for event, _ in batch], told)
             except Exception as error:  # a broken log: each write says so
                 log.exception("placement-api: a batch of %d writes failed", len(batch))
                 self._settle(answers, [error] * len(batch))
                 continue
-            self._appended.put((answers, appended))
+            self._appended.put((told, appended))
 
     def _decide(self) -> None:
-        """The decisions on the appended batches, each batch's answered at once."""
+        """The decisions on the appended batches, each batch's answered
+        once all are decided (those the writer told as it decided them
+        are already on their way)."""
         while (taken := self._appended.get()) is not None:
-            answers, appended = taken
+            told, appended = taken
+            answers = list(told.answers.values())
             try:
                 found: list[Outcome | BaseException] = list(self.service.decided_many(appended))
             except Exception as error:  # a broken view: each write says so
                 log.exception("placement-api: a batch of %d writes failed", len(answers))
                 found = [error] * len(answers)
-            self._settle(answers, found)
+            left = [(a, f) for a, f in zip(answers, found, strict=True) if a not in told.sent]
+            if left:
+                self._settle([a for a, _ in left], [f for _, f in left])
 
     def _settle(
         self, answers: list[asyncio.Future[Outcome]], found: list[Outcome | BaseException]
     ) -> None:
         assert self._loop is not None
         self._loop.call_soon_threadsafe(_settle, answers, found)
+
+
+class _Told:
+    """A batch's writes, answered as their writer decides them
+    (:data:`~berth.placement_api.service.Told`): from the thread deciding
+    them, one wake-up of the loop for those of one decided batch, before
+    that thread appends their outcomes and commits the view."""
+
+    __slots__ = ("answers", "pump", "sent")
+
+    def __init__(self, pump: WritePump, answers: dict[str, asyncio.Future[Outcome]]) -> None:
+        self.pump = pump
+        self.answers = answers
+        """Event id -> the write's answer (in the batch's order)."""
+        self.sent: set[asyncio.Future[Outcome]] = set()
+        """The answers on their way."""
+
+    def __call__(self, decisions: list[tuple[str, list[Outcome]]]) -> None:
+        answers = [self.answers[event_id] for event_id, _ in decisions]
+        found: list[Outcome | BaseException] = [answer_of(o) for _, o in decisions]
+        self.sent.update(answers)
+        self.pump._settle(answers, found)
 
 
 def _settle(answers: list[asyncio.Future[Outcome]], found: list[Outcome | BaseException]) -> None:

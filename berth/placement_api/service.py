@@ -1,13 +1,15 @@
 """What the Placement API does without HTTP: append a Placement event, wait
-for its writer's decision and for the view to hold it (read-your-writes),
-and read the view. Every method blocks: the app calls them from worker
-threads.
+for its writer's decision, and read the view, which holds every write
+answered (read-your-writes). Every method blocks: the app calls them from
+worker threads.
 
 When the writer of Placement's partition runs in this process (``berth
-serve``), it hands each committed batch's decisions to the waiting writes
-(:class:`Handoff`), and a write whose record no one is deciding yet drives
-that writer itself; otherwise a write follows the outcomes topic, then
-waits for the view's commit, woken by it (``projections.view.commits``)."""
+serve``), it hands each batch's decisions to the waiting writes as soon as
+it decides them (:class:`Handoff`), and a write whose record no one is
+deciding yet drives that writer itself; a read first waits for the view to
+commit what was decided (:meth:`PlacementService.settle`). Otherwise a
+write follows the outcomes topic, then waits for the view's commit, woken
+by it (``projections.view.commits``)."""
 
 from __future__ import annotations
 
@@ -38,6 +40,9 @@ from schemas.outcomes import Code, Kind, Outcome
 log = logging.getLogger(__name__)
 
 DECISION_TIMEOUT_S = 30.0
+SETTLE_ALONE_S = 0.5
+"""How long a read waits for the round that decided the writes it must
+see to commit them, before it runs a round itself (that round failed)."""
 
 
 class Refused(Exception):
@@ -49,23 +54,40 @@ class Refused(Exception):
         self.detail = detail
 
 
+Told = Callable[[list[tuple[str, list[Outcome]]]], object]
+"""Told the decisions of the writes that gave it (:meth:`Handoff.expect`),
+event id and outcomes, as the writer decides them: those of one batch at
+once, from the deciding thread."""
+
+
 class _Waiting:
     """One write waiting for its record's outcomes."""
 
-    __slots__ = ("outcomes", "woken")
+    __slots__ = ("outcomes", "tell", "woken")
 
-    def __init__(self) -> None:
+    def __init__(self, tell: Told | None) -> None:
         self.outcomes: list[Outcome] | None = None
         self.woken = threading.Event()
+        self.tell = tell
 
 
 class Handoff:
     """The decisions of the writer of one partition that runs in this
-    process, handed to the writes waiting for them as it commits each batch
-    (:attr:`PartitionWriter.on_commit`): once handed over, a decision is
-    also in the view, and no write polls for either. Each write is woken
-    alone, when its own record's batch is committed (or, rarely, when a
-    batch had a record that did not decode).
+    process, handed to the writes waiting for them as soon as it decides
+    each batch (:attr:`PartitionWriter.on_decided`), before the batch's
+    outcomes are appended and the view commits it: a decision is a
+    function of the log up to its record, which is durable before its
+    write waits, and a restart decides those records again the same from
+    the view. Each write is woken alone, when its own record's batch is
+    decided (or, rarely, when a batch had a record that did not decode),
+    or told (``tell``, the write pump's: its answers go back to the event
+    loop from the deciding thread, which goes on to the batch's fsync and
+    commit).
+
+    Reads see every write answered (read-your-writes): :meth:`settle`
+    waits until the view has committed every batch decided so far (told by
+    :attr:`PartitionWriter.on_commit`, :meth:`committed`). The round that
+    decided a batch commits it before it lets go of the writer.
 
     Given ``drive`` (a round of that writer: :func:`step_all` on it alone),
     a waiting write whose record is durable and that finds no other write
@@ -79,29 +101,34 @@ class Handoff:
 
     def __init__(self, drive: Callable[[], object] | None = None) -> None:
         self._lock = threading.Lock()
+        self._caught_up = threading.Condition(self._lock)
+        """Notified as the view commits (for :meth:`settle`)."""
         self._waiting: dict[str, _Waiting] = {}
         """Event id -> the write waiting for its record's outcomes."""
-        self._end = 0
-        """The offset after the last batch committed."""
+        self._decided = 0
+        """The offset after the last batch decided (and handed over)."""
+        self._committed = 0
+        """The offset after the last batch the view committed."""
         self._drive = drive
         self._driving = False
         """Whether a write is running a round of the writer."""
         self.deletions = 0
-        """How many committed batches deleted a Placement provider (see
+        """How many decided batches deleted a Placement provider (see
         :meth:`PlacementService.existing`)."""
         self._saved: set[str] = set()
-        """Providers the committed batches saved since the last one that
-        deleted a provider: they are in the view."""
+        """Providers the decided batches saved since the last one that
+        deleted a provider (in the view once :meth:`settle` returns)."""
 
-    def expect(self, event_id: str) -> _Waiting:
-        """Keep the outcomes of ``event_id``'s record (before it is appended)."""
-        waiting = _Waiting()
+    def expect(self, event_id: str, tell: Told | None = None) -> _Waiting:
+        """Keep the outcomes of ``event_id``'s record (before it is
+        appended); ``tell`` them too as soon as they are decided."""
+        waiting = _Waiting(tell)
         with self._lock:
             self._waiting[event_id] = waiting
         return waiting
 
-    def committed(self, batch: Batch) -> None:
-        """The writer committed ``batch``: its decisions for those who wait."""
+    def decided(self, batch: Batch) -> None:
+        """The writer decided ``batch``: its decisions for those who wait."""
         deleted = any(isinstance(a.event, PlacementProviderDeleted) for a in batch.applied)
         if deleted:
             self.deletions += 1  # before any write this batch answers is woken
@@ -110,35 +137,83 @@ class Handoff:
             for a in batch.applied
             if isinstance(a.event, PlacementProviderSaved) and _accepted(a.outcomes)
         ]
+        told: dict[int, tuple[Told, list[tuple[str, list[Outcome]]]]] = {}
         with self._lock:
             if deleted:
                 self._saved.clear()
             else:
                 self._saved.update(saved)
-            self._end = batch.end
+            self._decided = max(self._decided, batch.end)
             if not self._waiting:
                 return
             for applied in batch.applied:
-                waiting = self._waiting.pop(applied.event.event_id, None)
-                if waiting is not None:
-                    waiting.outcomes = applied.outcomes
-                    waiting.woken.set()
+                event_id = applied.event.event_id
+                waiting = self._waiting.pop(event_id, None)
+                if waiting is None:
+                    continue
+                waiting.outcomes = applied.outcomes
+                waiting.woken.set()
+                if waiting.tell is not None:
+                    tell = waiting.tell
+                    told.setdefault(id(tell), (tell, []))[1].append((event_id, applied.outcomes))
             if batch.dead:  # whose record it was is unknown: each looks at its offset
                 for waiting in self._waiting.values():
                     waiting.woken.set()
+        for tell, decisions in told.values():  # one call for each pump's batch
+            try:
+                tell(decisions)
+            except Exception:  # never into the writer's round: the write's wait answers it
+                log.exception("placement-api: telling %d decisions failed", len(decisions))
+
+    def committed(self, batch: Batch) -> None:
+        """The view committed ``batch``: the reads waiting for it go on."""
+        with self._lock:
+            self._committed = max(self._committed, batch.end)
+            self._caught_up.notify_all()
+
+    def settle(self, timeout_s: float) -> bool:
+        """Until the view holds every batch decided when called (and so
+        every write answered); whether it does within ``timeout_s``. The
+        round that decided them commits them; should it have failed (the
+        writer took them back, reloading the view), a round run here
+        decides and commits them again, if the loop has not already."""
+        with self._lock:
+            target = self._decided
+            if self._committed >= target:
+                return True
+        deadline = time.monotonic() + timeout_s
+        if self._caught_up_by(target, min(deadline, time.monotonic() + SETTLE_ALONE_S)):
+            return True
+        drive = self._drive
+        if drive is not None:
+            try:
+                drive()
+            except Exception:
+                log.exception("placement-api: a read's round of the writer failed")
+        return self._caught_up_by(target, deadline)
+
+    def _caught_up_by(self, target: int, deadline: float) -> bool:
+        """Whether the view commits up to ``target`` by ``deadline``."""
+        with self._lock:
+            while self._committed < target:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._caught_up.wait(left)
+            return True
 
     def wait(
         self, event_id: str, waiting: _Waiting, offset: int, timeout_s: float
     ) -> list[Outcome] | None:
         """The outcomes of ``event_id``'s record at ``offset`` once its batch
-        is committed; None when the writer committed past it without a
+        is decided; None when the writer decided past it without a
         decision (a dead letter) or ``timeout_s`` passed first."""
         deadline = time.monotonic() + timeout_s
         may_lead = True  # until a round this write ran decided nothing
         try:
             while True:
                 with self._lock:
-                    if waiting.outcomes is not None or self._end > offset:
+                    if waiting.outcomes is not None or self._decided > offset:
                         return waiting.outcomes
                     leads = may_lead and self._drive is not None and not self._driving
                     self._driving = self._driving or leads
@@ -246,27 +321,40 @@ class PlacementService:
             missing = handoff.unsaved(missing)
         if not missing:
             return set(uuids)
+        self.settle()  # a provider saved by a write answered is in the view
         found = existing_uuids(self.engine, missing)
         with self._known_lock:
             if self._known_era == era == handoff.deletions:  # no deletion since the read
                 self._known |= found
         return found | (set(uuids) - set(missing))
 
+    def settle(self) -> None:
+        """Before a read: until the view holds every write answered (with a
+        handoff; without one, a write is answered only once the view holds
+        it). 503 when it does not in time."""
+        handoff = self.handoff
+        if handoff is not None and not handoff.settle(self.timeout_s):
+            raise PlacementError(503, "the view is behind the writes already answered")
+
     def write(self, fields: Mapping[str, Any]) -> Outcome:
         """Append one Placement event and return the writer's decision once
         the view holds it; :class:`Refused` when the writer refused it."""
         return decision_of(self._outcomes(event_of(fields)))
 
-    def append_many(self, events: list[Event]) -> list[Appended | Outcome | Exception]:
+    def append_many(
+        self, events: list[Event], tell: Told | None = None
+    ) -> list[Appended | Outcome | Exception]:
         """``events`` (from :func:`event_of`) appended (durable) in one
         append, one fsync for all, for :meth:`decided_many` to wait for
-        (the write pump's first half). Without a handoff, or should the
-        append be refused, each is written alone as :meth:`write` does and
-        its decision (or why it has none) is already here."""
+        (the write pump's first half); their decisions are also told to
+        ``tell`` (see :class:`Handoff`) as soon as the writer makes them.
+        Without a handoff, or should the append be refused, each is
+        written alone as :meth:`write` does and its decision (or why it
+        has none) is already here, and not told."""
         handoff = self.handoff
         if handoff is None:
             return [self._written(event) for event in events]
-        waiting = [handoff.expect(event.event_id) for event in events]
+        waiting = [handoff.expect(event.event_id, tell) for event in events]
         try:
             placed = self.publisher.publish(events)
         except PublishError:  # whose it is, each alone says
@@ -297,8 +385,8 @@ class PlacementService:
             assert self.handoff is not None
             outcomes = self.handoff.wait(one.event_id, one.waiting, one.offset, self.timeout_s)
             try:
-                found.append(decision_of(_decided(outcomes, one.partition, one.offset)))
-            except (Refused, PlacementError) as failure:
+                found.append(answer_of(_decided(outcomes, one.partition, one.offset)))
+            except PlacementError as failure:
                 found.append(failure)
         return found
 
@@ -320,7 +408,7 @@ class PlacementService:
 
     def _handed(self, event: Event) -> list[Outcome]:
         """The record's outcomes, handed over by the writer in this process
-        once its batch is committed (decided, and in the view)."""
+        once its batch is decided, and in the view."""
         assert self.handoff is not None
         waiting = self.handoff.expect(event.event_id)
         try:
@@ -329,6 +417,9 @@ class PlacementService:
             self.handoff.forget(event.event_id)
             raise
         outcomes = self.handoff.wait(event.event_id, waiting, offset, self.timeout_s)
+        # a handler may read the view after its write (a provider created
+        # is answered as the view holds it): not before it holds the write
+        self.settle()
         return _decided(outcomes, partition, offset)
 
     def _decided_from_log(self, event: Event) -> list[Outcome]:
@@ -387,6 +478,15 @@ def decision_of(outcomes: list[Outcome]) -> Outcome:
         reason = decision.reasons[0]
         raise Refused(reason.code, reason.detail)
     return decision
+
+
+def answer_of(outcomes: list[Outcome]) -> Outcome | Exception:
+    """The writer's decision on a write among its record's outcomes, or
+    :class:`Refused` (as :func:`decision_of`, not raised)."""
+    try:
+        return decision_of(outcomes)
+    except Refused as refused:
+        return refused
 
 
 def _accepted(outcomes: list[Outcome]) -> bool:
