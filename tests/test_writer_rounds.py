@@ -249,3 +249,38 @@ def test_a_round_another_thread_drives_waits_for_the_held_outcomes_append(
         # each decision appended once, by the caller; the view has them all
         assert _outcomes(app) == Counter({(f"r-{pid}", Kind.ACCEPTED): 1 for pid in pids})
         assert _held(app) == [3] * PARTITIONS
+
+
+def test_a_decision_told_before_its_outcomes_append_is_decided_alike_after_a_crash(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # what the Placement API answers from: on_decided, before the outcomes'
+    # append and the view's commit, which here never happen (the process dies)
+    with App(Settings(data_dir=tmp_path, partitions=PARTITIONS)) as app:
+        pids = one_provider_a_partition(app)
+        writers = app.writers()
+        publisher = Publisher(app.log, clock_ms=lambda: NOW_MS)
+        # the second claim on each provider no longer fits: refused
+        publisher.publish(
+            [claim(f"r-{n}-{pid}", pid, ts=2, VCPU=3) for pid in pids for n in ("a", "b")]
+        )
+        told: list[tuple[str, str]] = []
+        for writer in writers:
+            writer.on_decided = lambda batch: told.extend(
+                (o.subject, o.kind) for a in batch.applied for o in a.outcomes
+            )
+
+        def crash(topic: str, records: Sequence[Append]) -> list[int]:
+            raise OSError("the process died before its outcomes were appended")
+
+        monkeypatch.setattr(app.log, "append", crash)
+        with pytest.raises(OSError):
+            step_all(writers)
+        decided: list[tuple[str, str]] = [(Kind.ACCEPTED, "a"), (Kind.REJECTED, "b")]
+        assert sorted(told) == sorted((f"r-{n}-{pid}", kind) for pid in pids for kind, n in decided)
+        assert _outcomes(app) == Counter()  # none appended
+        assert _held(app) == [0] * PARTITIONS  # none in the view
+    with App(Settings(data_dir=tmp_path, partitions=PARTITIONS)) as app:
+        assert catch_up_all(app.writers()) == 2 * PARTITIONS
+        assert _outcomes(app) == Counter(told)  # the same decisions, once each
+        assert _held(app) == [3] * PARTITIONS
