@@ -221,6 +221,43 @@ def test_concurrent_writers_never_overcommit(tmp_path: Path) -> None:
         assert sum(used) == statuses.count(204) == 20
 
 
+def test_each_client_reads_its_own_writes_at_once(tmp_path: Path) -> None:
+    """A write is answered once its writer decided it, before the view
+    commits it: a read sent right after its answer (its consumer's
+    allocations, its provider's usages) still finds it, for eight clients
+    writing at once, over and over."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with berth_server(tmp_path / "data") as address, _client(address) as api:
+        rps = [_provider(api, vcpus=64) for _ in range(4)]
+
+        def client(n: int) -> list[str]:
+            wrong = []
+            with _client(address) as mine:
+                for i in range(12):
+                    consumer, rp = str(uuid.uuid4()), rps[(n + i) % 4]
+                    before = mine.get(f"/resource_providers/{rp}/usages").json()["usages"]
+                    assert _allocate(mine, consumer, rp, 1, None).status_code == 204
+                    held = mine.get(f"/allocations/{consumer}").json()["allocations"]
+                    if held != {
+                        rp: {
+                            "generation": held.get(rp, {}).get("generation"),
+                            "resources": {"VCPU": 1},
+                        }
+                    }:
+                        wrong.append(f"{consumer}: {held}")
+                    after = mine.get(f"/resource_providers/{rp}/usages").json()["usages"]
+                    if after["VCPU"] < before["VCPU"] + 1:  # others may add theirs too
+                        wrong.append(f"{rp}: {before} then {after}")
+            return wrong
+
+        with ThreadPoolExecutor(8) as pool:
+            wrong = [w for found in pool.map(client, range(8)) for w in found]
+        assert wrong == []
+        used = [api.get(f"/resource_providers/{rp}/usages").json()["usages"] for rp in rps]
+        assert sum(u["VCPU"] for u in used) == 8 * 12
+
+
 def test_on_postgresql_the_model_survives_a_restart(tmp_path: Path) -> None:
     """The view on PostgreSQL: the same model back after a restart, and its
     generations still guarding writes."""
