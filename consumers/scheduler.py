@@ -19,10 +19,11 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from consumers.claim_text import claim_text
 from consumers.policies import Policy, PolicyBook, PolicyError
 from consumers.server_groups import GroupRule
 from ledger.log import Log
-from ledger.publisher import Publisher
+from ledger.publisher import Encoded, Publisher
 from scheduling.engine import Engine, Ranking, demand_row
 from scheduling.fit import claim_fit, fits_topology
 from scheduling.model import Hints, IntArray, Request, Snapshot, TagRules
@@ -421,7 +422,9 @@ class Scheduler:
         # each working twin says which rows it changed, so that the engine's
         # feasibility index (bounded mode) follows it by re-reading those alone
         working = snapshot.with_used(used, self._add_unseen(snapshot, used, demands))
-        claims: list[Claim] = []
+        claims: list[Encoded] = []
+        # each claim's reservation id, provider, amounts and fit
+        proposed: list[tuple[str, str, Mapping[str, int], TopologyFit | None]] = []
         offsets: dict[int, int] = {} if self._versioned is None else dict(self._versioned.offsets())
         # the fits of this scheduler's claims the snapshot does not show yet
         mine: dict[str, list[TopologyFit]] = {}
@@ -458,24 +461,35 @@ class Scheduler:
                     fit = found
                     if fit is not None:
                         mine.setdefault(pid, []).append(fit)
-                claim = _claim(p, instance, pid, self.generation, fit)
-                p.proposed[claim.reservation_id] = (instance, pid)
-                claims.append(claim)
+                rid = f"{p.request.request_id}.{instance}.{p.attempts}{self.generation}"
+                p.proposed[rid] = (instance, pid)
+                claims.append(self._claim_encoded(p, instance, pid, fit))
+                proposed.append((rid, pid, p.request.resources, fit))
                 used[rows[pid]] += demand
                 picked.append(rows[pid])
             working = working.with_used(used, picked)
         if not claims:
             return []
-        where = self.publisher.publish(claims)
-        ids = [c.reservation_id for c in claims]
+        where = self.publisher.publish_encoded(claims)
+        ids = [rid for rid, _, _, _ in proposed]
         self.follower.watched.update(ids)
         if self._versioned is not None:
-            for claim, (partition, offset) in zip(claims, where, strict=True):
-                (item,) = claim.items
-                self._unseen[claim.reservation_id] = _Unseen(
-                    partition, offset, item.provider_id, item.resources, item.fit
-                )
+            for (rid, pid, amounts, fit), (partition, offset) in zip(proposed, where, strict=True):
+                self._unseen[rid] = _Unseen(partition, offset, pid, amounts, fit)
         return ids
+
+    def _claim_encoded(
+        self, p: _Pending, instance: int, provider_id: str, fit: TopologyFit | None
+    ) -> Encoded:
+        """The claim of ``p``'s ``instance`` on ``provider_id`` as the log
+        records it: written out directly when it can be, else through its
+        model (which refuses an id too long, as the edge would)."""
+        if fit is None:
+            suffix = f"{p.attempts}{self.generation}"
+            text = claim_text(p.request, instance, provider_id, suffix)
+            if text is not None:
+                return text
+        return self.publisher.encoded(_claim(p, instance, provider_id, self.generation, fit))
 
     def _index_to(self, snapshot: Snapshot, wave: list[_Pending]) -> None:
         """Bring the feasibility index of each engine placing ``wave`` in
@@ -523,8 +537,16 @@ class Scheduler:
 
     def _await(self, reservation_ids: list[str]) -> None:
         decided = self.follower.decided
+        seen = 0  # the first so many are decided (none is forgotten while waiting)
+
+        def done() -> bool:
+            nonlocal seen
+            while seen < len(reservation_ids) and reservation_ids[seen] in decided:
+                seen += 1
+            return seen == len(reservation_ids)
+
         self.follower.wait(
-            lambda: all(rid in decided for rid in reservation_ids),
+            done,
             self.decide,
             self.decision_timeout_s,
             self.poll_interval_s,
@@ -632,31 +654,58 @@ def engine_request(
         availability_zone=r.availability_zone,
         required_traits=r.required_traits,
         forbidden_traits=r.forbidden_traits,
-        hints=Hints(
-            same_host=r.same_host,
-            different_host=r.different_host,
-            query=r.query,
-            build_near_host_ip=r.build_near_host_ip,
-            cidr=r.cidr if r.cidr is not None else "/24",
-        ),
+        hints=_hints(r),
         group_id=r.group_id,
         group_policy=r.group_policy if group is None else group.policy,
         max_server_per_host=1 if group is None else group.max_server_per_host,
-        tags=TagRules(
-            require_with=r.require_with_tags,
-            require_without=r.require_without_tags,
-            prefer_with=r.prefer_with_tags,
-            prefer_without=r.prefer_without_tags,
-        ),
+        tags=_tag_rules(r),
         tried_providers=tried,
         reason=r.reason,
         source_provider=r.source_provider,
         sriov_ports=tuple(
             SriovPort(p.physical_network, p.vnic_type, p.numa_affinity_policy)
             for p in r.sriov_ports
-        ),
+        )
+        if r.sriov_ports
+        else (),
         ts_ms=r.ts_ms,
     )
+
+
+_NO_HINTS = Hints()
+_NO_TAG_RULES = TagRules()
+
+
+def _hints(r: PlacementRequest) -> Hints:
+    """``r``'s hints; the one shared empty set of them when it gives none
+    (most requests), not a new one each time the engine is asked."""
+    if (
+        r.same_host
+        or r.different_host
+        or r.query is not None
+        or r.build_near_host_ip is not None
+        or r.cidr is not None
+    ):
+        return Hints(
+            same_host=r.same_host,
+            different_host=r.different_host,
+            query=r.query,
+            build_near_host_ip=r.build_near_host_ip,
+            cidr=r.cidr if r.cidr is not None else "/24",
+        )
+    return _NO_HINTS
+
+
+def _tag_rules(r: PlacementRequest) -> TagRules:
+    """``r``'s tag rules, shared when empty as :func:`_hints` are."""
+    if r.require_with_tags or r.require_without_tags or r.prefer_with_tags or r.prefer_without_tags:
+        return TagRules(
+            require_with=r.require_with_tags,
+            require_without=r.require_without_tags,
+            prefer_with=r.prefer_with_tags,
+            prefer_without=r.prefer_without_tags,
+        )
+    return _NO_TAG_RULES
 
 
 def _claim(

@@ -13,7 +13,7 @@ import json
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from ledger.log import Append, Log
 from ledger.partitioner import partition_for
@@ -27,6 +27,16 @@ DEFAULT_MAX_SKEW_MS = 5_000
 
 class PublishError(ValueError):
     """An event refused at the edge; nothing was appended."""
+
+
+class Encoded(NamedTuple):
+    """An event encoded for the log (``value``), with what the edge checks
+    and routes it by."""
+
+    event_id: str
+    ts_ms: int
+    partition_key: str
+    value: bytes
 
 
 def wall_clock_ms() -> int:
@@ -110,17 +120,43 @@ class Publisher:
     def publish(self, events: Sequence[Event | Mapping[str, Any]]) -> list[tuple[int, int]]:
         """Validate and append ``events`` durably; their (partition, offset)s, in order."""
         now = self.clock_ms()
-        appends = []
+        encoded = []
         for raw in events:
             event = raw if not isinstance(raw, Mapping) else validate_event(dict(raw))
-            if event.ts_ms > now + self.max_skew_ms:
-                raise PublishError(
-                    f"event {event.event_id}: ts_ms {event.ts_ms} is "
-                    f"{event.ts_ms - now} ms ahead of this edge's clock "
-                    f"(at most {self.max_skew_ms} allowed); fix the producer's clock"
-                )
-            partition = self.route(event)
-            appends.append(Append(partition, event.partition_key.encode(), encode_event(event)))
+            self._check_clock(event.event_id, event.ts_ms, now)
+            encoded.append(self.encoded(event))
+        return self._append(encoded)
+
+    def encoded(self, event: Event) -> Encoded:
+        """``event`` as :meth:`publish_encoded` takes it, routed (a
+        :class:`PublishError` if what it names lives in other partitions)."""
+        self.route(event)
+        return Encoded(event.event_id, event.ts_ms, event.partition_key, encode_event(event))
+
+    def publish_encoded(self, events: Sequence[Encoded]) -> list[tuple[int, int]]:
+        """Append events already encoded (each ``encode_event`` of a valid
+        event whose partition key's partition holds everything it names:
+        :meth:`encoded`'s, or a claim a scheduler wrote out itself for one
+        provider, keyed by it) durably, each in its key's partition, after
+        the clock check; their (partition, offset)s, in order."""
+        now = self.clock_ms()
+        for event in events:
+            self._check_clock(event.event_id, event.ts_ms, now)
+        return self._append(events)
+
+    def _check_clock(self, event_id: str, ts_ms: int, now: int) -> None:
+        if ts_ms > now + self.max_skew_ms:
+            raise PublishError(
+                f"event {event_id}: ts_ms {ts_ms} is "
+                f"{ts_ms - now} ms ahead of this edge's clock "
+                f"(at most {self.max_skew_ms} allowed); fix the producer's clock"
+            )
+
+    def _append(self, events: Sequence[Encoded]) -> list[tuple[int, int]]:
+        appends = [
+            Append(self.partition_of(e.partition_key), e.partition_key.encode(), e.value)
+            for e in events
+        ]
         offsets = self.log.append(self.topics.events, appends)
         return [(a.partition, offset) for a, offset in zip(appends, offsets, strict=True)]
 
