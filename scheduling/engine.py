@@ -598,23 +598,11 @@ class Engine:
             assert index is not None
             reference = (index.reference(), self._most_io(snapshot))
         placement = self._place(
-            snapshot, request, False, candidates, None, (), each_pick, True, reference
+            snapshot, request, False, candidates, None, (), each_pick, True, reference, examined
         )
         if not placement.placed and placement.refusal is None:
             return None  # the draw could not take every instance: decide on them all
-        # built directly: dataclasses.replace reads every field's definition
-        return Placement(
-            placement.request_id,
-            placement.providers,
-            placement.weights,
-            placement.wanted,
-            placement.trace,
-            placement.refusal,
-            examined,
-            placement.scored,
-            True,
-            placement.ranking,
-        )
+        return placement
 
     def _draw(
         self, snapshot: Snapshot, request: Request, wanted: int
@@ -649,13 +637,14 @@ class Engine:
         ):
             # the walk checks the free amounts against the filter's capacity
             asked = [f for f in checks if f is not resources]
-        ctx = Context(snapshot, request, snapshot.used)
+        ctx = Context(snapshot, request, snapshot.used) if asked else None
         found: list[IntArray] = []
         have = examined = 0
         everyone = False
         for rows in index.walk(snapshot, demand, passing, capacity, wanted - have):
             examined += len(rows)
             for f in asked:
+                assert ctx is not None
                 rows = rows[f.mask(ctx, rows)]
                 if not len(rows):
                     break
@@ -682,12 +671,14 @@ class Engine:
         each_pick: Sequence[HostFilter] | None = None,
         aside: bool = False,
         reference: tuple[FloatArray, float] | None = None,
+        drawn: int | None = None,
     ) -> Placement:
         """Place ``request`` on ``rows``; ``start`` is given when they are
         consecutive, from ``start`` on. ``once`` and ``each_pick``: the
         filters to run (all that apply unless given); ``aside``: keep the
         picks' virtual consumption in ``Context.extra`` rather than a copy of
-        the usage (for a few rows of a large snapshot)."""
+        the usage (for a few rows of a large snapshot). ``drawn``: bounded
+        mode's, how many providers the index read to draw ``rows``."""
         # the snapshot's usage is only read until a pick that a later pick of
         # this request must see, so most requests never copy it
         ctx = Context(snapshot, request, snapshot.used)
@@ -759,8 +750,9 @@ class Engine:
             request.num_instances,
             trace,
             refusal,
-            examined=considered,
+            examined=considered if drawn is None else drawn,
             scored=scored,
+            bounded=drawn is not None,
             ranking=ranking,
         )
 

@@ -85,6 +85,11 @@ to (the view's snapshots a wave of requests started from), kept apart so
 the steps of a long wave do not push them out."""
 
 
+_FEW_SINCE = 32
+"""Up to this many log entries since a walk kept was taken are gone
+through one by one to bring it up to date, not as arrays."""
+
+
 _Reads = tuple[tuple[int, Hashable], ...]
 """A kind of request: per static filter that applies, its id and what it
 reads of the request (``Verdicts.key``)."""
@@ -318,6 +323,10 @@ class FeasibilityIndex:
         weighed = snapshot.capacity_by_class()  # what the weighers measure free against
         cap = weighed if capacity is None else capacity
         self._providers = snapshot.providers
+        self._weighed = weighed
+        """The capacity table (``Snapshot.capacity_by_class``) of the
+        snapshot the index was last brought to: ``capacities`` holds its
+        values."""
         self.group_of = np.fromiter(
             (self._group(p, row) for row, p in enumerate(snapshot.providers)), np.int64, n
         )
@@ -428,14 +437,18 @@ class FeasibilityIndex:
         rows = self._rows_to(snapshot)
         if rows is None or len(rows) > max(1024, self.size // 4):
             return False
-        changed = np.fromiter(rows, dtype=np.int64, count=len(rows))
-        if not self._refresh(snapshot, changed, capacity):
+        if len(rows) == 1 and self._refresh_one(snapshot, next(iter(rows)), capacity):
+            self.refreshed += 1  # a pick's row: no array of it made
+        elif not self._refresh(
+            snapshot, np.fromiter(rows, dtype=np.int64, count=len(rows)), capacity
+        ):
             return False
         for history in (self.steps, self.marks):
             for seen in history.values():
                 seen.update(rows)
         stepped = snapshot.lineage is not None and snapshot.lineage.parent == self.token
         self.token = snapshot.token
+        self._weighed = snapshot.capacity_by_class()
         self._remember(snapshot, stepped)
         return True
 
@@ -538,8 +551,13 @@ class FeasibilityIndex:
         for any other row."""
         if snapshot.providers is not self._providers:
             return False
-        weighed = snapshot.capacity_by_class()[:, row].tolist()
-        if self.capacities[:, row].tolist() != [weighed[j] for j, _ in self.proxy]:
+        table = snapshot.capacity_by_class()
+        weighed = table[:, row].tolist()
+        # the capacities held are the table's at every row when the index
+        # was last brought to a snapshot whose table this is (a pick's twin)
+        if table is not self._weighed and self.capacities[:, row].tolist() != [
+            weighed[j] for j, _ in self.proxy
+        ]:
             return False
         cap = weighed if capacity is None else capacity[:, row].tolist()
         used = snapshot.used[row].tolist()
@@ -877,31 +895,13 @@ class FeasibilityIndex:
         if start == end:
             return drawn
         epoch, boundary = self._epoch(), drawn.boundary
-        latest = self._log_latest[start:end]  # one entry for each row re-read since
-        changed = self._log[start:end]
         # a kept row stays unless it was re-read since: its latest entry is
         # before the slice (one step over the rows kept, however long the slice)
         stay = self._last[drawn.rows] < start + self._log_offset
-        # the rows that come back: those whose latest entry holds the demand,
-        # before the end, in a group the filters let through
-        back = latest
-        if demand:
-            columns, amounts = self._arrays(demand)
-            back = back & np.logical_and.reduce(self._log_free[columns[:, 0], start:end] >= amounts)
-        keys = self._log_keys[start:end]
-        if boundary is not None:
-            back = back & (keys <= boundary)
-        found = np.flatnonzero(back)
-        rows = changed[found]
-        keys = keys[found]
-        if len(rows):
-            gids = self.bucket_of[rows] // self.levels
-            verdicts = passing.known[gids]
-            if (verdicts < 0).any():  # groups not asked yet
-                passing.admit(np.unique(gids) if len(gids) > 1 else gids)
-                verdicts = passing.known[gids]
-            admitted = verdicts > 0
-            rows, keys = rows[admitted], keys[admitted]
+        if end - start <= _FEW_SINCE:
+            rows, keys = self._back_few(start, end, demand, boundary, passing)
+        else:
+            rows, keys = self._back(start, end, demand, boundary, passing)
         kept_rows, kept_keys = drawn.rows, drawn.keys
         if np.count_nonzero(stay) != len(stay):
             kept_rows, kept_keys = kept_rows[stay], kept_keys[stay]
@@ -916,6 +916,70 @@ class FeasibilityIndex:
         keys = np.concatenate((kept_keys, keys))
         order = keys.argsort(kind="stable")
         return _Drawn(epoch, drawn.layout, rows[order], keys[order], boundary)
+
+    def _back(
+        self,
+        start: int,
+        end: int,
+        demand: Sequence[tuple[int, int]],
+        boundary: int | None,
+        passing: Verdicts,
+    ) -> tuple[IntArray, IntArray]:
+        """The rows of log entries ``start:end`` that come back into a walk
+        kept (and their keys, in log order): those whose latest entry holds
+        the demand, up to the walk's ``boundary``, in a group the filters
+        let through."""
+        back = self._log_latest[start:end]  # one entry for each row re-read since
+        if demand:
+            columns, amounts = self._arrays(demand)
+            back = back & np.logical_and.reduce(self._log_free[columns[:, 0], start:end] >= amounts)
+        keys = self._log_keys[start:end]
+        if boundary is not None:
+            back = back & (keys <= boundary)
+        found = np.flatnonzero(back)
+        rows = self._log[start:end][found]
+        keys = keys[found]
+        if len(rows):
+            gids = self.bucket_of[rows] // self.levels
+            verdicts = passing.known[gids]
+            if (verdicts < 0).any():  # groups not asked yet
+                passing.admit(np.unique(gids) if len(gids) > 1 else gids)
+                verdicts = passing.known[gids]
+            admitted = verdicts > 0
+            rows, keys = rows[admitted], keys[admitted]
+        return rows, keys
+
+    def _back_few(
+        self,
+        start: int,
+        end: int,
+        demand: Sequence[tuple[int, int]],
+        boundary: int | None,
+        passing: Verdicts,
+    ) -> tuple[IntArray, IntArray]:
+        """``_back`` of a few entries (the picks since a walk of this kind
+        and shape was last taken, the usual case), in Python numbers: a
+        handful of entries cost less so than through a dozen array calls."""
+        latest = self._log_latest[start:end].tolist()
+        logged = self._log[start:end].tolist()
+        keyed = self._log_keys[start:end].tolist()
+        free = self._log_free[:, start:end].tolist()
+        rows: list[int] = []
+        keys: list[int] = []
+        for n, row in enumerate(logged):
+            if not latest[n] or (boundary is not None and keyed[n] > boundary):
+                continue
+            if any(free[j][n] < amount for j, amount in demand):
+                continue
+            gid = int(self.bucket_of[row]) // self.levels
+            verdict = int(passing.known[gid])
+            if verdict < 0:  # its group not asked yet
+                passing.admit(np.asarray([gid], dtype=np.int64))
+                verdict = int(passing.known[gid])
+            if verdict > 0:
+                rows.append(row)
+                keys.append(keyed[n])
+        return np.asarray(rows, dtype=np.int64), np.asarray(keys, dtype=np.int64)
 
     def _arrays(self, demand: Sequence[tuple[int, int]]) -> tuple[npt.NDArray[np.intp], IntArray]:
         """``demand``'s columns and amounts, each as a column (classes x 1)."""

@@ -214,19 +214,23 @@ class Outcome(NamedTuple):
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Outcome:
-        return cls(
-            partition=data["partition"],
-            offset=data["offset"],
-            seq=data["seq"],
-            kind=data["kind"],
-            event_id=data["event_id"],
-            subject=data["subject"],
-            clock_ms=data["clock_ms"],
-            # absent on the topic, NULL in the view's row: none either way
-            reasons=tuple(Reason.from_dict(r) for r in data.get("reasons") or ()),
-            expires_at_ms=data.get("expires_at_ms"),
-            identifiers=tuple((pool, value) for pool, value in data.get("identifiers") or ()),
+        # absent on the topic, NULL in the view's row: none either way
+        reasons, identifiers = data.get("reasons"), data.get("identifiers")
+        fields = (
+            data["partition"],
+            data["offset"],
+            data["seq"],
+            data["kind"],
+            data["event_id"],
+            data["subject"],
+            data["clock_ms"],
+            tuple([Reason.from_dict(r) for r in reasons]) if reasons else NO_REASONS,
+            data.get("expires_at_ms"),
+            tuple([(pool, value) for pool, value in identifiers]) if identifiers else (),
         )
+        # a scheduler reads one back for every claim it proposed: built by
+        # position, without the keywords' Python-level __new__
+        return new_outcome(fields) if cls is Outcome else cls(*fields)
 
     @classmethod
     def from_json(cls, raw: bytes) -> Outcome:
