@@ -5,23 +5,29 @@ too long)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from berth.app import App, Settings
 from consumers.claim_text import claim_text
 from consumers.scheduler import _claim, _Pending
+from ledger.publisher import Publisher, PublishError
 from schemas.codec import decode_event, encode_event
 from schemas.events import DEFAULT_LEASE_MS, MAX_AMOUNT, MAX_LEASE_MS
 from schemas.requests import PlacementRequest
 
 # every character a JSON string may need escaped, and some beyond ASCII
+ESCAPED = st.sampled_from('"\\\n\t\x00\x1f/é€𝄞')
 TEXT = st.text(
-    st.characters(codec="utf-8", exclude_categories=("Cs",)) | st.sampled_from('"\\\n\t\x00\x1f/é€𝄞'),
+    st.characters(codec="utf-8") | ESCAPED,
     min_size=1,
     max_size=40,
 )
+AMOUNTS = st.integers(1, MAX_AMOUNT)
 CLASSES = st.from_regex(r"[A-Z0-9_]{1,12}", fullmatch=True)
 
 
@@ -32,7 +38,7 @@ def requests(draw: Any) -> PlacementRequest:
         request_id=draw(TEXT),
         ts_ms=draw(st.integers(0, 2**53)),
         project_id=draw(TEXT),
-        resources=draw(st.dictionaries(CLASSES, st.integers(1, MAX_AMOUNT), min_size=1, max_size=4)),
+        resources=draw(st.dictionaries(CLASSES, AMOUNTS, min_size=1, max_size=4)),
         lease_ms=draw(st.sampled_from((DEFAULT_LEASE_MS, 1, MAX_LEASE_MS, 60_000))),
         group_id=draw(TEXT) if grouped else None,
         group_policy=draw(st.sampled_from(("anti-affinity", "affinity"))) if grouped else None,
@@ -67,3 +73,30 @@ def test_left_to_the_model() -> None:
     long = r.model_copy(update={"request_id": "r" * 250})
     assert claim_text(long, 0, "node-1", "1") is None
     assert claim_text(r, 0, "n" * 256, "1") is None
+
+
+def test_appended_as_the_model_would_be(tmp_path: Path) -> None:
+    """Through ``publish_encoded`` the written claim lands in its provider's
+    partition as the same record ``publish`` of its model appends; a claim
+    from too far ahead of the edge's clock is refused, nothing appended."""
+    app = App(Settings(data_dir=tmp_path, partitions=4))
+    try:
+        publisher = Publisher(app.log, clock_ms=lambda: 1_000)
+        r = PlacementRequest(request_id="r", ts_ms=1_000, project_id="p", resources={"VCPU": 2})
+        p = _Pending(r, [0], attempts=1)
+        written = claim_text(r, 0, "node-7", "1")
+        assert written is not None
+        ((partition, offset),) = publisher.publish_encoded([written])
+        assert partition == publisher.partition_of("node-7")
+        ((again, next_offset),) = publisher.publish([_claim(p, 0, "node-7", "")])
+        topic = app.settings.topics.events
+        first, second = app.log.read(topic, partition, offset, 2)
+        assert again == partition and next_offset == offset + 1
+        assert (first.key, first.value) == (second.key, second.value)
+        ahead = claim_text(r.model_copy(update={"ts_ms": 1_000_000}), 0, "node-7", "1")
+        assert ahead is not None
+        with pytest.raises(PublishError, match="ahead of this edge's clock"):
+            publisher.publish_encoded([ahead])
+        assert app.log.end_offset(topic, partition) == offset + 2
+    finally:
+        app.close()
