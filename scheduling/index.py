@@ -85,7 +85,7 @@ to (the view's snapshots a wave of requests started from), kept apart so
 the steps of a long wave do not push them out."""
 
 
-_FEW_SINCE = 32
+_FEW_SINCE = 8
 """Up to this many log entries since a walk kept was taken are gone
 through one by one to bring it up to date, not as arrays."""
 
