@@ -42,13 +42,14 @@ BATCH = 64
 """Rankings an engine works out together at most: enough that the
 operations' calls cost little a ranking."""
 
-BATCH_CANDIDATES = 65_536
-"""Candidates a batch holds at most (their scores and values, until it is
-worked out: about 2.5 MB with three weighers)."""
-
-BATCHED_UP_TO = 4096
-"""A ranking of more candidates is worked out at once, alone: what a
-ranking holds until then must not grow with the cluster."""
+BATCHED_UP_TO = 320
+"""A ranking of more candidates is worked out at once, alone. A batch
+copies every score and value of its rankings into one array to take out
+the best's: for a few hundred candidates that costs less than the calls
+to take them ranking by ranking; for a thousand (a 10% sample of 10,000
+providers) about as much as a ranking alone, whose partition the batch
+does not make cheaper. (What a ranking holds until then must not grow
+with the cluster, either.)"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,7 +247,6 @@ class _Batch:
     ranking, weigher after weigher)."""
 
     __slots__ = (
-        "candidates",
         "count",
         "described",
         "providers",
@@ -264,43 +264,27 @@ class _Batch:
         self.rows: list[IntArray] = []
         self.scores: list[FloatArray] = []
         self.values: list[FloatArray] = []
-        self.candidates = 0
 
     def settle(self) -> None:
         """Work out every ranking of the batch (once): their best positions
-        found together, then every score and value at them taken out of one
-        array of them all, and their providers' ids out of one of their
-        candidates."""
+        found together, then their scores, values and candidates' ids."""
         rankings = self.rankings
         if not rankings:
             return
         self.rankings = []
         sizes = [len(rows) for rows in self.rows]
-        count, column = self.count, self.described.column
-        assert column is not None
-        # every ranking's scores, then every ranking's values
-        everything = np.concatenate(self.scores + self.values)
-        size = sizes[0]
-        if min(sizes) == max(sizes):
-            table = everything[: len(sizes) * size].reshape(len(sizes), size)
+        widest = max(sizes)
+        if min(sizes) == widest:
+            table = np.concatenate(self.scores).reshape(len(sizes), widest)
         else:
             table = _padded(self.scores, sizes)
-        best = best_positions_in_rows(table, sizes, count)
-        lengths = np.array(sizes, dtype=np.int64)
-        starts = lengths.cumsum() - lengths
-        # where each ranking's scores and each of its weighers' values start
-        weighers = len(column)
-        at = np.empty((len(sizes), weighers + 1), dtype=np.int64)
-        at[:, 0] = starts
-        at[:, 1:] = int(lengths.sum()) + weighers * starts[:, None]
-        at[:, 1:] += lengths[:, None] * np.arange(weighers)
-        taken = (weighers + 1) * count
-        numbers = np.empty((len(sizes), taken + weighers), dtype=np.float64)
-        numbers[:, :taken] = everything.take(at[:, :, None] + best[:, None, :]).reshape(
-            len(sizes), taken
-        )
-        numbers[:, taken:] = column.ravel()
-        candidates = np.concatenate(self.rows).take(starts[:, None] + best).tolist()
+        best = best_positions_in_rows(table, sizes, self.count)
+        numbers = np.empty((len(sizes), self.width), dtype=np.float64)
+        numbers[:, : self.count] = table[np.arange(len(sizes))[:, None], best]
+        candidates = self._gathered(best, sizes, numbers)
+        column = self.described.column
+        assert column is not None
+        numbers[:, self.width - len(column) :] = column.ravel()
         providers = self.providers
         ids = [tuple([providers[row].provider_id for row in rows]) for rows in candidates]
         # the ids checked once for the batch: written as they are, the common case
@@ -311,6 +295,25 @@ class _Batch:
             ranking._numbers = row_numbers
             ranking._batch = None
         self.rows, self.scores, self.values = [], [], []
+
+    @property
+    def width(self) -> int:
+        """A ranking's numbers: scores, values, multipliers (one each)."""
+        weighers = len(self.described.names)
+        return (weighers + 1) * self.count + weighers
+
+    def _gathered(self, best: IntArray, sizes: list[int], numbers: FloatArray) -> list[list[int]]:
+        """Every ranking's values at its ``best`` into ``numbers``, out of
+        one array of them all (ranking after ranking, weigher after
+        weigher), and its candidates' rows out of one of theirs."""
+        weighers, count = len(self.described.names), self.count
+        lengths = np.repeat(np.array(sizes, dtype=np.int64), weighers)
+        starts = (lengths.cumsum() - lengths).reshape(len(sizes), weighers, 1)
+        values = np.concatenate(self.values).take(starts + best[:, None, :])
+        numbers[:, count : (weighers + 1) * count] = values.reshape(len(sizes), weighers * count)
+        first = starts[:, 0] // weighers  # where each ranking's rows start
+        rows: list[list[int]] = np.concatenate(self.rows).take(first + best).tolist()
+        return rows
 
 
 def _padded(scores: list[FloatArray], sizes: list[int]) -> FloatArray:
@@ -359,7 +362,6 @@ class Rankings:
             or batch.providers is not providers
             or batch.count != count
             or not batch.rankings  # settled when one of them was read
-            or batch.candidates + size > BATCH_CANDIDATES
         ):
             # one batch open at a time: what waits holds one snapshot's providers
             self.settle()
@@ -369,7 +371,6 @@ class Rankings:
         batch.rows.append(rows)
         batch.scores.append(scores)
         batch.values += values
-        batch.candidates += size
         if len(batch.rankings) >= self.batch:
             self.settle()
         return ranking
