@@ -66,6 +66,8 @@ class Described:
     names: tuple[str, ...]
     names_text: str
     column: FloatArray | None
+    flat: FloatArray
+    """``column`` as one row (empty when ``column`` is None)."""
     batched: bool
     """Whether rankings by these weighers may wait for their batch: the
     multipliers are the column, and the weighers are Berth's own, whose
@@ -96,6 +98,7 @@ class Described:
             names,
             strings(names),
             column,
+            np.zeros(0) if column is None else column.ravel(),
             column is not None and own,
         )
 
@@ -117,9 +120,12 @@ class Ranking:
     it, normalised value and multiplier. Made by :class:`Rankings`; worked
     out with its batch, or alone, when first read."""
 
-    __slots__ = ("_batch", "_described", "_ids_of", "_ids_text", "_numbers", "_text")
+    __slots__ = ("_batch", "_described", "_ids_of", "_ids_text", "_numbers", "_pieces", "_text")
     _ids_of: tuple[str, ...]
     _ids_text: str
+    _pieces: list[FloatArray]
+    """A ranking worked out alone: its scores, each weigher's values and
+    its multipliers, until they are joined into its numbers."""
 
     def __init__(self, described: Described, batch: _Batch | None = None) -> None:
         # what it is worked out into is set then: _ids_of, the providers'
@@ -137,10 +143,13 @@ class Ranking:
         numbers = self._numbers
         if numbers is None:
             batch = self._batch
-            assert batch is not None
-            batch.settle()
-            numbers = self._numbers
-            assert numbers is not None
+            if batch is not None:
+                batch.settle()
+                numbers = self._numbers
+                assert numbers is not None
+            else:  # worked out alone: its pieces joined when first read
+                numbers = self._numbers = np.concatenate(self._pieces)
+                self._pieces = []
         return numbers
 
     def _numbers_b64(self) -> str:
@@ -284,7 +293,7 @@ class _Batch:
         candidates = self._gathered(best, sizes, numbers)
         column = self.described.column
         assert column is not None
-        numbers[:, self.width - len(column) :] = column.ravel()
+        numbers[:, self.width - len(column) :] = self.described.flat
         providers = self.providers
         ids = [tuple([providers[row].provider_id for row in rows]) for rows in candidates]
         # the ids checked once for the batch: written as they are, the common case
@@ -350,9 +359,10 @@ class Rankings:
     ) -> Ranking:
         """The ``count`` best of ``rows`` by their ``scores``, with the
         weighers' ``parts`` (``weigh_parts``)."""
-        size = len(rows)
+        if not count <= len(rows) <= BATCHED_UP_TO or not described.batched:
+            return settle_alone(ctx, rows, scores, described, parts, count)
         values, shares = zip(*parts, strict=True) if parts else ((), ())
-        if not described.batched or True in shares or not count <= size <= BATCHED_UP_TO:
+        if True in shares:
             return settle_alone(ctx, rows, scores, described, parts, count)
         providers = ctx.snapshot.providers
         batch = self._open
@@ -393,21 +403,22 @@ def settle_alone(
     """A ranking worked out at once: ties to the earlier row as the pick
     breaks them; a share kept apart (``weigh_parts``) divided by its
     multiplier (0 where that is 0); the multipliers asked of the snapshot
-    where an aggregate may override one."""
+    where an aggregate may override one. Its numbers are kept in pieces
+    until read (a scheduler that writes no answers never joins them)."""
     best = best_positions(scores, count)
     taken = rows[best]
     providers = ctx.snapshot.providers
     ids = tuple([providers[row].provider_id for row in taken.tolist()])
     column = described.column
     multipliers = column if column is not None else _multipliers_of(ctx, described.weighers, taken)
-    values = np.zeros((len(parts), len(ids)), dtype=np.float64)
+    pieces = [scores[best]]
     for n, (part, share) in enumerate(parts):
+        values = part[best]
         if share:
-            m = np.broadcast_to(multipliers[n], (len(ids),))
-            np.divide(part[best], m, out=values[n], where=m != 0)
-        else:
-            values[n] = part[best]
+            m = np.broadcast_to(multipliers[n], values.shape)
+            values = np.divide(values, m, out=np.zeros_like(values), where=m != 0)
+        pieces.append(values)
+    pieces.append(described.flat if column is not None else multipliers.ravel())
     ranking = Ranking(described)
-    ranking._ids_of, ranking._ids_text = ids, ""
-    ranking._numbers = np.concatenate((scores[best], values, multipliers), axis=None)
+    ranking._ids_of, ranking._ids_text, ranking._pieces = ids, "", pieces
     return ranking
