@@ -145,9 +145,8 @@ class Ranking:
             batch = self._batch
             if batch is not None:
                 batch.settle()
-                numbers = self._numbers
-                assert numbers is not None
-            else:  # worked out alone: its pieces joined when first read
+            numbers = self._numbers
+            if numbers is None:  # worked out alone: its pieces joined when first read
                 numbers = self._numbers = np.concatenate(self._pieces)
                 self._pieces = []
         return numbers
@@ -281,6 +280,9 @@ class _Batch:
         if not rankings:
             return
         self.rankings = []
+        if len(rankings) == 1:  # read as soon as made (a request at a time)
+            self._alone(rankings[0])
+            return
         sizes = [len(rows) for rows in self.rows]
         widest = max(sizes)
         if min(sizes) == widest:
@@ -303,6 +305,18 @@ class _Batch:
             ranking._ids_text = '["' + '", "'.join(these) + '"]' if as_they_are else ""
             ranking._numbers = row_numbers
             ranking._batch = None
+        self.rows, self.scores, self.values = [], [], []
+
+    def _alone(self, ranking: Ranking) -> None:
+        """The batch's one ranking worked out as :func:`settle_alone` does:
+        the batch's operations cost more than they save for one."""
+        (rows,), (scores,) = self.rows, self.scores
+        best = best_positions(scores, self.count)
+        providers = self.providers
+        ranking._ids_of = tuple([providers[row].provider_id for row in rows[best].tolist()])
+        ranking._ids_text = ""
+        ranking._pieces = [scores[best], *[v[best] for v in self.values], self.described.flat]
+        ranking._batch = None
         self.rows, self.scores, self.values = [], [], []
 
     @property
