@@ -38,7 +38,7 @@ from schemas.ranked import plain, strings, written
 
 _LITTLE_ENDIAN = sys.byteorder == "little"
 
-BATCH = 64
+BATCH = 128
 """Rankings an engine works out together at most: enough that the
 operations' calls cost little a ranking."""
 
