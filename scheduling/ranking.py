@@ -69,10 +69,10 @@ class Described:
     flat: FloatArray
     """``column`` as one row (empty when ``column`` is None)."""
     batched: bool
-    """Whether rankings by these weighers may wait for their batch: the
-    multipliers are the column, and the weighers are Berth's own, whose
-    values are arrays of their own or of a snapshot's, never written to
-    after (an operator's may reuse one)."""
+    """Whether rankings by these weighers may wait for their batch: some
+    weighers took part, the multipliers are the column, and the weighers
+    are Berth's own, whose values are arrays of their own or of a
+    snapshot's, never written to after (an operator's may reuse one)."""
 
     def fits(self, weighers: Sequence[Weigher], snapshot: Snapshot) -> bool:
         return (
@@ -99,7 +99,7 @@ class Described:
             strings(names),
             column,
             np.zeros(0) if column is None else column.ravel(),
-            column is not None and own,
+            column is not None and own and len(names) > 0,
         )
 
 

@@ -420,3 +420,20 @@ def test_rankings_worked_out_together_are_those_worked_out_one_by_one(read_every
     assert together == one_by_one
     assert len(set(together)) == 5  # the five samples rotate: not one ranking over and over
     assert len(json.loads(together[0])["providers"]) == 10
+
+
+def test_rankings_no_weigher_took_part_in_are_the_candidates_in_row_order() -> None:
+    """Every weigher idle (or none configured): every score 0, the first
+    rows ranked, however many wait together."""
+    names = [f"p{i:02d}" for i in range(30)]
+    snapshot = Snapshot.build(
+        [Provider(name, host=name) for name in names],
+        {name: {"VCPU": {"total": 8}} for name in names},
+    )
+    filters = [FILTERS[name]() for name in DEFAULT_FILTERS]
+    for weighers in ([], [WEIGHERS["IoOpsWeigher"](-1.0)]):
+        engine = Engine(filters, weighers, ranked=10)
+        rankings = [engine.place(snapshot, Request(f"r{n}", {"VCPU": 1})).ranking for n in range(5)]
+        for ranking in rankings:
+            assert ranking is not None and ranking.providers == tuple(names[:10])
+            assert ranking.weighers == () and ranking.scores.tolist() == [0.0] * 10
