@@ -282,10 +282,12 @@ class Variant:
     breaks: str
     """The invariant it is caught breaking (or ``also``)."""
     seeds: int
-    """Caught within this many seeds (1, 2, ...), at ``steps`` steps each."""
+    """Caught within this many seeds (``first_seed``, the next, ...), at
+    ``steps`` steps each."""
     steps: int
     patch: Callable[[pytest.MonkeyPatch], None]
     also: str = ""
+    first_seed: int = 1
 
 
 def _both(wrap: Callable[[Decide], Decide]) -> Callable[[pytest.MonkeyPatch], None]:
@@ -358,11 +360,17 @@ VARIANTS = (
         lambda mp: mp.setattr(partition_writer, "decide", _holds_never_expire(decide)),
     ),
     Variant("anti-affinity dropped", invariants.ANTI_AFFINITY, 5, 1000, _groups_ignored),
-    # caught by about one seed in eight (5 of seeds 1-40, the first 31), as
-    # the seeded runs go since a resubmitted id is answered as recorded: a
-    # run's course follows what its scheduler answers
+    # caught by about one seed in ten (seeds 31, 32, 37, 38, 40 and 52 of 1-60,
+    # as the seeded runs go since a resubmitted id is answered as recorded: a
+    # run's course follows what its scheduler answers), so the search starts
+    # at 31 rather than running the thirty seeds before it that never catch it
     Variant(
-        "server groups' rules ignored", invariants.SERVER_GROUPS, 31, 1000, _group_rules_ignored
+        "server groups' rules ignored",
+        invariants.SERVER_GROUPS,
+        10,
+        1000,
+        _group_rules_ignored,
+        first_seed=31,
     ),
     Variant("projects' policies ignored", invariants.POLICY, 3, 1000, _assignments_ignored),
     Variant(
@@ -386,7 +394,7 @@ def _broken(variant: Variant) -> Iterator[None]:
 @pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: v.name)
 def test_the_simulator_bites(variant: Variant) -> None:
     with _broken(variant):
-        for seed in range(1, variant.seeds + 1):
+        for seed in range(variant.first_seed, variant.first_seed + variant.seeds):
             result = run(seed, variant.steps)
             if not result.ok:
                 break
