@@ -148,8 +148,10 @@ class _Forked:
 def forked_berth_server(data_dir: Path, *extra: str) -> Iterator[tuple[str, int]]:
     """:func:`berth_server`, but forked from a fork-server that has imported
     Berth already (:data:`PRELOAD`): the same ``berth serve`` code on the same
-    options, started in a fraction of the time. For runs of many short-lived
-    servers (the gabbit files); measurements keep :func:`berth_server`."""
+    options, started in a fraction of the time. For the many short-lived
+    servers of the gabbit files and the API's tests; benchmarks (which
+    measure the server's process) keep :func:`berth_server`. The forked
+    server has the environment of when the fork-server started."""
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(PRELOAD)
     stderr_path = data_dir.parent / f"{data_dir.name}.stderr"

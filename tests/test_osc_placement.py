@@ -17,7 +17,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from bench.placement_gabbits import berth_server
+from bench.placement_gabbits import forked_berth_server
 
 AGGREGATE = "6a1e3c2b-7d4f-4e1a-9b2c-0f1e2d3c4b5a"
 
@@ -55,7 +55,7 @@ class Openstack:
 
 
 def test_providers_inventories_traits_aggregates(tmp_path: Path) -> None:
-    with berth_server(tmp_path / "data") as address:
+    with forked_berth_server(tmp_path / "data") as address:
         osc = Openstack(address)
         made = osc.json("resource", "provider", "create", "cn1")
         rp = made["uuid"]
@@ -101,7 +101,7 @@ def test_providers_inventories_traits_aggregates(tmp_path: Path) -> None:
 
 
 def test_allocations_candidates_and_usages(tmp_path: Path) -> None:
-    with berth_server(tmp_path / "data") as address:
+    with forked_berth_server(tmp_path / "data") as address:
         osc = Openstack(address)
         rp = osc.json("resource", "provider", "create", "cn1")["uuid"]
         osc.json(

@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 
-from bench.placement_gabbits import berth_server
+from bench.placement_gabbits import forked_berth_server
 
 LATEST = {"x-auth-token": "admin", "openstack-api-version": "placement latest"}
 
@@ -55,7 +55,7 @@ def _allocate(
 def test_the_model_survives_a_restart_and_replays_alike(tmp_path: Path) -> None:
     data = tmp_path / "data"
     consumer = str(uuid.uuid4())
-    with berth_server(data) as address, _client(address) as api:
+    with forked_berth_server(data) as address, _client(address) as api:
         rp = _provider(api, vcpus=8)
         assert api.put("/traits/CUSTOM_GOLD").status_code == 201
         traits = api.put(
@@ -66,7 +66,7 @@ def test_the_model_survives_a_restart_and_replays_alike(tmp_path: Path) -> None:
         assert _allocate(api, consumer, rp, 3, None).status_code == 204
         before = api.get(f"/resource_providers/{rp}").json()
         assert before["generation"] == 3  # inventories, traits, the allocation
-    with berth_server(data) as address, _client(address) as api:
+    with forked_berth_server(data) as address, _client(address) as api:
         assert api.get(f"/resource_providers/{rp}").json() == before
         assert api.get(f"/resource_providers/{rp}/usages").json()["usages"] == {
             "VCPU": 3,
@@ -94,7 +94,7 @@ def test_the_model_survives_a_restart_and_replays_alike(tmp_path: Path) -> None:
 
 
 def test_a_stale_generation_is_refused_and_changes_nothing(tmp_path: Path) -> None:
-    with berth_server(tmp_path / "data") as address, _client(address) as api:
+    with forked_berth_server(tmp_path / "data") as address, _client(address) as api:
         rp = _provider(api, vcpus=4)
         stale = api.put(
             f"/resource_providers/{rp}/inventories",
@@ -118,7 +118,7 @@ def test_berth_claims_and_placement_allocations_share_one_capacity(tmp_path: Pat
     what it holds is what a Placement allocation can no longer get."""
     port = _free_port()
     extra = ("--partitions", "1", "--api", f"127.0.0.1:{port}")
-    with berth_server(tmp_path / "data", *extra) as address, _client(address) as api:
+    with forked_berth_server(tmp_path / "data", *extra) as address, _client(address) as api:
         rp = _provider(api, vcpus=4)
         assert _candidates(api, "resources=VCPU:2") == [rp]
         claim = {
@@ -154,7 +154,7 @@ def _candidates(api: httpx.Client, query: str) -> list[str]:
 def test_a_provider_deleted_is_not_taken_for_one_that_exists(tmp_path: Path) -> None:
     # the API remembers the providers a write named once found, until a
     # provider is deleted: a write naming it afterwards hears it is gone
-    with berth_server(tmp_path / "data") as address, _client(address) as api:
+    with forked_berth_server(tmp_path / "data") as address, _client(address) as api:
         rp, other = _provider(api, vcpus=8), _provider(api, vcpus=8)
         consumer = str(uuid.uuid4())
         assert _allocate(api, consumer, rp, 1, None).status_code == 204
@@ -176,7 +176,7 @@ def test_candidates_follow_every_write(tmp_path: Path) -> None:
     """The index candidates are found from is kept up to date, not rebuilt:
     each write (an allocation, traits, a new provider, a deletion) shows in
     the next answer, in creation order, with ``limit``."""
-    with berth_server(tmp_path / "data") as address, _client(address) as api:
+    with forked_berth_server(tmp_path / "data") as address, _client(address) as api:
         first, second = _provider(api, vcpus=4), _provider(api, vcpus=4)
         assert _candidates(api, "resources=VCPU:3") == [first, second]
         assert _candidates(api, "resources=VCPU:3&limit=1") == [first]
@@ -203,7 +203,7 @@ def test_concurrent_writers_never_overcommit(tmp_path: Path) -> None:
     than it has, and every refusal is Placement's capacity conflict."""
     from concurrent.futures import ThreadPoolExecutor
 
-    with berth_server(tmp_path / "data") as address, _client(address) as api:
+    with forked_berth_server(tmp_path / "data") as address, _client(address) as api:
         rps = [_provider(api, vcpus=4) for _ in range(5)]
 
         def client(n: int) -> list[int]:
@@ -266,13 +266,13 @@ def test_on_postgresql_the_model_survives_a_restart(tmp_path: Path) -> None:
     consumer = str(uuid.uuid4())
     with scratch_database() as url:
         data = tmp_path / "data"
-        with berth_server(data, "--db", url) as address, _client(address) as api:
+        with forked_berth_server(data, "--db", url) as address, _client(address) as api:
             rp = _provider(api, vcpus=8)
             assert _allocate(api, consumer, rp, 5, None).status_code == 204
             renamed = api.put(f"/resource_providers/{rp}", json={"name": "renamed"})
             assert renamed.status_code == 200, renamed.text
             before = api.get(f"/resource_providers/{rp}").json()
-        with berth_server(data, "--db", url) as address, _client(address) as api:
+        with forked_berth_server(data, "--db", url) as address, _client(address) as api:
             assert api.get(f"/resource_providers/{rp}").json() == before
             assert api.get(f"/resource_providers/{rp}/usages").json()["usages"]["VCPU"] == 5
             assert _allocate(api, consumer, rp, 4, 0).status_code == 409

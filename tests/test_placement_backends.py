@@ -18,7 +18,7 @@ from typing import Any
 
 import httpx
 
-from bench.placement_gabbits import berth_server
+from bench.placement_gabbits import forked_berth_server
 from tests.kafka_broker import running_tansu
 from tests.postgres import scratch_database
 
@@ -40,7 +40,7 @@ def _kafka_postgres(tmp_path: Path) -> Iterator[tuple[str, str]]:
 def _serving(data: Path, log: str, db: str) -> Iterator[httpx.Client]:
     options = ("--log", log, "--db", db, "--partitions", PARTITIONS)
     with (
-        berth_server(data, *options) as (host, port),
+        forked_berth_server(data, *options) as (host, port),
         httpx.Client(base_url=f"http://{host}:{port}", headers=LATEST, timeout=60) as api,
     ):
         yield api

@@ -26,7 +26,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bench.placement_gabbits import berth_server
+from bench.placement_gabbits import forked_berth_server
 from bench.placement_reference import reference_server
 
 EXAMPLES = int(os.environ.get("PLACEMENT_DIFF_EXAMPLES", "12"))
@@ -135,7 +135,7 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[httpx.Cl
     caller = {"x-auth-token": "admin", "x-roles": "admin,service"}
     with (
         reference_server(root / "reference.db") as ref,
-        berth_server(root / "berth", *secure) as mine,
+        forked_berth_server(root / "berth", *secure) as mine,
     ):
         clients = tuple(
             httpx.Client(base_url=f"http://{h}:{p}", headers=caller, timeout=30)

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bench.placement_gabbits import berth_server
+from bench.placement_gabbits import forked_berth_server
 from tests.keystone_server import ADMIN_PASSWORD, keystone_server, token
 
 LATEST = {"openstack-api-version": "placement latest"}
@@ -61,7 +61,7 @@ def test_keystone_tokens_are_verified(keystone: str, tmp_path: Path) -> None:
     reader = _reader(keystone, admin)
     options = ("--placement-keystone-config", str(config))
     with (
-        berth_server(tmp_path / "data", *options) as (host, port),
+        forked_berth_server(tmp_path / "data", *options) as (host, port),
         httpx.Client(base_url=f"http://{host}:{port}", headers=LATEST, timeout=60) as api,
     ):
         assert api.get("/").status_code == 200  # the versions, to all
@@ -89,6 +89,6 @@ def test_a_config_without_the_section_is_refused(tmp_path: Path) -> None:
     options = ("--placement-keystone-config", str(config))
     with (
         pytest.raises(RuntimeError, match=r"no \[keystone_authtoken\] section"),
-        berth_server(tmp_path / "data", *options),
+        forked_berth_server(tmp_path / "data", *options),
     ):
         pass

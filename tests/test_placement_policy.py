@@ -10,7 +10,7 @@ import httpx
 import pytest
 import yaml
 
-from bench.placement_gabbits import berth_server
+from bench.placement_gabbits import forked_berth_server
 
 
 def _get(address: tuple[str, int], path: str, **headers: str) -> httpx.Response:
@@ -19,7 +19,7 @@ def _get(address: tuple[str, int], path: str, **headers: str) -> httpx.Response:
 
 
 def test_placement_defaults_admit_admins_services_and_a_projects_readers(tmp_path: Path) -> None:
-    with berth_server(tmp_path / "data") as address:
+    with forked_berth_server(tmp_path / "data") as address:
         assert _get(address, "/resource_providers", **{"x-auth-token": "admin"}).status_code == 200
         refused = _get(address, "/resource_providers", **{"x-auth-token": "alice:p1"})
         assert refused.status_code == 403
@@ -41,7 +41,7 @@ def test_placement_defaults_admit_admins_services_and_a_projects_readers(tmp_pat
 def test_a_policy_file_overrides_a_rule_and_only_that_rule(tmp_path: Path) -> None:
     policy = tmp_path / "policy.yaml"
     policy.write_text(yaml.safe_dump({"placement:resource_providers:list": "@"}))
-    with berth_server(tmp_path / "data", "--placement-policy-file", str(policy)) as address:
+    with forked_berth_server(tmp_path / "data", "--placement-policy-file", str(policy)) as address:
         anyone = {"x-auth-token": "alice:p1"}
         assert _get(address, "/resource_providers", **anyone).status_code == 200
         assert _get(address, "/traits", **anyone).status_code == 403
@@ -51,7 +51,7 @@ def test_a_missing_policy_file_stops_the_server(tmp_path: Path) -> None:
     missing = str(tmp_path / "nowhere.yaml")
     with (
         pytest.raises(RuntimeError, match="no policy file"),
-        berth_server(tmp_path / "data", "--placement-policy-file", missing),
+        forked_berth_server(tmp_path / "data", "--placement-policy-file", missing),
     ):
         pass
 
@@ -59,7 +59,7 @@ def test_a_missing_policy_file_stops_the_server(tmp_path: Path) -> None:
 def test_cors_answers_an_allowed_origin_only(tmp_path: Path) -> None:
     origin = "http://dashboard.example.com"
     options = ("--placement-cors-origin", origin, "--placement-cors-allow-header", "x-auth-token")
-    with berth_server(tmp_path / "data", *options) as address:
+    with forked_berth_server(tmp_path / "data", *options) as address:
         host, port = address
         preflight = {"origin": origin, "access-control-request-method": "GET"}
         allowed = httpx.options(f"http://{host}:{port}/traits", headers=preflight, timeout=30)
