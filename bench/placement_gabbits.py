@@ -293,7 +293,7 @@ def run(names: list[str], jobs: int = 1) -> list[FileResult]:
     files = sorted(gabbits_dir().glob("*.yaml"))
     if names:
         files = [f for f in files if f.name in names or f.stem in names]
-    with tempfile.TemporaryDirectory(prefix="berth-gabbits-", dir=_memory_dir()) as work:
+    with tempfile.TemporaryDirectory(prefix="berth-gabbits-", dir=memory_dir()) as work:
         if jobs <= 1:
             return [run_file(f, Path(work)) for f in files]
         # spawn, not fork: the caller (pytest, say) may hold threads and locks
@@ -302,7 +302,7 @@ def run(names: list[str], jobs: int = 1) -> list[FileResult]:
             return list(pool.map(run_file, files, [Path(work)] * len(files)))
 
 
-def _memory_dir() -> str | None:
+def memory_dir() -> str | None:
     """``/dev/shm`` (tmpfs) where there is one, else the default temporary
     directory. The gabbits check the API's answers, not durability (the crash
     tests do): the servers' fsyncs need not reach a disk here."""
