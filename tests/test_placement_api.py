@@ -228,7 +228,7 @@ def test_each_client_reads_its_own_writes_at_once(tmp_path: Path) -> None:
     writing at once, over and over."""
     from concurrent.futures import ThreadPoolExecutor
 
-    with berth_server(tmp_path / "data") as address, _client(address) as api:
+    with forked_berth_server(tmp_path / "data") as address, _client(address) as api:
         rps = [_provider(api, vcpus=64) for _ in range(4)]
 
         def client(n: int) -> list[str]:
