@@ -320,6 +320,31 @@ class _Spent:
         }
 
 
+class _Waited(Scheduler):
+    """The scheduler, noting each wave's decision wait: from its claims
+    published (the wave ranked) to the writers' decisions on all of them
+    seen by the scheduler, in ms."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.published: dict[int, float] = {}
+        self.waits_ms: list[float] = []
+
+    def _propose(self, wave: list[Any]) -> list[str]:
+        proposed = super()._propose(wave)
+        self.published[id(proposed)] = time.perf_counter()
+        return proposed
+
+    def _land(self, flight: Any, ready: Any) -> Any:
+        still = super()._land(flight, ready)
+        now = time.perf_counter()
+        kept = {id(proposed) for _, proposed in still}
+        for _, proposed in flight:
+            if id(proposed) not in kept:
+                self.waits_ms.append((now - self.published.pop(id(proposed))) * 1e3)
+        return still
+
+
 def sustained(
     providers: int,
     requests: int,
@@ -354,7 +379,7 @@ def sustained(
             first = snapshots()  # a running scheduler read the whole view once, when it started
             if engine.bounded.applies(first.size):
                 engine.index(first)
-        scheduler = Scheduler(
+        scheduler = _Waited(
             Publisher(app.log, clock_ms=clock),
             engine,
             snapshots,
@@ -420,8 +445,22 @@ def sustained(
         "attempts": attempts,
         "overcommitted_providers": overcommitted,
         "index_builds": engine.index_builds,
+        "waves": len(scheduler.waits_ms),
+        "wave_decided_ms": _percentiles(scheduler.waits_ms),
         **spent.figures("placements"),
     }
+
+
+def _percentiles(samples: list[float]) -> dict[str, float]:
+    """p50, p99 (nearest rank) and max of ``samples``, in their unit, to 0.1."""
+    if not samples:
+        return {}
+    ordered = sorted(samples)
+
+    def rank(q: float) -> float:
+        return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 1)
+
+    return {"p50": rank(0.5), "p99": rank(0.99), "max": round(ordered[-1], 1)}
 
 
 def _stream(requests: int, explain: bool = False) -> list[PlacementRequest]:

@@ -558,6 +558,10 @@ def _replayed(log: Log, events: str, ends: Sequence[int]) -> Snapshot:
 
 
 Mode = Literal["full", "bounded"]
+DEPTH = 1
+"""The scheduler's waves in flight, unless told (bench.end_to_end's default)."""
+WAVE = 2000
+"""Requests ranked on one snapshot, unless told (bench.end_to_end's default)."""
 WHERE = {0: "one_process", 1: "two_processes"}
 """The writers' processes -> the figures' name: 0, a thread of the
 scheduler's process (one GIL for the whole placement path); 1, a ``berth
@@ -570,43 +574,68 @@ def through_writers(
     rounds: int,
     modes: Sequence[Mode] = ("full", "bounded"),
     processes: Sequence[int] = (0, 1),
+    depths: Sequence[int] = (DEPTH,),
+    waves: Sequence[int] = (WAVE,),
 ) -> dict[str, Any]:
     """Placements a second, in wall and in CPU time, each run's, alternated
-    over ``modes`` and the writers' ``processes`` (see :data:`WHERE`), and
-    the index builds of the last run of each. On a shared machine the wall
-    time is mostly waiting for a core: the CPU figures are each process's
-    CPU time a placement and the placements a CPU second of both (the
-    writers' thread or process included)."""
+    over ``modes``, the writers' ``processes`` (see :data:`WHERE`) and the
+    scheduler's ``depths`` and ``waves`` (waves in flight, requests a wave),
+    and the index builds of the last run of each. On a shared machine the
+    wall time is mostly waiting for a core: the CPU figures are each
+    process's CPU time a placement and the placements a CPU second of both
+    (the writers' thread or process included). A name says its depth and
+    wave (``_depth2_wave1000``) when more than one of either is alternated."""
     from bench.end_to_end import sustained
 
-    figures: dict[str, Any] = {"writers_providers": providers, "writers_requests": count}
+    figures: dict[str, Any] = {
+        "writers_providers": providers,
+        "writers_requests": count,
+        "writers_depths": list(depths),
+        "writers_waves": list(waves),
+    }
     runs: dict[str, dict[str, list[float]]] = {}
+    settings = [(d, w) for d in depths for w in waves]
     for _ in range(rounds):
         for mode in modes:
             for writers in processes:
-                name = f"writers_{mode}_{WHERE[writers]}"
-                note(f"through the writers, {providers} providers, {mode}, {WHERE[writers]} ...")
-                result = sustained(
-                    providers, count, 100.0, False, writer_processes=writers, bounded=Bounded(mode)
-                )
-                assert result["overcommitted_providers"] == 0
-                placed = max(result["placed"], 1)
-                run = runs.setdefault(name, {})
-                run.setdefault("placements_per_s", []).append(result["placements_per_s"])
-                run.setdefault("placements_per_cpu_s", []).append(result["placements_per_cpu_s"])
-                run.setdefault("scheduler_cpu_us", []).append(
-                    round(result["cpu_s"] / placed * 1e6, 1)
-                )
-                if writers:
-                    run.setdefault("projector_cpu_us", []).append(
-                        round(result["projectors_cpu_s"] / placed * 1e6, 1)
+                for depth, wave in settings:
+                    name = f"writers_{mode}_{WHERE[writers]}"
+                    if len(settings) > 1:
+                        name += f"_depth{depth}_wave{wave}"
+                    note(f"through the writers, {providers} providers, {name} ...")
+                    result = sustained(
+                        providers,
+                        count,
+                        100.0,
+                        False,
+                        wave=wave,
+                        writer_processes=writers,
+                        bounded=Bounded(mode),
+                        depth=depth,
                     )
-                figures[f"{name}_failed"] = result["failed"]
-                figures[f"{name}_startup_s"] = result["startup_s"]
-                figures[f"{name}_index_builds"] = result["index_builds"]
+                    _note_run(runs.setdefault(name, {}), result, writers)
+                    figures[f"{name}_failed"] = result["failed"]
+                    figures[f"{name}_startup_s"] = result["startup_s"]
+                    figures[f"{name}_index_builds"] = result["index_builds"]
     for name, run in runs.items():
         figures |= {f"{name}_{k}": v for k, v in run.items()}
     return figures
+
+
+def _note_run(run: dict[str, list[float]], result: dict[str, Any], writers: int) -> None:
+    """One run's figures added to the lists of its setting's runs."""
+    assert result["overcommitted_providers"] == 0
+    placed = max(result["placed"], 1)
+    run.setdefault("placements_per_s", []).append(result["placements_per_s"])
+    run.setdefault("placements_per_cpu_s", []).append(result["placements_per_cpu_s"])
+    run.setdefault("scheduler_cpu_us", []).append(round(result["cpu_s"] / placed * 1e6, 1))
+    if writers:
+        run.setdefault("projector_cpu_us", []).append(
+            round(result["projectors_cpu_s"] / placed * 1e6, 1)
+        )
+    # a deeper pipeline ranks on staler views: more claims lost, tried again
+    run.setdefault("attempts", []).append(result["attempts"])
+    run.setdefault("wave_decided_p99_ms", []).append(result["wave_decided_ms"].get("p99", 0.0))
 
 
 def _instructions(counted: range) -> dict[str, Any]:
@@ -652,6 +681,16 @@ def main() -> None:
         "process, 1 in a berth projector process of their own",
     )
     parser.add_argument(
+        "--writers-depths",
+        default=str(DEPTH),
+        help="the writers part's scheduler depths (waves in flight), alternated",
+    )
+    parser.add_argument(
+        "--writers-waves",
+        default=str(WAVE),
+        help="the writers part's waves (requests ranked on one snapshot), alternated",
+    )
+    parser.add_argument(
         "--callgrind",
         default="",
         metavar="FIRST:END",
@@ -683,7 +722,13 @@ def main() -> None:
         if not set(processes) <= set(WHERE):
             parser.error("--writers-processes: each is 0 or 1")
         figures |= through_writers(
-            args.writers_providers, args.writers_requests, args.rounds, modes, processes
+            args.writers_providers,
+            args.writers_requests,
+            args.rounds,
+            modes,
+            processes,
+            [int(k) for k in args.writers_depths.split(",") if k],
+            [int(k) for k in args.writers_waves.split(",") if k],
         )
     print(json.dumps(figures))
 

@@ -215,6 +215,8 @@ class App:
             follower,
             pump=pump,
             max_attempts=config.max_attempts,
+            wave=config.wave,
+            depth=config.depth,
             policies=policies,
             decide=decide,
         )

@@ -11,6 +11,8 @@ Example::
     bounded_from = 20000
     levels = 64                  # bounded: how finely the index orders by free capacity
     ranked = 10                  # best candidates an answer records (0: none)
+    wave = 0                     # requests ranked on one snapshot (0: a step's all)
+    depth = 1                    # waves in flight: 2 ranks the next while the writers decide
 
     [filters]
     enabled = ["ComputeFilter", "ResourceFilter", "AvailabilityZoneFilter"]
@@ -72,7 +74,7 @@ class ConfigError(ValueError):
 
 
 class SchedulerSection(BaseModel):
-    """``[scheduler]``: the retry bound, sampling and bounded mode."""
+    """``[scheduler]``: the retry bound, sampling, bounded mode and the worker's waves."""
 
     model_config = ConfigDict(extra="forbid")
     max_attempts: int = Field(default=3, ge=1, le=100)
@@ -83,6 +85,8 @@ class SchedulerSection(BaseModel):
     bounded_from: int = Field(default=20_000, ge=0)
     levels: int = Field(default=64, ge=1, le=65_536)
     ranked: int = Field(default=10, ge=0, le=100)
+    wave: int = Field(default=0, ge=0)
+    depth: int = Field(default=1, ge=1, le=8)
 
 
 class ScriptletSection(BaseModel):
@@ -142,6 +146,8 @@ class SchedulerConfig:
         max_moves: int = 10,
         bounded: Bounded | None = None,
         ranked: int = 10,
+        wave: int = 0,
+        depth: int = 1,
     ) -> None:
         self.filters = filters
         self.weighers = weighers
@@ -152,6 +158,11 @@ class SchedulerConfig:
         self.max_moves = max_moves
         self.bounded = bounded or Bounded()
         self.ranked = ranked
+        self.wave = wave
+        """The scheduler worker's requests a wave (0: all of a step's)."""
+        self.depth = depth
+        """The scheduler worker's waves in flight (see :class:`Scheduler`):
+        more than 1 pays only with its writers in another process."""
 
     def engine(self) -> Engine:
         return Engine(
@@ -200,6 +211,8 @@ class SchedulerConfig:
                 scheduler.mode, scheduler.candidates, scheduler.bounded_from, scheduler.levels
             ),
             ranked=scheduler.ranked,
+            wave=scheduler.wave,
+            depth=scheduler.depth,
         )
 
 

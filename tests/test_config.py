@@ -21,6 +21,8 @@ def test_the_default_is_nova_like() -> None:
     assert [f.name for f in config.filters] == list(DEFAULT_FILTERS)
     assert {w.name: w.multiplier for w in config.weighers} == DEFAULT_WEIGHERS
     assert config.max_attempts == 3
+    # a step's requests in one wave, waited for: the worker's writers may share its GIL
+    assert (config.wave, config.depth) == (0, 1)
 
 
 def test_a_file_sets_filters_options_weighers_and_sampling(tmp_path: Path) -> None:
@@ -36,6 +38,8 @@ mode = "bounded"
 candidates = 16
 bounded_from = 1000
 levels = 64
+wave = 1000
+depth = 2
 
 [filters]
 enabled = ["ComputeFilter", "ResourceFilter", "NumInstancesFilter"]
@@ -63,6 +67,7 @@ weight_setting = "cpu.percent=-1.0"
         ("MetricsWeigher", 2.0),
     ]
     assert config.max_attempts == 5
+    assert (config.wave, config.depth) == (1000, 2)
     assert config.sampling.size(1000) == 100
     engine = config.engine()
     assert engine.each_pick  # the engine builds
@@ -84,6 +89,8 @@ weight_setting = "cpu.percent=-1.0"
         ("[scheduler]\nretries = 2", "retries"),
         ("[scheduler]\nmode = 'sampled'", "mode"),
         ("[scheduler]\ncandidates = 0", "candidates"),
+        ("[scheduler]\ndepth = 0", "depth"),
+        ("[scheduler]\nwave = -1", "wave"),
         ("[placement]\nx = 1", "unknown sections"),
         ("[weighers]\nRAMWeigher = 'high'", "multiplier or a table"),
         ("[weighers.MetricsWeigher]\nweight_setting = 'cpu'", "[weighers.MetricsWeigher]"),

@@ -8,6 +8,7 @@ import tracemalloc
 from pathlib import Path
 
 import pytest
+from sqlalchemy import select
 
 import consumers.partition_writer
 import consumers.scheduler_worker
@@ -19,6 +20,7 @@ from consumers.scheduler_worker import SchedulerWorker
 from consumers.snapshot_source import LiveSnapshot, snapshot_from_view
 from ledger.log import Append
 from projections.view.loader import committed_offsets
+from projections.view.tables import inventories
 from scheduling.config import SchedulerConfig
 from schemas.ranked import candidates_of
 from schemas.requests import PlacementRequest
@@ -230,3 +232,38 @@ def test_the_memory_a_worker_keeps_does_not_grow_with_its_answers_candidates(
     for answer in again:
         rid = answer["request_id"]
         assert {**answer, "source": None} == {**first[rid], "source": None}
+
+
+def test_a_worker_configured_with_waves_in_flight_places_a_step_in_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``[scheduler] wave`` and ``depth`` reach the worker's scheduler: a
+    step's requests go out in waves of ``wave`` claims, the next ranked
+    before the last is decided, each counting the claims still in flight,
+    so none loses to another and the cluster fills exactly."""
+    settings = Settings(data_dir=tmp_path, partitions=2)
+    config = SchedulerConfig.from_mapping({"scheduler": {"wave": 2, "depth": 2}})
+    with App(settings) as app:
+        edge = Publisher(app.log, clock_ms=lambda: NOW_MS)
+        edge.publish([e for n in range(4) for e in provider(f"n{n}", ts=1, VCPU=4)])
+        edge.submit([_request(f"r{k}", 2) for k in range(9)])
+        writers = app.writers()
+        worker = app.scheduler_worker(config, lambda: catch_up_all(writers))
+        appended: list[str] = []
+        real = app.log.append
+
+        def append(topic: str, records: list[Append]) -> list[int]:
+            appended.append(topic)
+            return real(topic, records)
+
+        monkeypatch.setattr(app.log, "append", append)
+        assert (worker.scheduler.wave, worker.scheduler.depth) == (2, 2)
+        assert worker.step() == 9
+        catch_up_all(writers)
+        results = placement_answers(app)
+        with app.engine.connect() as conn:
+            held = conn.execute(select(inventories.c.held, inventories.c.capacity)).all()
+    assert appended.count(settings.topics.events) == 4  # 8 claims, 2 a wave
+    assert sorted(r["placed"] for r in results) == [False] + [True] * 8
+    assert all(r["attempts"] == 1 for r in results if r["placed"])
+    assert sum(h for h, _ in held) == 16 and all(h <= c for h, c in held)
