@@ -1,7 +1,8 @@
 """Placements through the scheduler and the embedded ledger, end to end.
 
     python -m bench.end_to_end [--providers 10000] [--requests 20000] [--sample 10]
-                               [--wave 2000] [--writer-processes N] [--described]
+                               [--wave 2000] [--depth 2] [--writer-processes N]
+                               [--described]
     python -m bench.end_to_end --scenario race [--kafka auto|HOST:PORT]
     python -m bench.end_to_end --scenario answers [--ranked 10] [--callgrind]
 
@@ -58,6 +59,8 @@ from sqlalchemy import func, select
 from bench.callgrind import Marks, totals
 from bench.common import (
     AGGREGATES,
+    SUSTAINED_DEPTH,
+    SUSTAINED_WAVE,
     aggregate_member,
     aggregate_metadata,
     description,
@@ -350,12 +353,12 @@ def sustained(
     requests: int,
     sample: float,
     explain: bool,
-    wave: int = 2000,
+    wave: int = SUSTAINED_WAVE,
     writer_processes: int = 0,
     described: bool = False,
     bounded: Bounded | None = None,
     ranked: int = 10,
-    depth: int = 1,
+    depth: int = SUSTAINED_DEPTH,
 ) -> dict[str, Any]:
     """The scheduler ranks its next wave (one snapshot each) while the writers
     decide the previous one, and only their decisions count as placements.
@@ -657,12 +660,15 @@ def main() -> None:
         "--sample", type=float, default=10.0, help="percentage of providers examined per decision"
     )
     parser.add_argument(
-        "--wave", type=int, default=2000, help="requests ranked on one snapshot (sustained)"
+        "--wave",
+        type=int,
+        default=SUSTAINED_WAVE,
+        help="requests ranked on one snapshot (sustained)",
     )
     parser.add_argument(
         "--depth",
         type=int,
-        default=1,
+        default=SUSTAINED_DEPTH,
         help="sustained: waves in flight (the next ranked while the writers decide the last)",
     )
     parser.add_argument(

@@ -71,7 +71,7 @@ from typing import Any, Literal
 import numpy as np
 
 from bench.callgrind import Marks, totals
-from bench.common import note, timed
+from bench.common import SUSTAINED_DEPTH, SUSTAINED_WAVE, note, timed
 from berth.app import App, tune_gc
 from berth.compile import compiled
 from ledger.log import Log
@@ -558,10 +558,6 @@ def _replayed(log: Log, events: str, ends: Sequence[int]) -> Snapshot:
 
 
 Mode = Literal["full", "bounded"]
-DEPTH = 1
-"""The scheduler's waves in flight, unless told (bench.end_to_end's default)."""
-WAVE = 2000
-"""Requests ranked on one snapshot, unless told (bench.end_to_end's default)."""
 WHERE = {0: "one_process", 1: "two_processes"}
 """The writers' processes -> the figures' name: 0, a thread of the
 scheduler's process (one GIL for the whole placement path); 1, a ``berth
@@ -574,8 +570,8 @@ def through_writers(
     rounds: int,
     modes: Sequence[Mode] = ("full", "bounded"),
     processes: Sequence[int] = (0, 1),
-    depths: Sequence[int] = (DEPTH,),
-    waves: Sequence[int] = (WAVE,),
+    depths: Sequence[int] = (SUSTAINED_DEPTH,),
+    waves: Sequence[int] = (SUSTAINED_WAVE,),
 ) -> dict[str, Any]:
     """Placements a second, in wall and in CPU time, each run's, alternated
     over ``modes``, the writers' ``processes`` (see :data:`WHERE`) and the
@@ -682,12 +678,12 @@ def main() -> None:
     )
     parser.add_argument(
         "--writers-depths",
-        default=str(DEPTH),
+        default=str(SUSTAINED_DEPTH),
         help="the writers part's scheduler depths (waves in flight), alternated",
     )
     parser.add_argument(
         "--writers-waves",
-        default=str(WAVE),
+        default=str(SUSTAINED_WAVE),
         help="the writers part's waves (requests ranked on one snapshot), alternated",
     )
     parser.add_argument(
