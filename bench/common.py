@@ -17,10 +17,11 @@ SUSTAINED_WAVE = 2000
 """Requests the sustained scenario's scheduler ranks on one snapshot."""
 SUSTAINED_DEPTH = 2
 """Its waves in flight: the next ranked while the writers, in a process of
-their own, decide the last. At 100,000 providers, 8,000 requests (ten
-alternated pairs, load 2.6-11) it placed 4,599 a second at the median
-against 4,422 with 1, up to 6,852 against 5,826 (when a core was free for
-each process), at the same CPU a placement and with no claim lost."""
+their own, decide the last. At 100,000 providers, 8,000 requests, it placed
+6,230 a second at the median against 5,574 with 1 on a quiet machine
+(three alternated pairs), at the same CPU a placement and with no claim
+lost; each wave waits about twice as long for its decisions
+(docs/performance.md)."""
 
 FLAVOR = {"VCPU": 2, "MEMORY_MB": 4_096, "DISK_GB": 20}
 
