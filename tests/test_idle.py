@@ -24,7 +24,9 @@ from tests.processes import berth_running
 IDLE_S = 10.0
 MAX_IDLE_CPU_S = 0.04
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/PID/stat")
+pytestmark = pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="reads /proc/PID/stat"
+)
 
 
 def test_an_idle_serve_uses_next_to_no_cpu(tmp_path: Path) -> None:
@@ -70,3 +72,4 @@ def _listening(port: int) -> bool:
     except OSError:
         return False
     return True
+

@@ -205,7 +205,9 @@ def test_the_filter_counts_what_the_cells_guests_hold() -> None:
     busy = HostCell(
         cell_id=0, cpus=frozenset(range(4)), shared=shared, memory_mb=3072, vcpus_used=2
     )
-    assert cell_lack(busy, guest, floating, 1.0, 1.5) == ("2 of 2 shared vCPUs held, wanted 1")
+    assert cell_lack(busy, guest, floating, 1.0, 1.5) == (
+        "2 of 2 shared vCPUs held, wanted 1"
+    )
     assert cell_lack(busy, guest, floating, 1.5, 1.5) is None
     # the view's column as the snapshot reads it
     cells, _ = free_in(
