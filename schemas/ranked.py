@@ -31,12 +31,7 @@ def text(providers: Sequence[str], weighers: str, numbers: str) -> str:
     for ``numbers`` in base64 and ``weighers`` already written
     (``strings``, the same for all of an engine's answers): the same text,
     base64 needing no escapes and the names seldom any."""
-    return written(strings(providers), weighers, numbers)
-
-
-def written(providers: str, weighers: str, numbers: str) -> str:
-    """``text`` with the providers already written (``strings``)."""
-    return f'{{"providers": {providers}, "weighers": {weighers}, "numbers": "{numbers}"}}'
+    return f'{{"providers": {strings(providers)}, "weighers": {weighers}, "numbers": "{numbers}"}}'
 
 
 def strings(items: Sequence[str]) -> str:
@@ -45,23 +40,10 @@ def strings(items: Sequence[str]) -> str:
     and class names are), which costs a third of encoding them one by one."""
     if not items:
         return "[]"
-    if plain("".join(items)):
+    joined = "".join(items)
+    if joined.isascii() and joined.isprintable() and '"' not in joined and "\\" not in joined:
         return '["' + '", "'.join(items) + '"]'
     return json.dumps(list(items))
-
-
-_ESCAPED = bytes(range(32)) + b'"\\\x7f'
-"""What JSON escapes in ASCII, and DEL (not printable)."""
-
-
-def plain(text: str) -> bool:
-    """Whether ``text`` is written in JSON as it is, between quotes:
-    printable ASCII without quotes or backslashes. (Its bytes with those
-    deleted: a fraction of ``str.isprintable``'s cost, char by char.)"""
-    if not text.isascii():
-        return False
-    raw = text.encode("ascii")
-    return len(raw.translate(None, _ESCAPED)) == len(raw)
 
 
 def expand(ranked: Mapping[str, Any]) -> list[dict[str, Any]]:

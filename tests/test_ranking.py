@@ -19,19 +19,18 @@ from typing import Any
 import numpy as np
 import pytest
 from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from berth.app import App, Settings
 from berth.client import Answers, Publisher
 from consumers.partition_writer import catch_up_all
 from consumers.scheduler import Scheduled
 from scheduling.config import SchedulerConfig
-from scheduling.engine import Bounded, Engine, Sampling
+from scheduling.engine import Bounded, Engine
 from scheduling.filters.base import Context
 from scheduling.model import Aggregate, FloatArray, IntArray, Provider, Request, Snapshot
 from scheduling.registry import DEFAULT_FILTERS, DEFAULT_WEIGHERS, FILTERS, WEIGHERS
 from scheduling.weighers.base import normalize
-from scheduling.weighers.combine import best_positions_in_rows, weigh_all
+from scheduling.weighers.combine import weigh_all
 from scheduling.weighers.ram import RAMWeigher
 from schemas.ranked import candidates_of, expand, strings, text
 from schemas.requests import PlacementRequest
@@ -345,95 +344,3 @@ def test_an_answer_is_encoded_as_its_dict_with_its_source() -> None:
         value = scheduled.encoded((1, 42))
         assert json.loads(value) == {**scheduled.to_dict(), "source": [1, 42]}
     assert json.loads(placed.encoded((0, 0)))["ranked"]["providers"][0] == "p11"
-
-
-@settings(max_examples=300, deadline=None, derandomize=True)
-@given(
-    rows=st.lists(
-        st.lists(
-            st.sampled_from([0.0, -0.0, 0.25, 0.5, 1.0, -1.0, float("-inf"), float("nan")]),
-            min_size=12,
-            max_size=80,
-        ),
-        min_size=1,
-        max_size=6,
-    ),
-    count=st.integers(min_value=1, max_value=12),
-)
-def test_the_best_of_many_rows_are_each_rows_stable_sort_cut_short(
-    rows: list[list[float]], count: int
-) -> None:
-    """Found together, each row padded with -inf to the longest: each row's
-    own stable sort cut short, ties across the cut, its own -inf before
-    the padding and NaN included."""
-    widest = max(len(row) for row in rows)
-    table = np.array([row + [float("-inf")] * (widest - len(row)) for row in rows])
-    best = best_positions_in_rows(table, [len(row) for row in rows], count)
-    for row, found in zip(rows, best.tolist(), strict=True):
-        assert found == np.argsort(-np.array(row), kind="stable")[:count].tolist()
-
-
-def _stream_of_answers(engine: Engine, read_every: int) -> list[str]:
-    """The rankings of a stream of requests on a cluster of three shapes,
-    some of its providers full (samples of several sizes), as answers
-    write them: every ``read_every``-th read as soon as it is made (0:
-    none), the others after the last."""
-    names = [f"p{i:03d}" for i in range(300)]
-
-    def full(i: int) -> bool:  # a few in each sample, many in one
-        return i % 11 == 0 or 40 <= i < 60
-
-    snapshot = Snapshot.build(
-        [Provider(name, host=name) for name in names],
-        {
-            name: {
-                "VCPU": {"total": 8 * (1 + i % 3), "used": 24 if full(i) else i % 5},
-                "MEMORY_MB": {"total": 4096 * (1 + i % 3), "used": 512 * (i % 4)},
-            }
-            for i, name in enumerate(names)
-        },
-    )
-    rankings = []
-    for n in range(150):
-        ranking = engine.place(snapshot, Request(f"r{n}", {"VCPU": 1 + n % 3})).ranking
-        assert ranking is not None
-        if read_every and n % read_every == 0:
-            ranking.to_json()
-        rankings.append(ranking)
-    return [r.to_json() for r in rankings]
-
-
-def _sampled() -> Engine:
-    engine = _engine(ranked=10)
-    engine.sampling = Sampling(percentage=20.0, minimum=20)
-    return engine
-
-
-@pytest.mark.parametrize("read_every", [0, 7])
-def test_rankings_worked_out_together_are_those_worked_out_one_by_one(read_every: int) -> None:
-    """An engine works its rankings out in batches, when one of them is
-    read or a batch fills (one read while others wait works them all out;
-    those made after go in a batch of their own): the answers are those of
-    rankings read one by one, byte for byte."""
-    one_by_one = _stream_of_answers(_sampled(), read_every=1)
-    together = _stream_of_answers(_sampled(), read_every=read_every)
-    assert together == one_by_one
-    assert len(set(together)) == 5  # the five samples rotate: not one ranking over and over
-    assert len(json.loads(together[0])["providers"]) == 10
-
-
-def test_rankings_no_weigher_took_part_in_are_the_candidates_in_row_order() -> None:
-    """Every weigher idle (or none configured): every score 0, the first
-    rows ranked, however many wait together."""
-    names = [f"p{i:02d}" for i in range(30)]
-    snapshot = Snapshot.build(
-        [Provider(name, host=name) for name in names],
-        {name: {"VCPU": {"total": 8}} for name in names},
-    )
-    filters = [FILTERS[name]() for name in DEFAULT_FILTERS]
-    for weighers in ([], [WEIGHERS["IoOpsWeigher"](-1.0)]):
-        engine = Engine(filters, weighers, ranked=10)
-        rankings = [engine.place(snapshot, Request(f"r{n}", {"VCPU": 1})).ranking for n in range(5)]
-        for ranking in rankings:
-            assert ranking is not None and ranking.providers == tuple(names[:10])
-            assert ranking.weighers == () and ranking.scores.tolist() == [0.0] * 10

@@ -89,39 +89,3 @@ def best_positions(scores: FloatArray, count: int) -> IntArray:
         return everything
     ordered: IntArray = chosen[(-scores[chosen]).argsort(kind="stable")[:count]]
     return ordered
-
-
-def best_positions_in_rows(table: FloatArray, sizes: Sequence[int], count: int) -> IntArray:
-    """``best_positions`` of each row of ``table`` (its first ``sizes``
-    items, ``count`` or more, the rest -inf), a row of positions each, found
-    together: each operation once for every row rather than once a row,
-    which costs several times what it does on a few hundred scores.
-
-    A row's cut is its ``count``-th highest score (a partition); those at
-    the cut or above, in position order, are sorted by row, then score down,
-    stably, so that equal scores stay in position order: the padding comes
-    after the row's own -inf. NaN compares with nothing: rows that hold
-    one are each sorted alone."""
-    rows, widest = table.shape
-    lowest = np.negative(table)
-    lowest.partition(count - 1, axis=1)
-    # -(-x) is x, bit for bit: the cut itself, the same row after row
-    cut = np.repeat(np.negative(lowest[:, count - 1]), widest)
-    kept = (table.ravel() >= cut).nonzero()[0]
-    row, position = np.divmod(kept, widest)
-    taken = np.bincount(row, minlength=rows)
-    padded = min(sizes) < widest
-    if int(taken.min()) < count or (padded and bool(np.isnan(table).any())):
-        return np.array(
-            [best_positions(table[n, :size], count) for n, size in enumerate(sizes)],
-            dtype=np.int64,
-        )
-    # (row, -score) in order, as a complex number's two parts are; stable
-    key = np.empty(len(kept), dtype=np.complex128)
-    key.real = row
-    key.imag = table.ravel()[kept]
-    np.negative(key.imag, out=key.imag)
-    order = key.argsort(kind="stable")
-    firsts = taken.cumsum() - taken
-    best: IntArray = position[order[firsts[:, None] + np.arange(count)]]
-    return best
