@@ -30,6 +30,7 @@ from sqlalchemy import Connection, Engine
 
 from ledger.doorbell import Doorbell
 from ledger.log import Log
+from projections.view.engine import on_postgresql
 from projections.view.loader import committed_offsets
 
 CHANNEL = "berth_view_commits"
@@ -44,13 +45,7 @@ _COMMITTED = 'SELECT next_offset FROM partition_offsets WHERE "partition" = '
 def notify_commit(conn: Connection, partition: int) -> None:
     """Tell PostgreSQL's waiters, once ``conn``'s transaction commits, that
     the view moved on in ``partition`` (a no-op elsewhere)."""
-    if conn.dialect.name != "postgresql":
-        return
-    cursor = conn.connection.cursor()
-    try:
-        cursor.execute(f"NOTIFY {CHANNEL}, '{int(partition)}'")
-    finally:
-        cursor.close()
+    on_postgresql(conn, f"NOTIFY {CHANNEL}, '{int(partition)}'")
 
 
 def ring_committed(engine: Engine) -> None:

@@ -140,11 +140,18 @@ def bound_idle(conn: Connection, stall_ms: int) -> None:
     idle ``stall_ms``, so that a process stopped in the middle of it (SIGSTOP,
     a stalled machine) holds its row locks no longer than that. SET LOCAL
     lasts until the transaction ends."""
+    on_postgresql(conn, f"SET LOCAL idle_in_transaction_session_timeout = {int(stall_ms)}")
+
+
+def on_postgresql(conn: Connection, sql: str) -> None:
+    """Run ``sql`` in ``conn``'s transaction on PostgreSQL (a no-op
+    elsewhere), straight on the driver's cursor: a statement of every
+    commit, kept out of SQLAlchemy's compilation."""
     if conn.dialect.name != "postgresql":
         return
     cursor = conn.connection.cursor()
     try:
-        cursor.execute(f"SET LOCAL idle_in_transaction_session_timeout = {int(stall_ms)}")
+        cursor.execute(sql)
     finally:
         cursor.close()
 
