@@ -19,6 +19,7 @@ from projections.view.loader import committed_offsets
 from projections.view.writer import Fenced, Stalled
 from tests.builders import claim, provider
 from tests.polling import wait_for
+from tests.stopped_commit import StoppedInCommit
 
 
 def _writer(app: App, owner: str) -> PartitionWriter:
@@ -87,32 +88,12 @@ def test_a_writer_stopped_mid_commit_holds_a_takeover_back_only_its_stall_bound(
         old = _writer(app, "old:1")
         old.catch_up()
         _publish(app, "r1", "r2")
-        stopped, resumed = threading.Event(), threading.Event()
-
-        def stop_before_commit(conn: object) -> None:
-            if not stopped.is_set():
-                stopped.set()
-                resumed.wait(timeout=30)
-
-        event.listen(app.write_engine, "commit", stop_before_commit)
-        failures: list[BaseException] = []
-
-        def step() -> None:
-            try:
-                old.step()
-            except BaseException as error:
-                failures.append(error)
-
-        stepping = threading.Thread(target=step)
-        stepping.start()
-        assert stopped.wait(timeout=10)
+        stopped = StoppedInCommit(app.write_engine, old.step)
         taking = threading.Thread(target=lambda: _writer(app, "new:2"))
         taking.start()
         taking.join(timeout=10)
         assert not taking.is_alive(), "the takeover waited on the stopped writer"
-        resumed.set()
-        stepping.join(timeout=10)
-        assert [type(f) for f in failures] == [Stalled]
+        assert stopped.resume() == [Stalled]
         new = _writer(app, "new:3")
         assert new.catch_up() == 2
         with app.engine.connect() as conn:

@@ -201,8 +201,8 @@ def test_a_read_waits_for_the_view_to_commit_every_write_answered() -> None:
     settled: list[bool] = []
     reader = threading.Thread(target=lambda: settled.append(handoff.settle(30.0)))
     reader.start()
-    time.sleep(0.05)
-    assert settled == []  # still waiting
+    reader.join(timeout=0.05)
+    assert reader.is_alive() and settled == []  # still waiting
     handoff.committed(batch)
     reader.join(timeout=30)
     assert settled == [True]

@@ -4,11 +4,10 @@ queue projector from the scheduler worker's answers."""
 from __future__ import annotations
 
 import json
-import threading
 from pathlib import Path
 
 import pytest
-from sqlalchemy import event, select
+from sqlalchemy import select
 
 from berth.app import App, Settings
 from berth.cli import main
@@ -24,6 +23,7 @@ from schemas.events import Release
 from schemas.requests import BatchMode, BatchRequest, PlacementRequest
 from tests.builders import provider
 from tests.placements import placement_answers
+from tests.stopped_commit import StoppedInCommit
 
 NOW_MS = 10**12
 
@@ -168,30 +168,10 @@ def test_a_projector_stopped_mid_commit_holds_another_back_only_its_stall_bound(
         worker = _worker(app, publisher)
         publisher.submit([_batch("wait", 3, 8, "queue")])
         worker.step()
-        stopped, resumed = threading.Event(), threading.Event()
-
-        def stop_before_commit(conn: object) -> None:
-            if not stopped.is_set():
-                stopped.set()
-                resumed.wait(timeout=30)
-
-        event.listen(app.engine, "commit", stop_before_commit)
         first = QueueProjector(app.log, settings.topics, app.engine, stall_ms=300)
-        failures: list[BaseException] = []
-
-        def fold() -> None:
-            try:
-                first.catch_up()
-            except BaseException as error:
-                failures.append(error)
-
-        folding = threading.Thread(target=fold)
-        folding.start()
-        assert stopped.wait(timeout=10)
+        stopped = StoppedInCommit(app.engine, first.catch_up)
         other = QueueProjector(app.log, settings.topics, app.engine)
         assert other.catch_up() == 1, "it waited on the stopped projector, then committed"
-        resumed.set()
-        folding.join(timeout=10)
-        assert [type(f) for f in failures] == [QueueOffsetMoved]
+        assert stopped.resume() == [QueueOffsetMoved]
         assert read_depth(app.engine) == {"VCPU=8": {"instances": 3, "batches": 1}}
         assert _committed(app) == {0: 1}

@@ -142,6 +142,19 @@ def test_an_idle_worker_reads_the_views_changes_before_the_next_request(tmp_path
         ]
 
 
+def _appends_counted(app: App, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The topic of each append to ``app``'s log from now on."""
+    appended: list[str] = []
+    real = app.log.append
+
+    def append(topic: str, records: list[Append]) -> list[int]:
+        appended.append(topic)
+        return real(topic, records)
+
+    monkeypatch.setattr(app.log, "append", append)
+    return appended
+
+
 def test_a_steps_requests_of_every_partition_are_one_wave_and_one_answer_append(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -152,14 +165,7 @@ def test_a_steps_requests_of_every_partition_are_one_wave_and_one_answer_append(
         where = edge.submit([_request(f"r{k}", 2) for k in range(6)])
         assert {partition for partition, _ in where} == {0, 1}
         worker = _worker(app)
-        appended: list[str] = []
-        real = app.log.append
-
-        def append(topic: str, records: list[Append]) -> list[int]:
-            appended.append(topic)
-            return real(topic, records)
-
-        monkeypatch.setattr(app.log, "append", append)
+        appended = _appends_counted(app, monkeypatch)
         assert worker.step() == 6
         # one append of every claim (one wave), one of every answer
         assert appended.count(settings.topics.events) == 1
@@ -249,14 +255,7 @@ def test_a_worker_configured_with_waves_in_flight_places_a_step_in_them(
         edge.submit([_request(f"r{k}", 2) for k in range(9)])
         writers = app.writers()
         worker = app.scheduler_worker(config, lambda: catch_up_all(writers))
-        appended: list[str] = []
-        real = app.log.append
-
-        def append(topic: str, records: list[Append]) -> list[int]:
-            appended.append(topic)
-            return real(topic, records)
-
-        monkeypatch.setattr(app.log, "append", append)
+        appended = _appends_counted(app, monkeypatch)
         assert (worker.scheduler.wave, worker.scheduler.depth) == (2, 2)
         assert worker.step() == 9
         catch_up_all(writers)
