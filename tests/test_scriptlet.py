@@ -293,9 +293,28 @@ def instance_placement(request, candidates):
     count=st.integers(min_value=1, max_value=70),
 )
 def test_the_best_candidates_are_a_stable_sort_cut_short(scores: list[float], count: int) -> None:
-    """Below a hundred scores they are sorted, above found by a partition:
-    either way the stable sort's answer, ties across the cut and NaN
-    included."""
+    """Below a hundred scores they are sorted, above found from a cut
+    guessed from a sample (made exact when too few pass it): either way
+    the stable sort's answer, ties across the cut and NaN included."""
     weights = np.array(scores)
+    expected = np.argsort(-weights, kind="stable")[:count].tolist()
+    assert best_positions(weights, count).tolist() == expected
+
+
+@given(
+    scores=st.lists(
+        st.floats(min_value=-1e6, max_value=1e6) | st.just(float("nan")),
+        min_size=101,
+        max_size=3000,
+    ),
+    count=st.integers(min_value=1, max_value=70),
+    rising=st.booleans(),
+)
+def test_the_best_of_many_scores_are_found_whatever_their_order(
+    scores: list[float], count: int, rising: bool
+) -> None:
+    """Distinct scores, and scores that rise with their position (whose
+    sampled cut lets too few through), give the stable sort's answer."""
+    weights = np.sort(np.array(scores)) if rising else np.array(scores)
     expected = np.argsort(-weights, kind="stable")[:count].tolist()
     assert best_positions(weights, count).tolist() == expected
