@@ -4,8 +4,9 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PATH=/opt/berth/bin:$PATH
 
-# mypyc compiles the decision core to C (berth/compile.py): the build stage
-# has the C compiler, the image keeps only what it built
+# mypyc compiles the decision core to C, and the ranking kernel is C
+# (berth/compile.py): the build stage has the C compiler, the image keeps
+# only what it built
 RUN apt-get update \
     && apt-get install -y --no-install-recommends gcc libc6-dev \
     && rm -rf /var/lib/apt/lists/*

@@ -6,9 +6,9 @@ BIN := $(VENV)/bin
 
 .PHONY: demo test lint check bench sim interpreted clean
 
-# The decision core compiled with mypyc (berth/compile.py says why), again
-# whenever a source in projections/ changes; without a C compiler the build
-# says so and the sources run interpreted.
+# The decision core compiled with mypyc and the ranking kernel from C
+# (berth/compile.py says why), again whenever one of their sources changes;
+# without a C compiler the build says so and the sources run interpreted.
 COMPILED := $(BIN)/.compiled
 
 $(BIN)/.installed: pyproject.toml
@@ -17,7 +17,7 @@ $(BIN)/.installed: pyproject.toml
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $@
 
-$(COMPILED): $(BIN)/.installed berth/compile.py $(shell find projections -name '*.py')
+$(COMPILED): $(BIN)/.installed berth/compile.py scheduling/_ranked.c $(shell find projections -name '*.py')
 	$(BIN)/python -m berth.compile build
 	touch $@
 

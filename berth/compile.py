@@ -1,12 +1,16 @@
-"""Compile the decision core with mypyc, in place: ``python -m berth.compile
-build`` (``make`` runs it) or ``remove``; ``check`` fails unless the core
-imported is the compiled one.
+"""Compile the decision core with mypyc, and the scheduler's ranking kernel
+from C, in place: ``python -m berth.compile build`` (``make`` runs it) or
+``remove``; ``check`` fails unless the core and the kernel imported are the
+compiled ones.
 
 `apply` and the view's rows are the hot paths of every writer and of a
 replay, and in CPython most of their cost is the interpreter's own. The
 sources stay plain, type-checked Python; compiled, they run the same tests
-(CI runs the suite on the compiled build). Without a C compiler the build
-reports why and the sources run interpreted.
+(CI runs the suite on the compiled build). The ranking kernel
+(``scheduling/_ranked.c``) does for every answer what numpy does in a
+dozen calls (``scheduling/ranking.py``), which ranks where it is not
+built. Without a C compiler the build reports why and the sources run
+interpreted.
 """
 
 from __future__ import annotations
@@ -40,6 +44,8 @@ MODULES = (
 ``projections`` (its import checks them against their sources)."""
 
 ROOT = Path(__file__).resolve().parent.parent
+KERNEL = "scheduling/_ranked.c"
+"""The ranking kernel's source; built as ``scheduling._ranked``."""
 # mypyc's shared library, which holds the compiled code of every module, goes
 # in the package as projections/native__mypyc (by default it would be a
 # top-level module, which an editable install does not put on the path)
@@ -49,13 +55,21 @@ _GROUP = "projections.native"
 # output, and its failure, stay out of this process
 _SETUP = """
 import sys
-from setuptools import setup
+import numpy
+from setuptools import Extension, setup
 from mypyc.build import mypycify
-group, *sources = sys.argv[1:]
+kernel, digest, group, *sources = sys.argv[1:]
+ranked = Extension(
+    "scheduling._ranked",
+    [kernel],
+    include_dirs=[numpy.get_include()],
+    define_macros=[("RANKED_SOURCE_DIGEST", '"' + digest + '"')],
+    extra_compile_args=["-O2"],
+)
 setup(
     name="berth-compiled",
     script_args=["build_ext", "--inplace"],
-    ext_modules=mypycify(sources, opt_level="3", group_name=group),
+    ext_modules=[*mypycify(sources, opt_level="3", group_name=group), ranked],
 )
 """
 
@@ -71,8 +85,14 @@ def _manifest(root: Path) -> Path:
 
 
 def compiled() -> bool:
-    """Whether this process runs the compiled decision core."""
-    return all(_is_compiled(m) for m in MODULES)
+    """Whether this process runs the compiled decision core and ranking kernel."""
+    return all(_is_compiled(m) for m in MODULES) and _kernel_built()
+
+
+def _kernel_built() -> bool:
+    from scheduling.ranking import native
+
+    return native()
 
 
 def _is_compiled(module: str) -> bool:
@@ -84,7 +104,7 @@ def _is_compiled(module: str) -> bool:
 def remove(root: Path = ROOT) -> None:
     """Delete every compiled module and the record of them."""
     package = root / "projections"
-    for path in package.rglob("*.so"):
+    for path in [*package.rglob("*.so"), *(root / "scheduling").glob("_ranked.*.so")]:
         path.unlink()
     _manifest(root).unlink(missing_ok=True)
 
@@ -94,8 +114,9 @@ def build(root: Path = ROOT) -> str | None:
     what went wrong if it failed (and then nothing stays compiled)."""
     remove(root)
     sources = [str(_source(m, root).relative_to(root)) for m in MODULES]
+    kernel = hashlib.sha256((root / KERNEL).read_bytes()).hexdigest()
     done = subprocess.run(
-        [sys.executable, "-c", _SETUP, _GROUP, *sources],
+        [sys.executable, "-c", _SETUP, KERNEL, kernel, _GROUP, *sources],
         cwd=root,
         capture_output=True,
         text=True,
@@ -119,9 +140,11 @@ def main() -> None:
         # where a build must not fall back to the sources (the image): the
         # modules imported, from wherever they are installed, are compiled
         interpreted = [m for m in MODULES if not _is_compiled(m)]
+        if not _kernel_built():
+            interpreted.append("scheduling._ranked")
         if interpreted:
             sys.exit(f"berth.compile: running interpreted: {', '.join(interpreted)}")
-        print(f"berth.compile: {len(MODULES)} modules compiled")
+        print(f"berth.compile: {len(MODULES)} modules and the ranking kernel compiled")
         return
     failure = build()
     if failure is not None:

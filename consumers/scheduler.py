@@ -24,9 +24,10 @@ from consumers.policies import Policy, PolicyBook, PolicyError
 from consumers.server_groups import GroupRule
 from ledger.log import Log
 from ledger.publisher import Encoded, Publisher
-from scheduling.engine import Engine, Ranking, demand_row
+from scheduling.engine import Engine, demand_row
 from scheduling.fit import claim_fit, fits_topology
 from scheduling.model import Hints, IntArray, Request, Snapshot, TagRules
+from scheduling.ranking import Ranking
 from schemas.events import Claim, ClaimItem, Release
 from schemas.guest_topology import SriovPort
 from schemas.outcomes import Kind, Outcome
@@ -181,7 +182,7 @@ class Scheduled:
     as read back."""
     ranking: Ranking | None = field(default=None, compare=False)
     """The same, as the engine left them: encoded only when the answer is
-    written (:class:`scheduling.engine.Ranking`)."""
+    written (:class:`scheduling.ranking.Ranking`)."""
 
     def to_dict(self) -> dict[str, Any]:
         data = self._fields()

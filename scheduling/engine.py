@@ -16,8 +16,6 @@ cannot be placed.
 
 from __future__ import annotations
 
-import binascii
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
@@ -28,16 +26,13 @@ from scheduling.filters.base import Context, HostFilter
 from scheduling.filters.resources import ResourceFilter
 from scheduling.index import FeasibilityIndex
 from scheduling.model import BoolArray, FloatArray, IntArray, Request, Snapshot
+from scheduling.ranking import Described, Ranking
 from scheduling.weighers.base import Weigher
-from scheduling.weighers.combine import best_positions, weigh_all, weigh_parts
+from scheduling.weighers.combine import weigh_all, weigh_parts
 from scheduling.weighers.ram import FreeResourceWeigher
-from schemas.ranked import strings
-from schemas.ranked import text as ranked_text
 
 if TYPE_CHECKING:
     from scheduling.scriptlet import Scriptlet
-
-_LITTLE_ENDIAN = sys.byteorder == "little"
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,234 +58,6 @@ class Trace:
         counts = ", ".join(f"{name}: -{n}" for name, n in self.counts.items())
         return [f"{self.considered} providers considered; {counts}"] + [
             str(e) for e in self.eliminations
-        ]
-
-
-@dataclass(frozen=True, slots=True)
-class Described:
-    """What a ranking records of the weighers that took part, the same for
-    every answer on one snapshot's aggregates (an engine keeps the last):
-    their names, those names as JSON text, and their multipliers as a
-    column (weigher x 1) when every candidate has each weigher's configured
-    one (else None: asked row by row when the answer is written)."""
-
-    weighers: tuple[Weigher, ...]
-    aggregates: object
-    membership: object
-    names: tuple[str, ...]
-    names_text: str
-    column: FloatArray | None
-    column_bytes: bytes
-    """``column`` as an answer records it (little-endian float64; empty
-    when ``column`` is None), written once rather than for every answer."""
-
-    def fits(self, weighers: Sequence[Weigher], snapshot: Snapshot) -> bool:
-        return (
-            self.aggregates is snapshot.aggregates
-            and self.membership is snapshot.membership
-            and self.weighers == tuple(weighers)
-        )
-
-    @classmethod
-    def of(cls, weighers: Sequence[Weigher], ctx: Context) -> Described:
-        uniform = [w.uniform_multiplier(ctx) for w in weighers]
-        column = None
-        if None not in uniform and 0.0 not in uniform:  # no aggregate overrides one, none is off
-            column = np.array(uniform, dtype=np.float64)[:, None]
-            column.flags.writeable = False
-        names = tuple(w.name for w in weighers)
-        snapshot = ctx.snapshot
-        written = b"" if column is None else column.astype("<f8", copy=False).tobytes()
-        return cls(
-            tuple(weighers),
-            snapshot.aggregates,
-            snapshot.membership,
-            names,
-            strings(names),
-            column,
-            written,
-        )
-
-
-def _multipliers_of(ctx: Context, weighers: Sequence[Weigher], rows: IntArray) -> FloatArray:
-    """weigher x row: each weigher's multiplier of ``rows`` as the request's
-    first pick saw them (no earlier picks, the snapshot's usage)."""
-    first = Context(ctx.snapshot, ctx.request, ctx.snapshot.used)
-    first.reference, first.io_reference = ctx.reference, ctx.io_reference
-    multipliers = np.empty((len(weighers), len(rows)), dtype=np.float64)
-    for n, weigher in enumerate(weighers):
-        multipliers[n] = weigher.multipliers(first, rows)
-    return multipliers
-
-
-class Ranking:
-    """The best candidates for a request's first instance, best first, as
-    the weighers ranked them: each one's score and each weigher's part of
-    it, normalised value and multiplier (Nova's sum: a score is the sum of
-    value x multiplier).
-
-    Only the ``count`` best are kept, taken out of the weighing when the
-    ranking is made: every candidate's score and values, kept until the
-    answer is written, grew with the cluster (about 3 MB a request at
-    100,000 providers scanned whole) and a stream of answers written
-    together ran out of memory. The answer's text is worked out once, when
-    first read. It holds neither the snapshot nor the request: a scheduler
-    keeps its answers' rankings until they are written (the sustained
-    benchmark every one), and each holding its wave's snapshot kept every
-    wave's alive, a few MB each at 10,000 providers; the providers' ids are
-    read when it is made (under a microsecond) and the multipliers then
-    too where an aggregate sets some (else the engine's column)."""
-
-    __slots__ = (
-        "_apart",
-        "_described",
-        "_ids_of",
-        "_multiplied",
-        "_numbers",
-        "_parts",
-        "_scores",
-        "_settled",
-        "_text",
-    )
-
-    def __init__(
-        self,
-        ctx: Context,
-        rows: IntArray,
-        scores: FloatArray,
-        described: Described,
-        parts: Sequence[tuple[FloatArray, bool]],
-        best: IntArray,
-    ) -> None:
-        """``scores`` of ``rows``, the weighers that took part (``described``)
-        and their ``parts`` as ``weigh_parts`` gives them; ``best``: the positions of the best, in
-        order (``best_positions``)."""
-        taken = rows[best]
-        providers = ctx.snapshot.providers
-        self._ids_of = tuple([providers[row].provider_id for row in taken.tolist()])
-        self._scores = scores[best]
-        self._parts: list[tuple[FloatArray, bool]] = []
-        self._apart = False  # a share kept apart, to be divided when read
-        for part, share in parts:
-            self._parts.append((part[best], share))
-            self._apart = self._apart or share
-        self._described = described
-        column = described.column  # None: an aggregate overrides one, or one is off
-        self._multiplied: FloatArray = (
-            column if column is not None else _multipliers_of(ctx, described.weighers, taken)
-        )
-        self._settled: tuple[tuple[str, ...], FloatArray, FloatArray, FloatArray] | None = None
-        self._numbers: str | None = None
-        self._text: str | None = None
-
-    def _settle(self) -> tuple[tuple[str, ...], FloatArray, FloatArray, FloatArray]:
-        """(providers, their scores, values, multipliers) of the ``count``
-        best, ties to the earlier row as the pick breaks them; a share kept
-        apart (``weigh_parts``) is divided by its multiplier (0 where that
-        is 0)."""
-        if self._settled is None:
-            multipliers = self._multiplied
-            values = np.zeros((len(self._parts), len(self._ids_of)), dtype=np.float64)
-            for n, (part, share) in enumerate(self._parts):
-                if share:
-                    m = np.broadcast_to(multipliers[n], part.shape)
-                    np.divide(part, m, out=values[n], where=m != 0)
-                else:
-                    values[n] = part
-            self._settled = (self._ids_of, self._scores, values, multipliers)
-        return self._settled
-
-    def _numbers_b64(self) -> str:
-        """The scores, values and multipliers as :mod:`schemas.ranked`
-        records them: little-endian float64, base64, encoded at once
-        rather than float by float."""
-        if self._numbers is None:
-            if _LITTLE_ENDIAN and not self._apart:
-                # each array's bytes joined once, cheaper than putting them in one
-                # first; a column of multipliers is written once for every answer
-                pieces = [self._scores.tobytes()]
-                pieces += [part.tobytes() for part, _ in self._parts]
-                pieces.append(self._described.column_bytes or self._multiplied.tobytes())
-                numbers = b"".join(pieces)
-            else:
-                multipliers = self._multiplied
-                _, scores, settled, _ = self._settle()
-                joined = np.concatenate((scores, settled, multipliers), axis=None)
-                numbers = joined.astype("<f8", copy=False).tobytes()
-            # base64.b64encode's own call, without its Python wrapper
-            self._numbers = binascii.b2a_base64(numbers, newline=False).decode("ascii")
-        return self._numbers
-
-    def compact(self) -> dict[str, object]:
-        """The ranking as an answer records it (:mod:`schemas.ranked`): the
-        providers, the weighers and their numbers."""
-        return {
-            "providers": list(self._ids_of),
-            "weighers": list(self.weighers),
-            "numbers": self._numbers_b64(),
-        }
-
-    def to_json(self) -> str:
-        """``json.dumps(self.compact())``, written once (an answer's text
-        sets it in as it is: :meth:`consumers.scheduler.Scheduled.encoded`)."""
-        if self._text is None:
-            self._text = ranked_text(self._ids_of, self._described.names_text, self._numbers_b64())
-        return self._text
-
-    @property
-    def providers(self) -> tuple[str, ...]:
-        return self._settle()[0]
-
-    @property
-    def scores(self) -> FloatArray:
-        return self._settle()[1]
-
-    @property
-    def weighers(self) -> tuple[str, ...]:
-        return self._described.names
-
-    @property
-    def values(self) -> FloatArray:
-        """weigher x candidate: the normalised value, in [0, 1]."""
-        return self._settle()[2]
-
-    @property
-    def multipliers(self) -> FloatArray:
-        """weigher x candidate: the multiplier (an aggregate's, if it sets one)."""
-        providers, _, _, multipliers = self._settle()
-        return np.broadcast_to(multipliers, (len(self._described.names), len(providers)))
-
-    def __eq__(self, other: object) -> bool:
-        """Equal when every candidate, score and part is (same placements)."""
-        if not isinstance(other, Ranking):
-            return NotImplemented
-        return (
-            self.providers == other.providers
-            and self.weighers == other.weighers
-            and np.array_equal(self.scores, other.scores)
-            and np.array_equal(self.values, other.values)
-            and np.array_equal(self.multipliers, other.multipliers)
-        )
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        return f"Ranking({', '.join(self.providers)})"
-
-    def to_dicts(self) -> list[dict[str, object]]:
-        providers, scores, values_by_weigher, _ = self._settle()
-        names = self.weighers
-        values, multipliers = values_by_weigher.T.tolist(), self.multipliers.T.tolist()
-        return [
-            {
-                "provider_id": pid,
-                "score": score,
-                "weighers": {
-                    name: [v, m]
-                    for name, v, m in zip(names, values[n], multipliers[n], strict=True)
-                },
-            }
-            for n, (pid, score) in enumerate(zip(providers, scores.tolist(), strict=True))
         ]
 
 
@@ -709,10 +476,8 @@ class Engine:
                 scores = self._weigh(ctx, candidates)
             else:  # the first pick: what each weigher added, for the answer
                 scores, active, parts = weigh_parts(self.weighers, ctx, candidates)
-                order = best_positions(scores, self.ranked)  # ties to the earlier row
-                ranking = Ranking(
-                    ctx, candidates, scores, self._describe(ctx, active), parts, order
-                )
+                described = self._describe(ctx, active)
+                ranking = Ranking(ctx, candidates, scores, described, parts, self.ranked)
             scored = scored or len(candidates)
             best = int(scores.argmax())  # first maximum: the earliest row breaks ties
             if self.scriptlet is not None:

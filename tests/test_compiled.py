@@ -13,7 +13,7 @@ from importlib import import_module
 from pathlib import Path
 
 import projections
-from berth.compile import MODULES, ROOT, compiled
+from berth.compile import KERNEL, MODULES, ROOT, compiled
 from projections import stale_compiled
 
 _SO = str(sysconfig.get_config_var("EXT_SUFFIX"))
@@ -127,11 +127,14 @@ def test_an_install_carries_the_compiled_core(tmp_path: Path) -> None:
         check=True,
     )
     built = {p.relative_to(lib) for p in lib.rglob("*.so")}
-    assert built == {p.relative_to(ROOT) for p in (ROOT / "projections").rglob("*.so")}
+    here = [*(ROOT / "projections").rglob("*.so"), *(ROOT / "scheduling").glob("*.so")]
+    assert built == {p.relative_to(ROOT) for p in here}
     assert (lib / "projections" / "compiled.json").exists() == compiled()
     if compiled():
-        assert len(built) == len(MODULES) + 1  # and the library their code lives in
+        # and the library their code lives in, and the ranking kernel with its source
+        assert len(built) == len(MODULES) + 2
         assert stale_compiled(lib / "projections") == []
+        assert (lib / "scheduling" / "_ranked.c").read_bytes() == (ROOT / KERNEL).read_bytes()
 
 
 def test_check_passes_only_on_the_compiled_core(tmp_path: Path) -> None:
