@@ -106,6 +106,8 @@ rank(PyObject *module, PyObject *args)
     for (Py_ssize_t p = 0; p < w; p++)
         if (items_of(PyTuple_GET_ITEM(parts, p), NPY_FLOAT64, n, "a part") == NULL)
             return NULL;
+    if (count > n)
+        count = n; /* no more best than scores: room for them only */
     PyObject *result = NULL, *taken = NULL, *numbers = NULL;
     Py_ssize_t *best = PyMem_Malloc(sizeof(Py_ssize_t) * (count > 0 ? count : 1));
     if (best == NULL)
