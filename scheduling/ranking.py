@@ -148,6 +148,7 @@ def _multipliers_of(ctx: Context, weighers: Sequence[Weigher], rows: IntArray) -
     """weigher x row: each weigher's multiplier of ``rows`` as the request's
     first pick saw them (no earlier picks, the snapshot's usage)."""
     first = Context(ctx.snapshot, ctx.request, ctx.snapshot.used)
+    first.reference, first.io_reference = ctx.reference, ctx.io_reference
     multipliers = np.empty((len(weighers), len(rows)), dtype=np.float64)
     for n, weigher in enumerate(weighers):
         multipliers[n] = weigher.multipliers(first, rows)

@@ -344,3 +344,35 @@ def test_an_answer_is_encoded_as_its_dict_with_its_source() -> None:
         value = scheduled.encoded((1, 42))
         assert json.loads(value) == {**scheduled.to_dict(), "source": [1, 42]}
     assert json.loads(placed.encoded((0, 0)))["ranked"]["providers"][0] == "p11"
+
+
+class _ByReference(RAMWeigher):
+    """An operator's weigher whose multipliers read the context it weighs
+    in: bounded mode's reference values."""
+
+    name = "ByReference"
+
+    def multipliers(self, ctx: Context, rows: IntArray) -> FloatArray:
+        return np.full(len(rows), 2.0 if ctx.reference is not None else 1.0)
+
+
+def test_multipliers_asked_row_by_row_see_the_pick_s_reference() -> None:
+    """In bounded mode the candidates are weighed against the index's
+    reference values; the multipliers the ranking records are asked in the
+    same context, so each score is still its values times them."""
+    names = [f"p{i}" for i in range(8)]
+    snapshot = Snapshot.build(
+        [Provider(n, host=n) for n in names],
+        {
+            n: {"VCPU": {"total": 8}, "MEMORY_MB": {"total": 1000 * (i + 3)}}
+            for i, n in enumerate(names)
+        },
+    )
+    filters = [FILTERS[name]() for name in DEFAULT_FILTERS]
+    engine = Engine(filters, [_ByReference()], ranked=4, bounded=Bounded("bounded", candidates=4))
+    placement = engine.place(snapshot, Request("r", {"VCPU": 1}))
+    ranking = placement.ranking
+    assert placement.bounded and ranking is not None
+    assert ranking.multipliers.ravel().tolist() == [2.0] * len(ranking.providers)
+    scores = (ranking.values * ranking.multipliers).sum(axis=0)
+    assert np.allclose(scores, ranking.scores)
