@@ -176,7 +176,6 @@ class Ranking:
     some (else the engine's column)."""
 
     __slots__ = (
-        "_apart",
         "_described",
         "_ids_of",
         "_multiplied",
@@ -203,7 +202,6 @@ class Ranking:
         providers = ctx.snapshot.providers
         self._ids_of = tuple([providers[row].provider_id for row in taken])
         self._shares = tuple([share for _, share in parts])
-        self._apart = True in self._shares  # a share kept apart, to be divided when read
         self._described = described
         column = described.column  # None: an aggregate overrides one, or one is off
         self._multiplied: FloatArray = (
@@ -211,14 +209,13 @@ class Ranking:
             if column is not None
             else _multipliers_of(ctx, described.weighers, np.array(taken, dtype=np.int64))
         )
-        self._settled: tuple[tuple[str, ...], FloatArray, FloatArray, FloatArray] | None = None
+        self._settled: tuple[FloatArray, FloatArray] | None = None
         self._numbers: str | None = None
         self._text: str | None = None
 
-    def _settle(self) -> tuple[tuple[str, ...], FloatArray, FloatArray, FloatArray]:
-        """(providers, their scores, values, multipliers), read from the
-        numbers kept; a share kept apart (``weigh_parts``) is divided by its
-        multiplier (0 where that is 0)."""
+    def _settle(self) -> tuple[FloatArray, FloatArray]:
+        """(scores, values), read from the numbers kept; a share kept apart
+        (``weigh_parts``) is divided by its multiplier (0 where that is 0)."""
         if self._settled is None:
             multipliers = self._multiplied
             kept = np.frombuffer(self._picked, dtype=np.float64)
@@ -231,7 +228,7 @@ class Ranking:
                     np.divide(part, m, out=values[n], where=m != 0)
                 else:
                     values[n] = part
-            self._settled = (self._ids_of, kept[0], values, multipliers)
+            self._settled = (kept[0], values)
         return self._settled
 
     def _numbers_b64(self) -> str:
@@ -239,7 +236,7 @@ class Ranking:
         records them: little-endian float64, base64, encoded at once
         rather than float by float."""
         if self._numbers is None:
-            if _LITTLE_ENDIAN and not self._apart:
+            if _LITTLE_ENDIAN and True not in self._shares:  # no share kept apart
                 # the numbers kept are those recorded; a column of
                 # multipliers is written once for every answer
                 numbers = self._picked + (
@@ -247,7 +244,7 @@ class Ranking:
                 )
             else:
                 multipliers = self._multiplied
-                _, scores, settled, _ = self._settle()
+                scores, settled = self._settle()
                 joined = np.concatenate((scores, settled, multipliers), axis=None)
                 numbers = joined.astype("<f8", copy=False).tobytes()
             # base64.b64encode's own call, without its Python wrapper
@@ -272,11 +269,11 @@ class Ranking:
 
     @property
     def providers(self) -> tuple[str, ...]:
-        return self._settle()[0]
+        return self._ids_of
 
     @property
     def scores(self) -> FloatArray:
-        return self._settle()[1]
+        return self._settle()[0]
 
     @property
     def weighers(self) -> tuple[str, ...]:
@@ -285,13 +282,13 @@ class Ranking:
     @property
     def values(self) -> FloatArray:
         """weigher x candidate: the normalised value, in [0, 1]."""
-        return self._settle()[2]
+        return self._settle()[1]
 
     @property
     def multipliers(self) -> FloatArray:
         """weigher x candidate: the multiplier (an aggregate's, if it sets one)."""
-        providers, _, _, multipliers = self._settle()
-        return np.broadcast_to(multipliers, (len(self._described.names), len(providers)))
+        shape = (len(self._described.names), len(self._ids_of))
+        return np.broadcast_to(self._multiplied, shape)
 
     def __eq__(self, other: object) -> bool:
         """Equal when every candidate, score and part is (same placements)."""
@@ -311,7 +308,7 @@ class Ranking:
         return f"Ranking({', '.join(self.providers)})"
 
     def to_dicts(self) -> list[dict[str, object]]:
-        providers, scores, values_by_weigher, _ = self._settle()
+        providers, (scores, values_by_weigher) = self._ids_of, self._settle()
         names = self.weighers
         values, multipliers = values_by_weigher.T.tolist(), self.multipliers.T.tolist()
         return [
