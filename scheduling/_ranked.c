@@ -1,6 +1,7 @@
 /* The ranking kernel (scheduling/ranking.py says why it is in C):
 
        rank(scores, rows, parts, count) -> (rows of the best, numbers)
+       text(providers, weighers, numbers, multipliers) -> str or None
 
    `scores`: the candidates' scores, float64; `rows`: their rows, int64;
    `parts`: a tuple of float64 arrays as long, each weigher's values. The
@@ -13,7 +14,12 @@
    another type, raise ValueError (the caller ranks those with numpy); they
    are read through numpy's C API, as the buffer protocol costs more than
    the ranking (numpy describes the array anew for each buffer asked of it).
-   Built by `python -m berth.compile build`, which sets SOURCE_DIGEST to
+
+   `text` writes an answer's ranking as `schemas.ranked.text` does: the
+   providers' ids (a tuple of str), the weighers' names already as JSON
+   text, and the numbers then the multipliers (bytes) in base64, one str
+   made at once; None when an id needs an escape in JSON (the caller
+   encodes those). Built by `python -m berth.compile build`, which sets SOURCE_DIGEST to
    this file's SHA-256 so that a stale build is refused. */
 
 #define PY_SSIZE_T_CLEAN
@@ -88,12 +94,15 @@ items_of(PyObject *obj, int type, npy_intp n, const char *what)
 }
 
 static PyObject *
-rank(PyObject *module, PyObject *args)
+rank(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    PyObject *scores_obj, *rows_obj, *parts;
-    Py_ssize_t count;
-    if (!PyArg_ParseTuple(args, "OOO!n:rank", &scores_obj, &rows_obj, &PyTuple_Type, &parts,
-                          &count))
+    /* called by position (METH_FASTCALL): PyArg_ParseTuple's format
+       costs more than the ranking of a hundred scores */
+    if (nargs != 4 || !PyTuple_Check(args[2]))
+        return PyErr_Format(PyExc_TypeError, "rank(scores, rows, parts: tuple, count: int)");
+    PyObject *scores_obj = args[0], *rows_obj = args[1], *parts = args[2];
+    Py_ssize_t count = PyNumber_AsSsize_t(args[3], PyExc_OverflowError);
+    if (count == -1 && PyErr_Occurred())
         return NULL;
     const double *scores = items_of(scores_obj, NPY_FLOAT64, -1, "scores");
     if (scores == NULL)
@@ -139,9 +148,119 @@ done:
     return result;
 }
 
+static const char BASE64[] =
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+/* `n` bytes in base64 with '=' padding, as binascii.b2a_base64 writes
+   them, into `out` (room for (n + 2) / 3 * 4). */
+static void
+base64_of(const unsigned char *in, Py_ssize_t n, char *out)
+{
+    Py_ssize_t i = 0;
+    for (; i + 3 <= n; i += 3, out += 4) {
+        unsigned int v = ((unsigned int)in[i] << 16) | ((unsigned int)in[i + 1] << 8) | in[i + 2];
+        out[0] = BASE64[v >> 18];
+        out[1] = BASE64[(v >> 12) & 63];
+        out[2] = BASE64[(v >> 6) & 63];
+        out[3] = BASE64[v & 63];
+    }
+    if (i < n) {
+        unsigned int v = ((unsigned int)in[i] << 16) | (i + 1 < n ? (unsigned int)in[i + 1] << 8 : 0);
+        out[0] = BASE64[v >> 18];
+        out[1] = BASE64[(v >> 12) & 63];
+        out[2] = i + 1 < n ? BASE64[(v >> 6) & 63] : '=';
+        out[3] = '=';
+    }
+}
+
+/* The ASCII characters JSON writes as they are: 0x20-0x7e but '"' and '\\'
+   (filled by the module's init). */
+static char PLAIN[128];
+
+/* Whether JSON writes `s` as it is: printable ASCII without quotes or
+   backslashes (as provider ids are). */
+static int
+plain(PyObject *s)
+{
+    if (!PyUnicode_Check(s) || !PyUnicode_IS_ASCII(s))
+        return 0;
+    const unsigned char *c = PyUnicode_1BYTE_DATA(s);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(s);
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (!PLAIN[c[i]])
+            return 0;
+    return 1;
+}
+
+#define OPEN "{\"providers\": ["
+#define WEIGHERS "], \"weighers\": "
+#define NUMBERS ", \"numbers\": \""
+#define CLOSE "\"}"
+#define PUT(literal) (memcpy(at, (literal), sizeof(literal) - 1), at += sizeof(literal) - 1)
+
+static PyObject *
+text(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4 || !PyTuple_Check(args[0]) || !PyUnicode_Check(args[1])
+        || !PyBytes_Check(args[2]) || !PyBytes_Check(args[3]))
+        return PyErr_Format(PyExc_TypeError,
+                            "text(providers: tuple, weighers: str, numbers: bytes, "
+                            "multipliers: bytes)");
+    PyObject *ids = args[0], *names = args[1], *result = NULL;
+    const char *numbers = PyBytes_AS_STRING(args[2]), *tail = PyBytes_AS_STRING(args[3]);
+    Py_ssize_t numbers_length = PyBytes_GET_SIZE(args[2]), tail_length = PyBytes_GET_SIZE(args[3]);
+    unsigned char *joined = NULL;
+    Py_ssize_t k = PyTuple_GET_SIZE(ids), length = k > 1 ? 2 * (k - 1) : 0; /* the ", " */
+    for (Py_ssize_t i = 0; i < k; i++) {
+        PyObject *id = PyTuple_GET_ITEM(ids, i);
+        if (!plain(id))
+            goto escaped;
+        length += PyUnicode_GET_LENGTH(id) + 2;
+    }
+    if (!PyUnicode_IS_ASCII(names))
+        goto escaped;
+    Py_ssize_t bytes = numbers_length + tail_length, names_length = PyUnicode_GET_LENGTH(names);
+    length += sizeof(OPEN) - 1 + sizeof(WEIGHERS) - 1 + names_length + sizeof(NUMBERS) - 1
+              + (bytes + 2) / 3 * 4 + sizeof(CLOSE) - 1;
+    /* the numbers and the multipliers as one run of bytes, each group of
+       three encoded alike across the seam */
+    joined = PyMem_Malloc(bytes > 0 ? bytes : 1);
+    result = joined == NULL ? PyErr_NoMemory() : PyUnicode_New(length, 127);
+    if (result == NULL)
+        goto done;
+    memcpy(joined, numbers, numbers_length);
+    memcpy(joined + numbers_length, tail, tail_length);
+    char *at = (char *)PyUnicode_1BYTE_DATA(result);
+    PUT(OPEN);
+    for (Py_ssize_t i = 0; i < k; i++) {
+        PyObject *id = PyTuple_GET_ITEM(ids, i);
+        if (i > 0)
+            PUT(", ");
+        *at++ = '"';
+        memcpy(at, PyUnicode_1BYTE_DATA(id), PyUnicode_GET_LENGTH(id));
+        at += PyUnicode_GET_LENGTH(id);
+        *at++ = '"';
+    }
+    PUT(WEIGHERS);
+    memcpy(at, PyUnicode_1BYTE_DATA(names), names_length);
+    at += names_length;
+    PUT(NUMBERS);
+    base64_of(joined, bytes, at);
+    at += (bytes + 2) / 3 * 4;
+    PUT(CLOSE);
+    goto done;
+escaped:
+    result = Py_NewRef(Py_None);
+done:
+    PyMem_Free(joined);
+    return result;
+}
+
 static PyMethodDef methods[] = {
-    {"rank", rank, METH_VARARGS,
+    {"rank", (PyCFunction)(void (*)(void))rank, METH_FASTCALL,
      "rank(scores, rows, parts, count) -> (rows of the best, their numbers as bytes)"},
+    {"text", (PyCFunction)(void (*)(void))text, METH_FASTCALL,
+     "text(providers, weighers, numbers, multipliers) -> the ranking's JSON text, or None"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -153,6 +272,8 @@ PyMODINIT_FUNC
 PyInit__ranked(void)
 {
     import_array();
+    for (int c = 0x20; c < 0x7f; c++)
+        PLAIN[c] = c != '"' && c != '\\';
     PyObject *m = PyModule_Create(&module);
     if (m != NULL && PyModule_AddStringConstant(m, "SOURCE_DIGEST", RANKED_SOURCE_DIGEST) < 0) {
         Py_DECREF(m);

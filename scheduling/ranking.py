@@ -42,15 +42,20 @@ Ranked = Callable[[FloatArray, IntArray, tuple[FloatArray, ...], int], tuple[lis
 """(scores, their rows, each weigher's values, count) -> (the rows of the
 best, best first, and their numbers): :func:`ranked_by_numpy`."""
 
+Texted = Callable[[tuple[str, ...], str, bytes, bytes], str | None]
+"""(providers, weighers as JSON text, numbers, multipliers) -> the ranking's
+text as :func:`schemas.ranked.text` writes it, the numbers and multipliers
+in base64; None when a provider's id needs an escape."""
 
-def _kernel() -> Ranked | None:
-    """The compiled kernel's ``rank``, if built."""
+
+def _kernel() -> tuple[Ranked, Texted] | None:
+    """The compiled kernel's ``rank`` and ``text``, if built."""
     try:
-        from scheduling._ranked import SOURCE_DIGEST, rank
+        from scheduling._ranked import SOURCE_DIGEST, rank, text
     except ImportError:
         return None
     refuse_stale(SOURCE_DIGEST)
-    return rank
+    return rank, text
 
 
 def refuse_stale(built_from: str, source: Path = KERNEL_SOURCE) -> None:
@@ -75,7 +80,7 @@ def ranked_by_numpy(
     return rows[best].tolist(), b"".join(picked)
 
 
-_native = _kernel()
+_native, _native_text = _kernel() or (None, None)
 
 
 def ranked_natively(
@@ -231,17 +236,24 @@ class Ranking:
             self._settled = (kept[0], values)
         return self._settled
 
+    def _as_recorded(self) -> bool:
+        """Whether the numbers kept are those an answer records, followed
+        by :meth:`_multipliers_recorded`: no share was kept apart, and
+        native float64 is little-endian."""
+        return _LITTLE_ENDIAN and True not in self._shares
+
+    def _multipliers_recorded(self) -> bytes:
+        """The multipliers as recorded: the engine's column, written once
+        for every answer, else this ranking's own."""
+        return self._described.column_bytes or self._multiplied.tobytes()
+
     def _numbers_b64(self) -> str:
         """The scores, values and multipliers as :mod:`schemas.ranked`
         records them: little-endian float64, base64, encoded at once
         rather than float by float."""
         if self._numbers is None:
-            if _LITTLE_ENDIAN and True not in self._shares:  # no share kept apart
-                # the numbers kept are those recorded; a column of
-                # multipliers is written once for every answer
-                numbers = self._picked + (
-                    self._described.column_bytes or self._multiplied.tobytes()
-                )
+            if self._as_recorded():
+                numbers = self._picked + self._multipliers_recorded()
             else:
                 multipliers = self._multiplied
                 scores, settled = self._settle()
@@ -264,7 +276,13 @@ class Ranking:
         """``json.dumps(self.compact())``, written once (an answer's text
         sets it in as it is: :meth:`consumers.scheduler.Scheduled.encoded`)."""
         if self._text is None:
-            self._text = ranked_text(self._ids_of, self._described.names_text, self._numbers_b64())
+            names = self._described.names_text
+            text = None
+            if _native_text is not None and self._as_recorded():
+                # the kernel encodes and joins it all in one call, a fifth
+                # of the instructions of the same in Python
+                text = _native_text(self._ids_of, names, self._picked, self._multipliers_recorded())
+            self._text = text or ranked_text(self._ids_of, names, self._numbers_b64())
         return self._text
 
     @property

@@ -6,7 +6,9 @@ int64; numpy takes the others)."""
 
 from __future__ import annotations
 
+import binascii
 import hashlib
+import json
 import shutil
 from pathlib import Path
 
@@ -25,6 +27,8 @@ from scheduling.ranking import (
     ranked_by_numpy,
     refuse_stale,
 )
+from schemas.ranked import strings
+from schemas.ranked import text as ranked_text
 from tests.test_compiled import _project_copy, _python_in
 
 _SCORES = st.sampled_from([0.0, -0.0, 0.25, 0.5, 1.0, -1.0, np.inf, -np.inf, np.nan])
@@ -66,6 +70,33 @@ def test_arrays_the_kernel_does_not_read_are_ranked_the_same() -> None:
     assert ranked(scores, rows.astype(np.int32), parts, 10) == expected
     wide = np.stack(parts, axis=1)  # each part a column: strided
     assert ranked(scores, rows, (wide[:, 0], wide[:, 1]), 10) == expected
+
+
+_IDS = st.text(max_size=12) | st.from_regex(r"[a-z0-9-]{1,36}", fullmatch=True)
+
+
+@given(
+    ids=st.lists(_IDS, max_size=12),
+    names=st.lists(st.text(max_size=20), max_size=5),
+    numbers=st.binary(max_size=200),
+    multipliers=st.binary(max_size=40),
+)
+def test_the_kernel_writes_a_ranking_s_text_as_python_does(
+    ids: list[str], names: list[str], numbers: bytes, multipliers: bytes
+) -> None:
+    """The same text, base64 across the numbers' end included; None (left
+    to Python) exactly when an id needs an escape."""
+    from scheduling._ranked import text  # built by make, as CI runs it
+
+    written = strings(names)
+    encoded = binascii.b2a_base64(numbers + multipliers, newline=False).decode("ascii")
+    expected = ranked_text(ids, written, encoded)
+    got = text(tuple(ids), written, numbers, multipliers)
+    if got is None:
+        assert json.dumps(ids) != '["' + '", "'.join(ids) + '"]'
+    else:
+        assert got == expected
+        assert json.loads(got)["providers"] == ids
 
 
 def test_the_kernel_ranks_wherever_the_core_is_compiled() -> None:
