@@ -26,6 +26,9 @@
 #define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
 #include <Python.h>
 #include <math.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 #include <numpy/arrayobject.h>
 
 #ifndef RANKED_SOURCE_DIGEST
@@ -55,6 +58,21 @@ best_of(const double *scores, Py_ssize_t n, Py_ssize_t count, Py_ssize_t *best)
        one comes later); NaN is higher than nothing */
     double last = kept == count ? scores[best[count - 1]] : 0.0;
     for (; i < n; i++) {
+#ifdef __SSE2__
+        /* four at a time past those that displace nothing (nearly all of a
+           thousand): two compares of two, where one at a time took six
+           instructions a score */
+        while (i + 4 <= n) {
+            __m128d bar = _mm_set1_pd(last);
+            __m128d above = _mm_or_pd(_mm_cmpgt_pd(_mm_loadu_pd(scores + i), bar),
+                                      _mm_cmpgt_pd(_mm_loadu_pd(scores + i + 2), bar));
+            if (_mm_movemask_pd(above))
+                break; /* one of these four does: each in turn below */
+            i += 4;
+        }
+        if (i >= n)
+            break;
+#endif
         double v = scores[i];
         if (!(v > last))
             continue;
