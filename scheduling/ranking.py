@@ -7,9 +7,10 @@ kernel ``scheduling._ranked`` where ``python -m berth.compile build`` (which
 rows and the same bits. A ranking is made for every request placed, from
 up to a thousand scores; numpy takes some twenty calls on small arrays,
 each costing more than its work: with callgrind, the ten best of 700
-scores and four weighers' values at them cost 65,000 instructions by numpy
-and 12,000 by the kernel, its call included (a placement through the
-scheduler worker costs about 1.7 million).
+scores and four weighers' values at them cost 65,000 instructions by
+numpy, and the kernel's of about a thousand 4,100 (a placement through
+the scheduler worker costs about 1.7 million). The kernel also writes
+the ranking's text for the answer (:meth:`Ranking.to_json`).
 """
 
 from __future__ import annotations
