@@ -28,6 +28,7 @@ from sqlalchemy import Connection, Engine, Row, select
 from consumers.snapshot_source import ACTIVE_STATUSES
 from ledger.log import Log
 from projections.view.commits import VIEW_WAIT_S, read_settled
+from projections.view.engine import one_snapshot
 from projections.view.tables import (
     inventories,
     outcomes,
@@ -93,7 +94,7 @@ def read_history(engine: Engine, subject: str, log: Log | None = None, topic: st
     """``subject``'s history from the view; with ``log``, each decision's
     record read from ``topic`` as well."""
     found = History(subject)
-    with engine.connect() as conn:
+    with one_snapshot(engine) as conn:  # a decision and its reservation, or neither
         rc = reservations.c
         instance = re.compile(re.escape(subject) + r"\.[0-9]+")
         for name, where in (

@@ -208,3 +208,36 @@ def test_a_pool_a_transaction_and_the_identifiers_a_consumer_was_given(
     ]
     text = cli("history", *backend, "a1")[1]
     assert "released  a1  ip=10.0.0.4 vni=100  <- release" in text
+
+
+def test_a_history_read_meets_a_commit_whole_or_not_at_all(
+    tmp_path: Path, view_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The view commits a claim's batch while a history read is between
+    its tables (after the reservations, before the outcomes): the read
+    shows the claim's decision with its reservation, or neither, never the
+    decision alone (what a caller told "placed" once read back)."""
+    import berth.history
+
+    settings = Settings(data_dir=tmp_path / "data", db_url=view_url, partitions=1)
+    with App(settings) as app:
+        publisher = Publisher(app.log, app.settings.topics)
+        writers = app.writers()
+        publisher.publish(provider("n1", VCPU=8))
+        catch_up_all(writers)
+        publisher.publish([claim("r1", "n1", ts=1_000, VCPU=2, event_id="c-r1")])
+        between = berth.history._provider
+        committed: list[int] = []
+
+        def commit_between(conn: Any, subject: str) -> Any:
+            if not committed:
+                committed.append(catch_up_all(writers))  # from the writer's own connection
+            return between(conn, subject)
+
+        monkeypatch.setattr(berth.history, "_provider", commit_between)
+        found = berth.history.read_history(app.engine, "r1")
+        assert committed == [1]
+        assert not found.steps and not found.reservations  # the view as the read began
+        again = berth.history.read_history(app.engine, "r1")
+        assert [step.outcome.kind for step in again.steps] == ["accepted"]
+        assert [r["reservation_id"] for r in again.reservations] == ["r1"]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from sqlalchemy import Connection, Engine, create_engine, event
@@ -128,6 +130,30 @@ def begin_writing(engine: Engine, wait: bool = True) -> Connection | None:
         if busy and not wait:
             return None
         raise
+
+
+@contextmanager
+def one_snapshot(engine: Engine) -> Iterator[Connection]:
+    """A connection whose reads all see the view as one commit left it.
+    Without it each statement sees the latest commit (SQLite's driver reads
+    outside a transaction, PostgreSQL's read committed takes a snapshot per
+    statement), so a read of several tables can meet a batch's commit
+    halfway: a claim's outcome read after the commit, its reservation
+    before it. Nothing is written: the transaction is rolled back."""
+    if engine.dialect.name == "postgresql":
+        options = {"isolation_level": "REPEATABLE READ"}
+        with engine.connect().execution_options(**options) as conn, conn.begin():
+            yield conn
+        return
+    with engine.connect() as conn:
+        driver = conn.connection.driver_connection
+        # a writer engine (isolation_level None) begins IMMEDIATE on its own
+        if isinstance(driver, sqlite3.Connection) and driver.isolation_level is not None:
+            conn.exec_driver_sql("BEGIN")
+        try:
+            yield conn
+        finally:
+            conn.rollback()
 
 
 IDLE_IN_TRANSACTION_ENDED = "25P03"
