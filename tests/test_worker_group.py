@@ -58,7 +58,22 @@ def deployment(tmp_path: Path) -> Iterator[tuple[App, Group]]:
     with running_tansu() as bootstrap, scratch_database() as url:
         settings = Settings(log_url=f"kafka://{bootstrap}", db_url=url, partitions=PARTITIONS)
         with App(settings) as app, worker_group(settings, tmp_path) as group:
-            yield app, group
+            try:
+                yield app, group
+            finally:
+                _print_worker_logs(tmp_path)
+
+
+WORKER_LOG_LINES = 60
+
+
+def _print_worker_logs(folder: Path) -> None:
+    """The end of each worker's log, printed: pytest shows what a fixture
+    printed only for a test that failed, where the workers' side of a
+    takeover that never came is what explains it."""
+    for path in sorted(folder.glob("worker-*.log")):
+        lines = path.read_text(errors="replace").splitlines()[-WORKER_LOG_LINES:]
+        print(f"--- {path.name} (its last {len(lines)} lines)", *lines, sep="\n")
 
 
 def _verify_replay(app: App) -> None:
