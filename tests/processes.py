@@ -13,6 +13,8 @@ from pathlib import Path
 from ledger.topics import DEFAULT_TOPICS
 from tests.polling import wait_for
 
+_STDERR_SHOWN = 6000  # characters of a failed process's stderr shown
+
 
 @contextmanager
 def berth_running(
@@ -21,13 +23,20 @@ def berth_running(
     """``berth ARGV...`` running until the block ends; ``ready`` (if given)
     holds before the block starts."""
     process = subprocess.Popen([sys.executable, "-m", "berth.cli", *argv], stderr=subprocess.PIPE)
+    passed = False
     try:
         if ready is not None:
             wait_for(ready, what, timeout_s=60)
         yield process
+        passed = True
     finally:
         process.send_signal(signal.SIGTERM)
         _, err = process.communicate(timeout=30)
+        if not passed:
+            # the block failed: what the process said is the other half of
+            # the story (pytest shows it with the failure)
+            print(f"--- berth {argv[0]} exited {process.returncode}; its stderr's end:")
+            print(err.decode(errors="replace")[-_STDERR_SHOWN:])
     assert process.returncode == 0, err.decode()
 
 
