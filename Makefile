@@ -25,10 +25,12 @@ demo: $(COMPILED)
 	$(BIN)/berth demo
 
 # TEST_WORKERS pytest processes share the tests out (pytest-xdist); a long
-# test leaves the others to the idle worker (worksteal)
+# test leaves the others to the idle worker (worksteal). The tests marked
+# `alone` (timing-bound process groups) run afterwards, one at a time.
 TEST_WORKERS ?= 2
 test: $(COMPILED)
-	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist worksteal
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist worksteal -m "not alone"
+	$(BIN)/pytest -q -m alone
 
 lint: $(BIN)/.installed
 	$(BIN)/ruff check .

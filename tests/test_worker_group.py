@@ -43,6 +43,11 @@ from tests.placements import placement_answers
 from tests.polling import wait_for
 from tests.postgres import ADMIN_URL, scratch_database
 
+pytestmark = pytest.mark.alone
+"""A group's members hold their partitions by 4 s sessions: beside the
+rest of the suite on two cores, CPU starvation alone expires sessions and
+rebalances again and again, so ``make test`` runs these after the others."""
+
 PARTITIONS = 3
 TAKEOVER_BOUND_S = SESSION_TIMEOUT_S + 12 * SESSION_TIMEOUT_S
 """The session timeout, then a rebalance: every member rejoins, which tansu
