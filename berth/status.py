@@ -12,6 +12,7 @@ from sqlalchemy import Connection, Engine, func, select
 
 from ledger.log import Log, UnknownTopic
 from ledger.topics import Topics
+from projections.view.engine import one_snapshot
 from projections.view.loader import committed_offsets
 from projections.view.tables import (
     dead_letters,
@@ -143,7 +144,7 @@ def read_status(
     log: Log, engine: Engine, topics: Topics, partitions: int, totals: bool = True
 ) -> Status:
     """Each partition's progress, and with ``totals`` the view summed up."""
-    with engine.connect() as conn:
+    with one_snapshot(engine) as conn:  # offsets and totals of one commit
         applied = committed_offsets(conn)
         pc = partition_offsets.c
         clocks = {int(p): int(ms) for p, ms in conn.execute(select(pc.partition, pc.clock_ms))}

@@ -33,6 +33,7 @@ from sqlalchemy import (
 )
 
 from ledger.partitioner import partition_for
+from projections.view.engine import read_one_snapshot
 from projections.view.tables import (
     aggregates,
     inventories,
@@ -76,6 +77,7 @@ def snapshot_from_view(engine: Engine, placements: bool = True) -> Snapshot:
     False skips what is placed where (instances, groups, tags): a scheduler
     whose requests use no such hints saves reading every active reservation."""
     with engine.connect() as conn:
+        read_one_snapshot(conn)  # providers, their usage and placements of one commit
         return _read(conn, placements)
 
 
@@ -92,7 +94,7 @@ def balance_inputs(engine: Engine) -> tuple[Snapshot, list[Instance], list[Insta
     next plan does not move a second instance for the same excess."""
     c = reservations.c
     with engine.connect() as conn:
-        repeatable_read(conn)
+        read_one_snapshot(conn)
         rows = _active(
             conn,
             c.reservation_id,
@@ -688,7 +690,7 @@ class LiveSnapshot:
         with self.engine.connect() as conn:
             # the offsets must describe exactly the rows read with them, so a
             # scheduler adding its own later proposals never counts one twice
-            repeatable_read(conn)
+            read_one_snapshot(conn)
             rows = conn.execute(_OFFSETS).all()  # as committed_offsets reads them
             offsets = {int(row.partition): int(row.next_offset) for row in rows}
             if self.snapshot is None:
@@ -913,16 +915,3 @@ def _with_reports(snapshot: Snapshot, reported: Sequence[Any]) -> Snapshot:
         if i is not None:
             records[i] = _reported(providers_[i], row)
     return snapshot.with_records(records) if records else snapshot
-
-
-def repeatable_read(conn: Connection) -> None:
-    """Make the connection's next statements read one snapshot of the database.
-
-    SQLite's Python driver starts no transaction for a SELECT, so each
-    statement would see the latest commit; PostgreSQL's default (read
-    committed) does the same per statement."""
-    name = conn.dialect.name
-    if name == "sqlite":
-        conn.exec_driver_sql("BEGIN")
-    elif name == "postgresql":
-        conn.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")

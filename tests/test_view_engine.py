@@ -1,5 +1,6 @@
 """Taking a view's write lock without waiting for it (a rebuild's writers);
-the page cache and WAL checkpoints of each kind of SQLite engine."""
+the page cache and WAL checkpoints of each kind of SQLite engine; reads of
+one snapshot while another connection commits."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from projections.view.engine import begin_writing, make_engine
+from projections.view.engine import begin_writing, make_engine, one_snapshot
 
 
 def test_the_lock_is_taken_when_free_and_none_is_returned_at_once_when_not(
@@ -81,3 +82,23 @@ def test_any_other_database_begins_as_usual(postgres_url: str) -> None:
             conn.commit()
     finally:
         engine.dispose()
+
+
+def test_a_read_of_one_snapshot_does_not_see_a_commit_made_during_it(view_url: str) -> None:
+    engine = make_engine(view_url)
+    other = make_engine(view_url)
+    try:
+        with other.begin() as setup:
+            setup.exec_driver_sql("CREATE TABLE t (a INTEGER)")
+            setup.exec_driver_sql("INSERT INTO t VALUES (1)")
+        with one_snapshot(engine) as conn:
+            first = conn.exec_driver_sql("SELECT count(*) FROM t").scalar_one()
+            with other.begin() as meanwhile:
+                meanwhile.exec_driver_sql("INSERT INTO t VALUES (2)")
+            second = conn.exec_driver_sql("SELECT count(*) FROM t").scalar_one()
+        with engine.connect() as after:
+            third = after.exec_driver_sql("SELECT count(*) FROM t").scalar_one()
+        assert (first, second, third) == (1, 1, 2)
+    finally:
+        engine.dispose()
+        other.dispose()

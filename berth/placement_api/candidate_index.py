@@ -20,7 +20,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, and_, func, or_, select
 
 from berth.placement_api.reads import Provider, provider_rows
-from consumers.snapshot_source import repeatable_read
+from projections.view.engine import read_one_snapshot
 from projections.view.loader import committed_offsets
 from projections.view.tables import (
     inventories,
@@ -166,7 +166,7 @@ class LiveIndex:
     def __call__(self) -> ProviderIndex:
         with self.engine.connect() as conn:
             # the offsets describe exactly the rows read with them
-            repeatable_read(conn)
+            read_one_snapshot(conn)
             offsets = committed_offsets(conn)
             if self.index is None:
                 return self._full(conn, offsets)

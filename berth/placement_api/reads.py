@@ -9,6 +9,7 @@ from typing import Any
 
 from sqlalchemy import ColumnElement, Connection, Engine, bindparam, select
 
+from projections.view.engine import one_snapshot
 from projections.view.tables import (
     inventories,
     placement_consumers,
@@ -61,7 +62,7 @@ def _provider(row: Any) -> Provider:
 
 def providers(engine: Engine) -> list[Provider]:
     """Every provider, with its usage, in creation order."""
-    with engine.connect() as conn:
+    with one_snapshot(engine) as conn:  # a generation with the usage it counts
         return provider_rows(conn)
 
 
@@ -92,7 +93,7 @@ def provider_rows(conn: Connection, where: ColumnElement[bool] | None = None) ->
 
 
 def provider(engine: Engine, uuid: str) -> Provider | None:
-    with engine.connect() as conn:
+    with one_snapshot(engine) as conn:  # a generation with the usage it counts
         row = conn.execute(
             select(placement_providers).where(placement_providers.c.uuid == uuid)
         ).first()

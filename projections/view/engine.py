@@ -132,24 +132,31 @@ def begin_writing(engine: Engine, wait: bool = True) -> Connection | None:
         raise
 
 
+def read_one_snapshot(conn: Connection) -> None:
+    """Make ``conn``'s next statements, up to its transaction's end, read the
+    view as one commit left it. Without it each statement sees the latest
+    commit (SQLite's driver reads outside a transaction, PostgreSQL's read
+    committed takes a snapshot per statement), so a read of several tables
+    can meet a batch's commit halfway: a claim's outcome read after the
+    commit, its reservation before it. Call it before the first statement."""
+    if conn.dialect.name == "postgresql":
+        conn.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        return
+    driver = conn.connection.driver_connection
+    # a writer engine's transaction (isolation_level None: it begins
+    # IMMEDIATE on its own) holds the write lock, which is one snapshot
+    # already: reads that need not stop the writers use a reader engine
+    if isinstance(driver, sqlite3.Connection) and driver.isolation_level is not None:
+        conn.exec_driver_sql("BEGIN")
+
+
 @contextmanager
 def one_snapshot(engine: Engine) -> Iterator[Connection]:
-    """A connection whose reads all see the view as one commit left it.
-    Without it each statement sees the latest commit (SQLite's driver reads
-    outside a transaction, PostgreSQL's read committed takes a snapshot per
-    statement), so a read of several tables can meet a batch's commit
-    halfway: a claim's outcome read after the commit, its reservation
-    before it. Nothing is written: the transaction is rolled back."""
-    if engine.dialect.name == "postgresql":
-        options = {"isolation_level": "REPEATABLE READ"}
-        with engine.connect().execution_options(**options) as conn, conn.begin():
-            yield conn
-        return
+    """A connection that reads one snapshot of the view
+    (:func:`read_one_snapshot`) for the block. Nothing is written: the
+    transaction is rolled back."""
     with engine.connect() as conn:
-        driver = conn.connection.driver_connection
-        # a writer engine (isolation_level None) begins IMMEDIATE on its own
-        if isinstance(driver, sqlite3.Connection) and driver.isolation_level is not None:
-            conn.exec_driver_sql("BEGIN")
+        read_one_snapshot(conn)
         try:
             yield conn
         finally:
