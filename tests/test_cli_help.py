@@ -40,6 +40,7 @@ def test_help_lists_every_command_once_by_group(
 
     assert list(groups) == [
         "serve and workers",
+        "OpenStack Placement",
         "publish and request",
         "providers and pools",
         "aggregates",

@@ -22,6 +22,7 @@ BERTH_SERVICES = (
     "berth-worker",
     "berth-metrics",
     "berth-api",
+    "berth-placement",
 )
 
 
@@ -146,7 +147,7 @@ def test_startup_order(services: dict[str, Any]) -> None:
         return {dep: spec["condition"] for dep, spec in services[name]["depends_on"].items()}
 
     assert conditions("berth-migrate") == {"postgres": "service_healthy"}
-    for worker in ("berth-worker", "berth-metrics", "berth-api"):
+    for worker in ("berth-worker", "berth-metrics", "berth-api", "berth-placement"):
         assert conditions(worker) == {
             "kafka": "service_healthy",
             "postgres": "service_healthy",
@@ -195,7 +196,10 @@ def test_the_worker_s_healthcheck_is_a_berth_command(
     assert args.lag  # it runs every 30 s: no table scans
 
 
-@pytest.mark.parametrize(("name", "command"), [("berth-metrics", "metrics"), ("berth-api", "api")])
+@pytest.mark.parametrize(
+    ("name", "command"),
+    [("berth-metrics", "metrics"), ("berth-api", "api"), ("berth-placement", "placement-api")],
+)
 def test_a_server_listens_where_it_says_on_the_compose_network(
     services: dict[str, Any], name: str, command: str
 ) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 import sys
 import threading
 import time
@@ -94,10 +95,16 @@ class UvicornThread:
     """uvicorn running ``config`` in a daemon thread of its own (the HTTP API
     and the Placement API both): started, told where it listens, stopped."""
 
-    def __init__(self, config: uvicorn.Config, name: str) -> None:
+    def __init__(
+        self, config: uvicorn.Config, name: str, sockets: list[socket.socket] | None = None
+    ) -> None:
+        """``sockets``: listen on these, bound already, rather than on the
+        config's host and port."""
         self._name = name
         self._server = _QuietServer(config)
-        self._thread = threading.Thread(target=self._server.run, name=name, daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": sockets}, name=name, daemon=True
+        )
 
     def start(self, timeout_s: float = 30.0) -> tuple[str, int]:
         """Start serving; where it listens. RuntimeError when it cannot."""
@@ -112,8 +119,8 @@ class UvicornThread:
             if not self._thread.is_alive() or time.monotonic() > deadline:
                 raise RuntimeError(f"{self._name} did not start listening")
             time.sleep(0.01)
-        socket = self._server.servers[0].sockets[0]
-        host, port = socket.getsockname()[:2]
+        listening = self._server.servers[0].sockets[0]
+        host, port = listening.getsockname()[:2]
         return str(host), int(port)
 
     def stop(self) -> None:

@@ -1,7 +1,8 @@
 """The ``berth`` command: decode arguments, call the core, print results.
 
 One module per group of commands, in the order ``berth --help`` lists them:
-``workers`` (serve and the workers it combines), ``publishing`` (publish
+``workers`` (serve and the workers it combines), ``placement``
+(OpenStack Placement's API served alone), ``publishing`` (publish
 and request), ``admin`` (providers and pools), ``aggregates``, ``server_groups``, ``policies``
 (scheduling policies set at run time), ``reading`` (the read side),
 ``view`` (replay, prune, migrate), ``integrity`` (log verify and truncate,
@@ -20,6 +21,7 @@ from berth.cli import (
     aggregates,
     demo,
     integrity,
+    placement,
     policies,
     publishing,
     reading,
@@ -31,6 +33,7 @@ from berth.cli.common import Commands, Run
 
 GROUPS = (
     workers,
+    placement,
     publishing,
     admin,
     aggregates,

@@ -7,14 +7,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import functools
 import json
 import logging
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from berth.app import App, tune_gc
@@ -27,10 +25,10 @@ from berth.cli.common import (
     stop_on_sigterm,
     worker_options,
 )
+from berth.cli.placement import placement_options, start_placement_api
 from berth.history import fit_text
 from consumers.partition_writer import (
     REPORT_LINGER_S,
-    PartitionWriter,
     catch_up_all,
     flush_all,
     held_appended,
@@ -77,42 +75,7 @@ def add_commands(commands: Commands) -> None:
         metavar="HOST:PORT",
         help="also serve OpenStack Placement's API (docs/placement.md) from this process",
     )
-    serve.add_argument(
-        "--placement-policy",
-        choices=("legacy", "secure"),
-        default="legacy",
-        help="the Placement API's default policy: Placement's legacy defaults, or its "
-        "secure-RBAC defaults (oslo.policy's enforce_new_defaults)",
-    )
-    serve.add_argument(
-        "--placement-policy-file",
-        default=None,
-        metavar="FILE",
-        help="Placement policy overrides in oslo.policy's format (YAML or JSON)",
-    )
-    serve.add_argument(
-        "--placement-cors-origin",
-        action="append",
-        default=[],
-        metavar="ORIGIN",
-        help="an origin (scheme://host[:port]) whose browsers may call the Placement API "
-        "(CORS; repeat for several)",
-    )
-    serve.add_argument(
-        "--placement-cors-allow-header",
-        action="append",
-        default=[],
-        metavar="HEADER",
-        help="a header those origins may send beyond CORS's simple ones (repeat for several)",
-    )
-    serve.add_argument(
-        "--placement-keystone-config",
-        default=None,
-        metavar="FILE",
-        help="verify the Placement API's tokens with Keystone (keystonemiddleware's "
-        "auth_token), configured by this file's [keystone_authtoken] section "
-        "(default: noauth2)",
-    )
+    placement_options(serve)
     serve.add_argument(
         "--api-token-file", default=None, help="the API's admin bearer token, read from this file"
     )
@@ -278,7 +241,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
             token, credentials = args.api_token_file, args.api_credentials
             if _start_api(app, args.api, args.config, token, credentials, hub) is None:
                 return 2
-        if args.placement_api is not None and _start_placement_api(app, args, writers) is None:
+        if (
+            args.placement_api is not None
+            and start_placement_api(app, args, args.placement_api, writers) is None
+        ):
             return 2
         tune_gc()
         logging.info("serving %d partitions", len(writers))
@@ -500,60 +466,6 @@ def _start_api(
         return None
     logging.info("api: serving http://%s:%d/v1/", bound_host, bound_port)
     return bound_host, bound_port
-
-
-def _start_placement_api(
-    app: App, args: argparse.Namespace, writers: list[PartitionWriter]
-) -> tuple[str, int] | None:
-    """Serve the Placement API on ``app`` from a thread; where it listens, or
-    None (said on stderr). The writer of Placement's partition, one of
-    ``writers``, hands the API's writes their decisions as it commits them."""
-    from berth.placement_api.cors import Cors
-    from berth.placement_api.keystone import KeystoneVerifier, read_options
-    from berth.placement_api.policy import Policy
-    from berth.placement_api.server import PlacementServer
-    from berth.placement_api.service import Handoff, PlacementService
-    from consumers.state_snapshot import then
-
-    listen = args.placement_api
-    address = parse_address(listen, "the Placement API listens on")
-    if address is None:
-        return None
-    policy_file = args.placement_policy_file
-    if policy_file is not None and not Path(policy_file).is_file():
-        print(f"berth: no policy file {policy_file}", file=sys.stderr)
-        return None
-    policy = Policy(args.placement_policy == "secure", policy_file and Path(policy_file))
-    origins = args.placement_cors_origin
-    cors = Cors(origins, args.placement_cors_allow_header) if origins else None
-    verifier: KeystoneVerifier | None = None
-    if args.placement_keystone_config is not None:
-        try:
-            options = read_options(Path(args.placement_keystone_config))
-        except ValueError as error:
-            print(f"berth: {error}", file=sys.stderr)
-            return None
-        verifier = KeystoneVerifier(options)
-    service = PlacementService(app)  # with no handoff: decided in another process
-    for writer in writers:
-        if writer.partition == service.partition:
-            # the API's writes drive this writer themselves and are answered
-            # once it decided them; its reads wait for the view (see Handoff)
-            handoff = Handoff(functools.partial(step_all, [writer]))
-            writer.on_decided = then(writer.on_decided, handoff.decided)
-            writer.on_commit = then(writer.on_commit, handoff.committed)
-            service.handoff = handoff
-            break
-    try:
-        server = PlacementServer(
-            service, *address, policy, cors, verifier.caller if verifier else None
-        )
-        bound = server.start()
-    except RuntimeError as error:
-        print(f"berth: {error} on {listen}", file=sys.stderr)
-        return None
-    logging.info("placement-api: serving http://%s:%d/", *bound)
-    return bound
 
 
 def cmd_reaper(args: argparse.Namespace) -> int:

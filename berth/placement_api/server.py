@@ -3,6 +3,7 @@ partition writers that ``berth serve`` runs in its main thread."""
 
 from __future__ import annotations
 
+import socket
 import sys
 from collections.abc import Callable, Mapping
 
@@ -33,7 +34,10 @@ class PlacementServer:
         policy: Policy | None = None,
         cors: Cors | None = None,
         caller_of: Callable[[Mapping[str, str]], Caller | None] | None = None,
+        reuse_port: bool = False,
     ) -> None:
+        """``reuse_port``: listen with ``SO_REUSEPORT``, so that several
+        processes serve one address, the kernel sharing the connections out."""
         # the writes of allocations batched, when their writer runs in this process
         self._pump = WritePump(service) if service.handoff is not None else None
         config = uvicorn.Config(
@@ -45,7 +49,8 @@ class PlacementServer:
             lifespan="off",
             timeout_keep_alive=30,
         )
-        self._uvicorn = UvicornThread(config, "berth-placement-api")
+        sockets = [_reusing(host, port)] if reuse_port else None
+        self._uvicorn = UvicornThread(config, "berth-placement-api", sockets)
 
     def start(self, timeout_s: float = 30.0) -> tuple[str, int]:
         """Start serving; where it listens. RuntimeError when it cannot."""
@@ -60,3 +65,18 @@ class PlacementServer:
         self._uvicorn.stop()
         if self._pump is not None:
             self._pump.stop()
+
+
+def _reusing(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``host:port`` that other processes may bind
+    too (``SO_REUSEPORT``); RuntimeError when it cannot be."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    listening = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        listening.bind((host, port))
+    except OSError as error:
+        listening.close()
+        raise RuntimeError(f"cannot listen with SO_REUSEPORT: {error}") from None
+    return listening
