@@ -6,8 +6,11 @@ providers of 8 VCPU each (400 slots with the defaults), and ``clients``
 concurrent clients each writing new consumers of 1 VCPU with ``PUT
 /allocations/{consumer}`` on providers in turn, ``requests`` in all.
 Prints one JSON object: placed, refused, overcommitted providers (always 0)
-and placements per second. ``race_at`` runs it against any Placement API
-(``bench.placement_api`` runs upstream's beside Berth's).
+and placements per second. ``--front-ends N`` serves the API from N ``berth
+placement-api`` processes on one address beside a ``berth serve`` that
+decides, rather than from ``berth serve --placement-api``. ``race_at`` runs
+it against any Placement API (``bench.placement_api`` runs upstream's
+beside Berth's).
 
 The racing clients are threads of this process, the same for either API,
 and they are not what is measured: on a 2-core machine their CPU is CPU
@@ -35,6 +38,7 @@ import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -67,23 +71,60 @@ def _providers(api: httpx.Client, count: int) -> list[str]:
 
 
 def race(
-    clients: int, providers: int, requests: int, idle_wait_s: float, client: str = CLIENTS[0]
+    clients: int,
+    providers: int,
+    requests: int,
+    idle_wait_s: float,
+    client: str = CLIENTS[0],
+    front_ends: int = 0,
 ) -> dict[str, object]:
     """The race against a ``berth serve --placement-api`` of its own, with
-    the server's CPU time (every thread's) per write while the clients raced."""
-    with tempfile.TemporaryDirectory(prefix="berth-race-") as work:
-        data_dir = Path(work) / "data"
-        command = berth_command(data_dir, "--idle-wait-s", str(idle_wait_s))
-        with open(Path(work) / "stderr", "w+") as stderr:
-            server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr)
-            try:
-                host, port = wait_listening(server, Path(stderr.name), "placement-api")
-                cpu = _ProcessCpu(server.pid)
-                found = race_at(f"http://{host}:{port}", clients, providers, requests, client, cpu)
-            finally:
-                server.terminate()
-                server.wait(timeout=30)
-    return {"idle_wait_s": idle_wait_s, **found}
+    the server's CPU time (every thread's) per write while the clients
+    raced. With ``front_ends``, that many ``berth placement-api`` processes
+    on one address (``--reuse-port``) serve the API instead, beside a
+    ``berth serve`` that decides; the CPU is theirs and its."""
+    with tempfile.TemporaryDirectory(prefix="berth-race-") as work, ExitStack() as stack:
+        work_dir = Path(work)
+        data_dir = work_dir / "data"
+        idle = ("--idle-wait-s", str(idle_wait_s))
+        if not front_ends:
+            server = _started(stack, berth_command(data_dir, *idle), work_dir / "serve")
+            base = _listening(server, work_dir / "serve")
+            servers = [server]
+        else:
+            cli = berth_command(data_dir)[:3]  # the interpreter running berth's main
+            migrate = [*cli, "migrate", "--data-dir", str(data_dir)]
+            subprocess.run(migrate, check=True, stdout=subprocess.DEVNULL)
+            servers = [_started(stack, [*cli, "serve", "--data-dir", str(data_dir), *idle])]
+            listen = "127.0.0.1:0"
+            for n in range(front_ends):
+                command = [*cli, "placement-api", "--data-dir", str(data_dir), "--reuse-port"]
+                servers.append(_started(stack, [*command, "--listen", listen], work_dir / f"{n}"))
+                base = _listening(servers[-1], work_dir / f"{n}")
+                listen = urlsplit(base).netloc  # the others on the first one's port
+        cpus = [_ProcessCpu(server.pid) for server in servers]
+        found = race_at(base, clients, providers, requests, client, lambda: sum(c() for c in cpus))
+    return {"idle_wait_s": idle_wait_s, "front_ends": front_ends, **found}
+
+
+def _started(
+    stack: ExitStack, command: list[str], stderr_path: Path | None = None
+) -> subprocess.Popen[bytes]:
+    """``command`` running until ``stack`` closes; its stderr to ``stderr_path``."""
+    stderr = stack.enter_context(stderr_path.open("w+")) if stderr_path else subprocess.DEVNULL
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr)
+
+    def stop() -> None:
+        process.terminate()
+        process.wait(timeout=30)
+
+    stack.callback(stop)
+    return process
+
+
+def _listening(server: subprocess.Popen[bytes], stderr_path: Path) -> str:
+    host, port = wait_listening(server, stderr_path, "placement-api")
+    return f"http://{host}:{port}"
 
 
 class _ProcessCpu:
@@ -296,8 +337,17 @@ def main(argv: list[str] | None = None) -> int:
         "--idle-wait-s", type=float, default=0.05, help="berth serve's, as the server is run"
     )
     parser.add_argument("--client", choices=CLIENTS, default=CLIENTS[0], help="the racers' HTTP")
+    parser.add_argument(
+        "--front-ends",
+        type=int,
+        default=0,
+        help="berth placement-api processes on one address serving the API, beside a berth "
+        "serve deciding (0: berth serve --placement-api alone)",
+    )
     args = parser.parse_args(argv)
-    found = race(args.clients, args.providers, args.requests, args.idle_wait_s, args.client)
+    found = race(
+        args.clients, args.providers, args.requests, args.idle_wait_s, args.client, args.front_ends
+    )
     print(json.dumps(found))
     return 0
 
