@@ -125,7 +125,7 @@ class PartitionWriter:
         if owner is not None:
             # taken before the state is loaded: a commit of the writer it
             # replaces is then either in the state or refused
-            self.generation = take_partition(view.engine, partition, owner)
+            self.generation = take_partition(view.engine, partition, owner, view.stall_ms)
         if loaded is not None:
             # the state as of the view's offset, loaded before (a checkpoint's)
             self.state, self.next_offset = loaded

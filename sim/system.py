@@ -71,6 +71,11 @@ class FaultyView:
         self.fault = fault
         self.commits = 0
 
+    @property
+    def stall_ms(self) -> int:
+        """The inner writer's bound, which a takeover waits at most."""
+        return self.inner.stall_ms
+
     def commit(self, state: PartitionState, batch: Batch, generation: int | None = None) -> bool:
         fault = self.fault()
         if fault == "fail":

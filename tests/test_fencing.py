@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+import psycopg
 import pytest
 from sqlalchemy import event, text
 
@@ -179,3 +180,48 @@ def test_a_fenced_partition_in_a_round_stops_only_itself(tmp_path: Path, view_ur
         with app.engine.connect() as conn:
             assert committed_offsets(conn) == {0: 3, 1: 2}
         assert [w.next_offset for w in writers] == [3, 2]
+
+
+def test_a_commit_stopped_mid_pipeline_holds_a_takeover_back_only_its_stall_bound(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    """A writer stopped while psycopg pipelines its commit's statements
+    leaves its session waiting for the rest of them: active, not idle, so
+    PostgreSQL's idle bound never ends it. The takeover ends it once it has
+    waited the stall bound, and the writer's later commit is fenced."""
+    with App(Settings(data_dir=tmp_path, db_url=postgres_url, partitions=1)) as app:
+        Publisher(app.log, app.settings.topics).publish(provider("n1", ts=1, VCPU=4))
+        old = _writer(app, "old:1")
+        old.catch_up()
+        _publish(app, "r1")
+        holder = psycopg.connect(postgres_url.replace("+psycopg", ""))
+        try:
+            # what a commit does first (see writer.Planned), then statements
+            # sent without the Sync that would end the pipeline
+            holder.execute(
+                'SELECT generation FROM partition_owners WHERE "partition" = 0 FOR SHARE'
+            )
+            raw = holder.pgconn
+            raw.enter_pipeline_mode()
+            raw.send_query_params(b"SELECT 1", None)
+            raw.send_flush_request()
+            raw.flush()
+            wait_for(lambda: _state(app, raw.backend_pid) == "active", "the holder active")
+            taking = threading.Thread(
+                target=lambda: take_partition(app.write_engine, 0, "new:2", 300)
+            )
+            taking.start()
+            taking.join(timeout=30)
+            assert not taking.is_alive(), "the takeover waited on the stopped pipeline"
+            assert _state(app, raw.backend_pid) is None  # its session ended
+        finally:
+            holder.close()
+        with pytest.raises(Fenced, match=r"generation 2|taken over"):
+            old.step()
+
+
+def _state(app: App, pid: int) -> str | None:
+    with app.engine.connect() as conn:
+        query = text("SELECT state FROM pg_stat_activity WHERE pid = :pid")
+        found = conn.execute(query, {"pid": pid}).scalar_one_or_none()
+        return None if found is None else str(found)

@@ -257,6 +257,7 @@ class _HalvedCapacityView:
     def __init__(self, engine: Any) -> None:
         self.inner = _REAL_VIEW_WRITER(engine)
         self.engine = engine
+        self.stall_ms = self.inner.stall_ms
 
     def commit(self, state: PartitionState, batch: Batch, generation: int | None = None) -> bool:
         done = self.inner.commit(state, batch, generation)

@@ -14,17 +14,26 @@ as long as it stays stopped: on PostgreSQL the server ends such a
 transaction once it has sat idle for the writer's stall bound
 (:attr:`projections.view.writer.ViewWriter.stall_ms`, a worker's session
 timeout), and the writer, resumed, is told it stalled
-(:class:`projections.view.writer.Stalled`).
+(:class:`projections.view.writer.Stalled`). A commit stopped in the
+middle of a pipeline of statements is not idle but active, and is ended by
+the takeover itself once it has waited the stall bound
+(:func:`take_partition`); the writer, resumed, finds its connection gone
+and its partition taken (:class:`projections.view.writer.Fenced`).
 """
 
 from __future__ import annotations
 
+import logging
 from typing import NamedTuple
 
-from sqlalchemy import Connection, Engine, select
+from sqlalchemy import Connection, Engine, select, text
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import OperationalError
 
+from projections.view.engine import on_postgresql
 from projections.view.tables import partition_owners
+
+log = logging.getLogger(__name__)
 
 
 class Owner(NamedTuple):
@@ -32,9 +41,12 @@ class Owner(NamedTuple):
     owner: str
 
 
-def take_partition(engine: Engine, partition: int, owner: str) -> int:
+def take_partition(engine: Engine, partition: int, owner: str, stall_ms: int | None = None) -> int:
     """Make ``owner`` the partition's writer: its generation, one above any
-    before. Load the partition's state only after this returns."""
+    before. Load the partition's state only after this returns. With
+    ``stall_ms``, on PostgreSQL, a transaction that has held the owner row
+    that long without a statement ending (see :func:`_end_stalled_holder`)
+    is ended, and the takeover goes on."""
     insert = postgresql.insert if engine.dialect.name == "postgresql" else sqlite.insert
     statement = (
         insert(partition_owners)
@@ -45,8 +57,55 @@ def take_partition(engine: Engine, partition: int, owner: str) -> int:
         )
         .returning(partition_owners.c.generation)
     )
+    bounded = stall_ms is not None and engine.dialect.name == "postgresql"
+    while True:
+        try:
+            with engine.begin() as conn:
+                if bounded:
+                    on_postgresql(conn, f"SET LOCAL lock_timeout = {int(stall_ms or 0)}")
+                return int(conn.execute(statement).scalar_one())
+        except OperationalError as error:
+            if not bounded or getattr(error.orig, "sqlstate", None) != LOCK_NOT_AVAILABLE:
+                raise
+        _end_stalled_holder(engine, partition, int(stall_ms or 0))
+
+
+LOCK_NOT_AVAILABLE = "55P03"
+"""PostgreSQL's SQLSTATE for a statement that waited past its ``lock_timeout``."""
+
+_STALLED_HOLDER = text(
+    """
+    SELECT pg_terminate_backend(activity.pid)
+    FROM partition_owners AS owners
+    JOIN pg_locks AS held
+      ON held.locktype = 'transactionid' AND held.transactionid = owners.xmax
+         AND held.mode = 'ExclusiveLock' AND held.granted
+    JOIN pg_stat_activity AS activity ON activity.pid = held.pid
+    WHERE owners."partition" = :partition AND activity.pid <> pg_backend_pid()
+      AND activity.state = 'active'
+      AND activity.state_change < now() - make_interval(secs => :stall_s)
+    """
+)
+
+
+def _end_stalled_holder(engine: Engine, partition: int, stall_ms: int) -> None:
+    """End the session whose transaction holds the partition's owner row
+    while its statement has been running for more than ``stall_ms``: a
+    writer stopped in the middle of a pipeline of statements (psycopg sends
+    a commit's rows that way), which PostgreSQL counts as active, not idle,
+    so that :func:`~projections.view.engine.bound_idle`'s bound never ends
+    it. A writer's statements take milliseconds; one running past its
+    stall bound is its process stopped (SIGSTOP, a stalled machine), and
+    this takeover fences it anyway: its commit is lost either way."""
     with engine.begin() as conn:
-        return int(conn.execute(statement).scalar_one())
+        ended = conn.execute(_STALLED_HOLDER, {"partition": partition, "stall_s": stall_ms / 1000})
+        for (done,) in ended:
+            if done:
+                log.warning(
+                    "partition %d: ended a session that held its owner row past %d ms",
+                    partition,
+                    stall_ms,
+                )
 
 
 def owners(conn: Connection) -> dict[int, Owner]:

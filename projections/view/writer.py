@@ -18,6 +18,7 @@ from projections.batch import Batch
 from projections.state import PartitionState
 from projections.view.commits import notify_commit, ring_committed
 from projections.view.engine import begin_writing, bound_idle, ended_idle
+from projections.view.generations import owners
 from projections.view.group_rows import write_server_groups
 from projections.view.outcome_rows import write_dead_letters, write_outcomes
 from projections.view.placement_rows import write_placement
@@ -44,6 +45,7 @@ class Stalled(Fenced):
     PostgreSQL ended the transaction, so that a takeover waiting for its
     locks could go on. Its group session, as long, has expired with it: it
     writes no more until the group assigns it partitions again."""
+
 
 DEFAULT_STALL_MS = 10_000
 """How long a fenced commit may sit idle mid-transaction (see
@@ -116,15 +118,37 @@ class ViewWriter:
             with self.engine.begin() as conn:
                 written = [p.run(conn) for p in planned]
         except DBAPIError as error:
-            if not ended_idle(error):
-                raise
             partitions = sorted(p.partition for p in planned)
-            raise Stalled(
-                f"partitions {partitions}: the commit sat idle in its transaction for "
-                f"more than {self.stall_ms} ms and PostgreSQL ended it"
-            ) from error
+            if ended_idle(error):
+                raise Stalled(
+                    f"partitions {partitions}: the commit sat idle in its transaction for "
+                    f"more than {self.stall_ms} ms and PostgreSQL ended it"
+                ) from error
+            taken = self._taken_over(planned)
+            if taken:  # its session ended by the takeover (see take_partition)
+                raise Fenced(
+                    f"partitions {taken}: taken over while this writer's commit was "
+                    f"stopped, which failed: {error.orig}"
+                ) from error
+            raise
         ring_committed(self.engine)
         return written
+
+    def _taken_over(self, planned: Sequence[Planned]) -> list[int]:
+        """The partitions of ``planned`` whose owner's generation is no
+        longer the one they were planned with; none if that cannot be read."""
+        try:
+            with self.engine.connect() as conn:
+                current = owners(conn)
+        except DBAPIError:
+            return []
+        return sorted(
+            p.partition
+            for p in planned
+            if p.generation is not None
+            and p.partition in current
+            and current[p.partition].generation != p.generation
+        )
 
     def write_held_back(self, state: PartitionState) -> None:
         """Write what was held back of ``state``'s partition (see the class):
