@@ -225,3 +225,29 @@ def _state(app: App, pid: int) -> str | None:
         query = text("SELECT state FROM pg_stat_activity WHERE pid = :pid")
         found = conn.execute(query, {"pid": pid}).scalar_one_or_none()
         return None if found is None else str(found)
+
+
+def test_a_writer_whose_stopped_commit_the_takeover_ended_is_fenced(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    """The takeover ends the session of a writer stopped in its commit past
+    the stall bound (here its own idle bound is longer than the takeover's);
+    the writer, resumed, finds its connection gone and is told it was
+    fenced, not a database error."""
+    with App(Settings(data_dir=tmp_path, db_url=postgres_url, partitions=1)) as app:
+        Publisher(app.log, app.settings.topics).publish(provider("n1", ts=1, VCPU=4))
+        app.view.stall_ms = 60_000
+        old = _writer(app, "old:1")
+        old.catch_up()
+        _publish(app, "r1", "r2")
+        stopped = StoppedInCommit(app.write_engine, old.step)
+        taking = threading.Thread(target=lambda: take_partition(app.write_engine, 0, "new:2", 300))
+        taking.start()
+        taking.join(timeout=30)
+        assert not taking.is_alive(), "the takeover waited on the stopped commit"
+        assert stopped.resume() == [Fenced]
+        assert "taken over while this writer's commit was stopped" in str(stopped.failures[0])
+        new = _writer(app, "new:3")
+        assert new.catch_up() == 2
+        with app.engine.connect() as conn:
+            assert committed_offsets(conn) == {0: 4}

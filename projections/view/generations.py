@@ -82,7 +82,7 @@ _STALLED_HOLDER = text(
          AND held.mode = 'ExclusiveLock' AND held.granted
     JOIN pg_stat_activity AS activity ON activity.pid = held.pid
     WHERE owners."partition" = :partition AND activity.pid <> pg_backend_pid()
-      AND activity.state = 'active'
+      AND activity.state IN ('active', 'idle in transaction')
       AND activity.state_change < now() - make_interval(secs => :stall_s)
     """
 )
@@ -90,13 +90,14 @@ _STALLED_HOLDER = text(
 
 def _end_stalled_holder(engine: Engine, partition: int, stall_ms: int) -> None:
     """End the session whose transaction holds the partition's owner row
-    while its statement has been running for more than ``stall_ms``: a
-    writer stopped in the middle of a pipeline of statements (psycopg sends
-    a commit's rows that way), which PostgreSQL counts as active, not idle,
-    so that :func:`~projections.view.engine.bound_idle`'s bound never ends
-    it. A writer's statements take milliseconds; one running past its
-    stall bound is its process stopped (SIGSTOP, a stalled machine), and
-    this takeover fences it anyway: its commit is lost either way."""
+    and has been in the same state (a statement running, or idle between
+    two) for more than ``stall_ms``: above all a writer stopped in the
+    middle of a pipeline of statements (psycopg sends a commit's rows that
+    way), which PostgreSQL counts as active, not idle, so that
+    :func:`~projections.view.engine.bound_idle`'s bound never ends it. A
+    writer's statements take milliseconds; one stuck past its stall bound
+    is its process stopped (SIGSTOP, a stalled machine), and this takeover
+    fences it anyway: its commit is lost either way."""
     with engine.begin() as conn:
         ended = conn.execute(_STALLED_HOLDER, {"partition": partition, "stall_s": stall_ms / 1000})
         for (done,) in ended:
