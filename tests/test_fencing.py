@@ -4,6 +4,7 @@ later commit of the writer it replaced, in the commit's own transaction."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
@@ -90,10 +91,9 @@ def test_a_writer_stopped_mid_commit_holds_a_takeover_back_only_its_stall_bound(
         old.catch_up()
         _publish(app, "r1", "r2")
         stopped = StoppedInCommit(app.write_engine, old.step)
-        taking = threading.Thread(target=lambda: _writer(app, "new:2"))
-        taking.start()
-        taking.join(timeout=10)
-        assert not taking.is_alive(), "the takeover waited on the stopped writer"
+        assert _returns_within(10, lambda: _writer(app, "new:2")), (
+            "the takeover waited on the stopped writer"
+        )
         assert stopped.resume() == [Stalled]
         new = _writer(app, "new:3")
         assert new.catch_up() == 2
@@ -207,12 +207,9 @@ def test_a_commit_stopped_mid_pipeline_holds_a_takeover_back_only_its_stall_boun
             raw.send_flush_request()
             raw.flush()
             wait_for(lambda: _state(app, raw.backend_pid) == "active", "the holder active")
-            taking = threading.Thread(
-                target=lambda: take_partition(app.write_engine, 0, "new:2", 300)
+            assert _returns_within(30, lambda: take_partition(app.write_engine, 0, "new:2", 300)), (
+                "the takeover waited on the stopped pipeline"
             )
-            taking.start()
-            taking.join(timeout=30)
-            assert not taking.is_alive(), "the takeover waited on the stopped pipeline"
             assert _state(app, raw.backend_pid) is None  # its session ended
         finally:
             holder.close()
@@ -241,13 +238,20 @@ def test_a_writer_whose_stopped_commit_the_takeover_ended_is_fenced(
         old.catch_up()
         _publish(app, "r1", "r2")
         stopped = StoppedInCommit(app.write_engine, old.step)
-        taking = threading.Thread(target=lambda: take_partition(app.write_engine, 0, "new:2", 300))
-        taking.start()
-        taking.join(timeout=30)
-        assert not taking.is_alive(), "the takeover waited on the stopped commit"
+        assert _returns_within(30, lambda: take_partition(app.write_engine, 0, "new:2", 300)), (
+            "the takeover waited on the stopped commit"
+        )
         assert stopped.resume() == [Fenced]
         assert "taken over while this writer's commit was stopped" in str(stopped.failures[0])
         new = _writer(app, "new:3")
         assert new.catch_up() == 2
         with app.engine.connect() as conn:
             assert committed_offsets(conn) == {0: 4}
+
+
+def _returns_within(seconds: float, call: Callable[[], object]) -> bool:
+    """Whether ``call``, run in a thread, returns within ``seconds``."""
+    thread = threading.Thread(target=call, daemon=True)
+    thread.start()
+    thread.join(timeout=seconds)
+    return not thread.is_alive()

@@ -14,7 +14,7 @@ import socket
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -52,31 +52,23 @@ def _front_end(data: Path, listen: str) -> list[str]:
 
 
 @contextmanager
-def _deployment(tmp_path: Path, front_ends: int) -> Iterator[tuple[str, ExitStack, list[Any]]]:
+def _deployment(tmp_path: Path, front_ends: int) -> Iterator[tuple[str, list[Callable[[], None]]]]:
     """``berth serve`` (the writers) and ``front_ends`` placement-api
-    processes on one address; the address, the stack that stops the front
-    ends, and each front end's context (to stop one early)."""
+    processes on one address; the address, and what stops each front end
+    (early, if a test wants; they all stop with the block)."""
     data = tmp_path / "data"
     assert main(["migrate", "--data-dir", str(data), "--partitions", str(PARTITIONS)]) == 0
-    with serving(data, PARTITIONS), ExitStack() as stack:
-        first = child_server(
-            _front_end(data, "127.0.0.1:0"), tmp_path / "0.stderr", "placement-api"
-        )
-        host, port = stack.enter_context(first)
-        others = []
-        for n in range(1, front_ends):
-            other = child_server(
-                _front_end(data, f"{host}:{port}"),
-                tmp_path / f"{n}.stderr",
-                "placement-api",
+    with serving(data, PARTITIONS), ExitStack() as every:
+        stops = []
+        listen = "127.0.0.1:0"  # the first on any free port, the others on its
+        for n in range(front_ends):
+            one = every.enter_context(ExitStack())
+            started = child_server(
+                _front_end(data, listen), tmp_path / f"{n}.stderr", "placement-api"
             )
-            other.__enter__()
-            others.append(other)
-        try:
-            yield f"http://{host}:{port}", stack, others
-        finally:
-            for other in others:
-                other.__exit__(None, None, None)
+            listen = "{}:{}".format(*one.enter_context(started))
+            stops.append(one.close)
+        yield f"http://{listen}", stops
 
 
 def _fresh(base: str) -> httpx.Client:
@@ -111,7 +103,7 @@ def _allocation(rp: str, vcpus: int) -> dict[str, Any]:
 
 
 def test_two_front_ends_on_one_address_never_overcommit(tmp_path: Path) -> None:
-    with _deployment(tmp_path, front_ends=2) as (base, _, _), _fresh(base) as api:
+    with _deployment(tmp_path, front_ends=2) as (base, _), _fresh(base) as api:
         rp = _provider(api, vcpus=8)
 
         def write(_: int) -> int:
@@ -127,7 +119,7 @@ def test_two_front_ends_on_one_address_never_overcommit(tmp_path: Path) -> None:
 
 
 def test_what_one_front_end_answered_any_reads_back(tmp_path: Path) -> None:
-    with _deployment(tmp_path, front_ends=2) as (base, _, _), _fresh(base) as api:
+    with _deployment(tmp_path, front_ends=2) as (base, _), _fresh(base) as api:
         rp = _provider(api, vcpus=64)
         for n in range(16):
             consumer = str(uuid.uuid4())
@@ -141,9 +133,9 @@ def test_what_one_front_end_answered_any_reads_back(tmp_path: Path) -> None:
 
 
 def test_the_address_keeps_answering_while_one_front_end_stops(tmp_path: Path) -> None:
-    with _deployment(tmp_path, front_ends=2) as (base, _, others), _fresh(base) as api:
+    with _deployment(tmp_path, front_ends=2) as (base, stops), _fresh(base) as api:
         rp = _provider(api, vcpus=8)
-        others.pop().__exit__(None, None, None)  # stopped as a supervisor stops it
+        stops[1]()  # stopped as a supervisor stops it
         for _ in range(8):  # each on a connection of its own: all to the one left
             put = api.put(f"/allocations/{uuid.uuid4()}", json=_allocation(rp, 1))
             assert put.status_code == 204, put.text
