@@ -57,17 +57,18 @@ def take_partition(engine: Engine, partition: int, owner: str, stall_ms: int | N
         )
         .returning(partition_owners.c.generation)
     )
-    bounded = stall_ms is not None and engine.dialect.name == "postgresql"
+    if stall_ms is None or engine.dialect.name != "postgresql":
+        with engine.begin() as conn:
+            return int(conn.execute(statement).scalar_one())
     while True:
         try:
             with engine.begin() as conn:
-                if bounded:
-                    on_postgresql(conn, f"SET LOCAL lock_timeout = {int(stall_ms or 0)}")
+                on_postgresql(conn, f"SET LOCAL lock_timeout = {int(stall_ms)}")
                 return int(conn.execute(statement).scalar_one())
         except OperationalError as error:
-            if not bounded or getattr(error.orig, "sqlstate", None) != LOCK_NOT_AVAILABLE:
+            if getattr(error.orig, "sqlstate", None) != LOCK_NOT_AVAILABLE:
                 raise
-        _end_stalled_holder(engine, partition, int(stall_ms or 0))
+        _end_stalled_holder(engine, partition, stall_ms)
 
 
 LOCK_NOT_AVAILABLE = "55P03"
